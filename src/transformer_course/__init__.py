@@ -1,0 +1,75 @@
+"""transformer_course: the small, tested PyTorch library behind the course book.
+
+Conventions: shapes use N (batch), L (query length), S (key length), E (d_model), H (heads),
+Hkv (key/value heads), D (head_dim), V (vocabulary). Boolean masks are ``True`` where a query
+may attend; float masks are additive (``0`` / ``-inf``).
+"""
+
+from .attention import (
+    AdditiveAttention,
+    KVCache,
+    MultiHeadAttention,
+    masked_softmax,
+    scaled_dot_product_attention,
+)
+from .blocks import DecoderLayer, EncoderLayer, GPTBlock
+from .data import (
+    HELD_OUT_PAIR,
+    CharTokenizer,
+    WordTokenizer,
+    copy_task,
+    generate_text_corpus,
+    lm_batch,
+    load_text_corpus,
+    translation_corpus,
+)
+from .feedforward import ACTIVATIONS, FeedForward
+from .interop import load_torch_mha, load_torch_transformer
+from .masks import bool_to_additive, causal_mask, check_mask, padding_mask, to_torch_mask
+from .models import POSITIONAL_ENCODINGS, GPTConfig, MiniGPT, Transformer, TransformerConfig
+from .norms import NORMS, LayerNorm, RMSNorm, build_norm
+from .params import (
+    count_parameters,
+    gpt_flops_per_token,
+    gpt_parameter_breakdown,
+    gpt_parameter_count,
+    transformer_parameter_breakdown,
+    transformer_parameter_count,
+)
+from .positional import (
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    relative_position_transform,
+    sinusoidal_table,
+)
+from .sampling import sample_next_token, top_k_filter, top_p_filter
+from .training import (
+    TrainHistory,
+    label_smoothing_loss,
+    noam_lr,
+    noam_scheduler,
+    smoothed_targets,
+    train_loop,
+)
+from .utils import check_positive_int, get_device, set_seed
+from .viz import plot_attention, plot_attention_heads, plot_loss_curves, plot_positional_encoding
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ACTIVATIONS", "AdditiveAttention", "CharTokenizer", "DecoderLayer", "EncoderLayer",
+    "FeedForward", "GPTBlock", "GPTConfig", "HELD_OUT_PAIR", "KVCache", "LayerNorm",
+    "LearnedPositionalEmbedding", "MiniGPT", "MultiHeadAttention", "NORMS",
+    "POSITIONAL_ENCODINGS", "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding",
+    "TrainHistory", "Transformer", "TransformerConfig", "WordTokenizer", "bool_to_additive",
+    "build_norm", "causal_mask", "check_mask", "check_positive_int", "copy_task",
+    "count_parameters", "generate_text_corpus", "get_device", "gpt_flops_per_token",
+    "gpt_parameter_breakdown", "gpt_parameter_count", "label_smoothing_loss", "lm_batch",
+    "load_text_corpus", "load_torch_mha", "load_torch_transformer", "masked_softmax",
+    "noam_lr", "noam_scheduler", "padding_mask", "plot_attention", "plot_attention_heads",
+    "plot_loss_curves", "plot_positional_encoding", "relative_position_transform",
+    "sample_next_token", "scaled_dot_product_attention", "set_seed", "sinusoidal_table",
+    "smoothed_targets", "to_torch_mask", "top_k_filter", "top_p_filter", "train_loop",
+    "transformer_parameter_breakdown", "transformer_parameter_count", "translation_corpus",
+]  # fmt: skip

@@ -1,0 +1,330 @@
+"""Efficient attention: small reference implementations of the ideas of section 10.
+
+Three ways to avoid the (L, S) matrix of exact softmax attention:
+
+* kernelised **linear attention** (Katharopoulos et al., 2020, "Transformers are RNNs",
+  arXiv:2006.16236): the similarity exp(q . k / sqrt(D)) is replaced by phi(q) . phi(k) with the
+  feature map phi(x) = elu(x) + 1, so that phi(Q) (phi(K)^T V) costs O(L D Dv) instead of O(L S D);
+  the causal version is a recurrence (an RNN) over prefix sums;
+* **sliding-window (local) attention** (as in Longformer, arXiv:2004.05150): query i only sees keys
+  j with |i - j| <= window; ``local_attention`` computes it in O(L * window * D) without an
+  (L, L) matrix, and ``sliding_window_mask`` gives the same pattern as a boolean mask for exact
+  attention;
+* **low-rank attention** (Linformer, arXiv:2006.04768): keys and values are projected along the
+  sequence axis from length S to k, so the weights are (L, k) instead of (L, S).
+
+Shapes use PyTorch's letters: query (..., L, D), key (..., S, D), value (..., S, Dv).
+Boolean masks follow ``F.scaled_dot_product_attention``: True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "elu_feature_map",
+    "linear_attention",
+    "linear_attention_recurrent",
+    "linear_attention_weights",
+    "local_attention",
+    "low_rank_attention",
+    "sliding_window_mask",
+]
+
+FeatureMap = Callable[[Tensor], Tensor]
+
+
+def elu_feature_map(x: Tensor) -> Tensor:
+    """The feature map phi(x) = elu(x) + 1 of Katharopoulos et al. (2020); strictly positive."""
+    return F.elu(x) + 1.0
+
+
+def _check_tensor(name: str, x: object, min_dim: int = 2) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dims, got shape {tuple(x.shape)}")
+    return x
+
+
+def _check_qkv(query: object, key: object, value: object) -> tuple[Tensor, Tensor, Tensor]:
+    q = _check_tensor("query", query)
+    k = _check_tensor("key", key)
+    v = _check_tensor("value", value)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"query and key must share the last dim D, got query {tuple(q.shape)} "
+            f"and key {tuple(k.shape)}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"key and value must share the length S, got key {tuple(k.shape)} "
+            f"and value {tuple(v.shape)}"
+        )
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError as err:
+        raise ValueError(
+            f"batch dims of query {tuple(q.shape)}, key {tuple(k.shape)} and value "
+            f"{tuple(v.shape)} do not broadcast"
+        ) from err
+    return q, k, v
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_causal_lengths(q: Tensor, k: Tensor) -> None:
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            "causal linear/local attention needs L == S (self-attention), got "
+            f"L={q.shape[-2]} and S={k.shape[-2]}"
+        )
+
+
+def linear_attention_weights(
+    query: Tensor,
+    key: Tensor,
+    feature_map: FeatureMap = elu_feature_map,
+    causal: bool = False,
+) -> Tensor:
+    """The (L, S) weight matrix that linear attention uses implicitly (quadratic reference).
+
+    A[i, j] = phi(q_i) . phi(k_j) / sum_j' phi(q_i) . phi(k_j'), the sum running over j' <= i
+    when ``causal`` (then L must equal S). Rows are non-negative and sum to one when phi > 0.
+
+    Args:
+        query: (..., L, D).
+        key: (..., S, D).
+        feature_map: phi, applied elementwise to the last dim; must return positive values.
+        causal: if True, query i only weighs keys j <= i.
+
+    Returns:
+        weights (..., L, S). ``linear_attention(q, k, v) == weights @ v`` up to rounding.
+    """
+    q = _check_tensor("query", query)
+    k = _check_tensor("key", key)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"query and key must share the last dim D, got query {tuple(q.shape)} "
+            f"and key {tuple(k.shape)}"
+        )
+    # (..., L, D) @ (..., D, S) -> (..., L, S)
+    sim = feature_map(q) @ feature_map(k).transpose(-2, -1)
+    if causal:
+        _check_causal_lengths(q, k)
+        L = q.shape[-2]
+        keep = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+        sim = sim.masked_fill(~keep, 0.0)
+    return sim / sim.sum(dim=-1, keepdim=True)
+
+
+def linear_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    feature_map: FeatureMap = elu_feature_map,
+    causal: bool = False,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Kernelised linear attention of Katharopoulos et al. (2020), without an (L, S) matrix.
+
+    out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps),
+    with the sums over all j (non-causal) or over j <= i (causal, prefix sums; needs L == S).
+    Cost O(L D Dv) for the non-causal form instead of O(L S D) for softmax attention.
+
+    Args:
+        query: (..., L, D).
+        key: (..., S, D).
+        value: (..., S, Dv).
+        feature_map: phi; the default elu(x) + 1 is strictly positive.
+        causal: if True, output i only depends on positions j <= i (L must equal S).
+        eps: added to the normaliser for numerical safety (>= 0; 0 gives the exact ratio).
+
+    Returns:
+        output (..., L, Dv).
+    """
+    q, k, v = _check_qkv(query, key, value)
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    phi_q = feature_map(q)  # (..., L, D)
+    phi_k = feature_map(k)  # (..., S, D)
+    if not causal:
+        kv = phi_k.transpose(-2, -1) @ v  # (..., D, S) @ (..., S, Dv) -> (..., D, Dv)
+        z = phi_k.sum(dim=-2)  # (..., S, D) -> (..., D)
+        num = phi_q @ kv  # (..., L, D) @ (..., D, Dv) -> (..., L, Dv)
+        den = phi_q @ z.unsqueeze(-1)  # (..., L, D) @ (..., D, 1) -> (..., L, 1)
+        return num / (den + eps)
+    _check_causal_lengths(q, k)
+    # prefix sums S_i = sum_{j<=i} phi(k_j) v_j^T and z_i = sum_{j<=i} phi(k_j)
+    kv = torch.cumsum(phi_k.unsqueeze(-1) * v.unsqueeze(-2), dim=-3)  # (..., L, D, Dv)
+    z = torch.cumsum(phi_k, dim=-2)  # (..., L, D)
+    num = (phi_q.unsqueeze(-1) * kv).sum(dim=-2)  # (..., L, D, Dv) -> (..., L, Dv)
+    den = (phi_q * z).sum(dim=-1, keepdim=True)  # (..., L, 1)
+    return num / (den + eps)
+
+
+def linear_attention_recurrent(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    feature_map: FeatureMap = elu_feature_map,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Causal linear attention written as an RNN: one step per position, O(D Dv) state.
+
+    state_i = state_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i),
+    out_i = phi(q_i)^T state_i / (phi(q_i)^T z_i + eps).
+    Equals ``linear_attention(..., causal=True)``; meant for reading and testing, not speed.
+
+    Args:
+        query: (..., L, D).
+        key: (..., L, D).
+        value: (..., L, Dv).
+        feature_map: phi.
+        eps: added to the normaliser (>= 0).
+
+    Returns:
+        output (..., L, Dv).
+    """
+    q, k, v = _check_qkv(query, key, value)
+    _check_causal_lengths(q, k)
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    phi_q, phi_k = feature_map(q), feature_map(k)
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    D, Dv = q.shape[-1], v.shape[-1]
+    state = q.new_zeros(*batch, D, Dv)  # running sum of phi(k_j) v_j^T
+    z = q.new_zeros(*batch, D)  # running sum of phi(k_j)
+    outputs = []
+    for i in range(q.shape[-2]):
+        state = state + phi_k[..., i, :, None] * v[..., i, None, :]  # (..., D, Dv)
+        z = z + phi_k[..., i, :]
+        num = (phi_q[..., i, :, None] * state).sum(dim=-2)  # (..., Dv)
+        den = (phi_q[..., i, :] * z).sum(dim=-1, keepdim=True)  # (..., 1)
+        outputs.append(num / (den + eps))
+    return torch.stack(outputs, dim=-2)  # L x (..., Dv) -> (..., L, Dv)
+
+
+def sliding_window_mask(
+    L: int, window: int, causal: bool = False, device: torch.device | str | None = None
+) -> Tensor:
+    """Boolean (L, L) band mask, True = may attend.
+
+    Query i may attend key j iff |i - j| <= window (non-causal), or i - window <= j <= i
+    (causal). ``window`` is the one-sided half-width: each query sees at most 2 * window + 1
+    keys (window + 1 when causal). Use it as ``attn_mask`` of scaled dot-product attention.
+    """
+    _check_int("L", L, 1)
+    _check_int("window", window, 0)
+    i = torch.arange(L, device=device).unsqueeze(1)  # (L, 1)
+    j = torch.arange(L, device=device).unsqueeze(0)  # (1, L)
+    mask = (i - j).abs() <= window  # (L, L)
+    if causal:
+        mask = mask & (j <= i)
+    return mask
+
+
+def local_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    window: int,
+    causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """Sliding-window softmax attention computed band by band, in O(L * window * D).
+
+    Same result as exact attention with ``attn_mask=sliding_window_mask(L, window, causal)``,
+    but only the (L, K) band of scores is formed, K = 2 * window + 1 (window + 1 if causal).
+    Self-attention only: L must equal S.
+
+    Args:
+        query: (..., L, D).
+        key: (..., L, D).
+        value: (..., L, Dv).
+        window: one-sided half-width (>= 0).
+        causal: if True, query i only sees keys i - window .. i.
+        scale: score scale, default 1 / sqrt(D).
+
+    Returns:
+        output (..., L, Dv).
+    """
+    q, k, v = _check_qkv(query, key, value)
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"local_attention needs L == S (self-attention), got L={q.shape[-2]} "
+            f"and S={k.shape[-2]}"
+        )
+    _check_int("window", window, 0)
+    L, D = q.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    left, right = window, (0 if causal else window)
+    K = left + right + 1  # band width
+    # pad the sequence axis so that position i's band is rows i .. i + K - 1 of the padded keys
+    k_pad = F.pad(k, (0, 0, left, right))  # (..., L + K - 1, D)
+    v_pad = F.pad(v, (0, 0, left, right))  # (..., L + K - 1, Dv)
+    k_win = k_pad.unfold(-2, K, 1)  # (..., L, D, K): band of keys per query
+    v_win = v_pad.unfold(-2, K, 1)  # (..., L, Dv, K)
+    scores = torch.einsum("...ld,...ldk->...lk", q, k_win) * scale  # (..., L, K)
+    offsets = torch.arange(-left, right + 1, device=q.device)  # (K,) key position j - i
+    pos = torch.arange(L, device=q.device).unsqueeze(1) + offsets  # (L, K) key position j
+    valid = (pos >= 0) & (pos < L)  # padding slots are not keys
+    scores = scores.masked_fill(~valid, float("-inf"))  # j = i is always valid: no empty row
+    weights = torch.softmax(scores, dim=-1)  # (..., L, K)
+    return torch.einsum("...lk,...ldk->...ld", weights, v_win)  # (..., L, Dv)
+
+
+def low_rank_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    proj_k: Tensor,
+    proj_v: Tensor | None = None,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Linformer-style attention: keys and values projected along the length axis, S -> k.
+
+    K' = E K, V' = F V with E = ``proj_k`` (k, S) and F = ``proj_v`` (k, S; defaults to E,
+    the shared projection of the Linformer paper); out = softmax(Q K'^T * scale) V'.
+    With E = F = identity (k = S) this is exact attention.
+
+    Args:
+        query: (..., L, D).
+        key: (..., S, D).
+        value: (..., S, Dv).
+        proj_k: E, shape (k, S).
+        proj_v: F, shape (k, S), or None to reuse ``proj_k``.
+        scale: score scale, default 1 / sqrt(D).
+
+    Returns:
+        (output (..., L, Dv), weights (..., L, k)).
+    """
+    q, k, v = _check_qkv(query, key, value)
+    proj_k = _check_tensor("proj_k", proj_k)
+    proj_v = proj_k if proj_v is None else _check_tensor("proj_v", proj_v)
+    S = k.shape[-2]
+    for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
+        if p.dim() != 2 or p.shape[1] != S:
+            raise ValueError(f"{name} must have shape (k, S={S}), got {tuple(p.shape)}")
+    if proj_k.shape[0] != proj_v.shape[0]:
+        raise ValueError(
+            f"proj_k and proj_v must have the same k, got {tuple(proj_k.shape)} "
+            f"and {tuple(proj_v.shape)}"
+        )
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    k_low = proj_k @ k  # (k, S) @ (..., S, D) -> (..., k, D)
+    v_low = proj_v @ v  # (k, S) @ (..., S, Dv) -> (..., k, Dv)
+    scores = (q @ k_low.transpose(-2, -1)) * scale  # (..., L, D) @ (..., D, k) -> (..., L, k)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v_low, weights  # (..., L, Dv), (..., L, k)

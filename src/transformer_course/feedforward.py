@@ -1,0 +1,46 @@
+"""The position-wise feed-forward network and its gated variants."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .utils import check_positive_int
+
+__all__ = ["ACTIVATIONS", "FeedForward"]
+
+ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
+_GATED = {"swiglu": F.silu, "geglu": F.gelu}
+_PLAIN = {"relu": F.relu, "gelu": F.gelu}
+
+
+class FeedForward(nn.Module):
+    """``FFN(x) = w2(act(w1 x))``, applied to every position independently.
+
+    Gated variants (Shazeer 2020) add a second input projection ``w3``:
+    ``swiglu``: ``w2(silu(w1 x) * w3 x)``, ``geglu``: ``w2(gelu(w1 x) * w3 x)``. At equal ``d_ff``
+    they have 1.5x the weights of the plain FFN; use ``d_ff ≈ 2/3 · 4 · d_model`` to match budgets.
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias: bool = True
+    ) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_ff", d_ff)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; expected one of {ACTIVATIONS}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.activation = activation
+        self.w1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.w2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.w3 = nn.Linear(d_model, d_ff, bias=bias) if activation in _GATED else None
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.w3 is None:
+            hidden = _PLAIN[self.activation](self.w1(x))
+        else:
+            hidden = _GATED[self.activation](self.w1(x)) * self.w3(x)
+        return self.w2(self.dropout(hidden))  # (N, L, d_ff) -> (N, L, E)

@@ -1,0 +1,374 @@
+"""Complete models: the encoder-decoder Transformer of Vaswani et al. (2017) and a decoder-only
+MiniGPT in the style of GPT-2 / nanoGPT."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import KVCache
+from .blocks import DecoderLayer, EncoderLayer, GPTBlock
+from .feedforward import ACTIVATIONS
+from .masks import padding_mask
+from .norms import NORMS, build_norm
+from .positional import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from .sampling import sample_next_token
+from .utils import check_positive_int
+
+__all__ = ["TransformerConfig", "Transformer", "GPTConfig", "MiniGPT", "POSITIONAL_ENCODINGS"]
+
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rope", "none")
+
+
+def _check_common(cfg: TransformerConfig | GPTConfig, positional_choices: tuple[str, ...]) -> None:
+    check_positive_int("d_model", cfg.d_model)
+    check_positive_int("num_heads", cfg.num_heads)
+    check_positive_int("d_ff", cfg.d_ff)
+    if cfg.d_model % cfg.num_heads:
+        raise ValueError(f"d_model={cfg.d_model} is not divisible by num_heads={cfg.num_heads}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {cfg.activation!r}; expected one of {ACTIVATIONS}")
+    if cfg.norm not in NORMS:
+        raise ValueError(f"unknown norm {cfg.norm!r}; expected one of {NORMS}")
+    if cfg.positional not in positional_choices:
+        raise ValueError(
+            f"unknown positional encoding {cfg.positional!r}; expected one of {positional_choices}"
+        )
+
+
+@dataclass
+class TransformerConfig:
+    """Hyper-parameters of the encoder-decoder model; the defaults are the paper's base model."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    num_heads: int = 8
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 512
+    activation: str = "relu"
+    norm_first: bool = False
+    norm: str = "layernorm"
+    positional: str = "sinusoidal"
+    share_embeddings: bool = False  # one table for source and target tokens (shared vocabulary)
+    tie_output: bool = False  # output projection reuses the target embedding matrix
+    final_norm: bool = True  # a norm after each stack, as nn.Transformer has
+    bias: bool = True
+    pad_id: int | None = 0
+    eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        check_positive_int("src_vocab_size", self.src_vocab_size)
+        check_positive_int("tgt_vocab_size", self.tgt_vocab_size)
+        check_positive_int("num_encoder_layers", self.num_encoder_layers)
+        check_positive_int("num_decoder_layers", self.num_decoder_layers)
+        check_positive_int("max_len", self.max_len)
+        _check_common(self, ("sinusoidal", "learned"))
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "share_embeddings needs equal vocabularies, got "
+                f"src_vocab_size={self.src_vocab_size}, tgt_vocab_size={self.tgt_vocab_size}"
+            )
+
+
+def _make_positional(kind: str, d_model: int, max_len: int) -> nn.Module:
+    if kind == "sinusoidal":
+        return SinusoidalPositionalEncoding(d_model, max_len)
+    return LearnedPositionalEmbedding(d_model, max_len)
+
+
+def _check_ids(name: str, ids: Tensor, vocab_size: int) -> None:
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
+        desc = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
+        raise ValueError(f"{name} must be a 2-D LongTensor (N, T), got {desc}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(
+            f"{name} ids must lie in [0, {vocab_size}), got min {int(ids.min())}, max {int(ids.max())}"
+        )
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) + positions, an encoder
+    stack, a decoder stack with cross-attention and a linear output layer (``generator``).
+
+    ``forward(src (N, S), tgt (N, L))`` returns logits ``(N, L, tgt_vocab_size)``; source padding
+    (``cfg.pad_id``) is masked in the encoder and in the cross-attention, and the target
+    self-attention is causal.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        E = cfg.d_model
+        self.src_embed = nn.Embedding(cfg.src_vocab_size, E)
+        self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab_size, E)
+        self.src_pos = _make_positional(cfg.positional, E, cfg.max_len)
+        self.tgt_pos = _make_positional(cfg.positional, E, cfg.max_len)
+        self.dropout = nn.Dropout(cfg.dropout)
+        layer_args = dict(
+            d_model=E, num_heads=cfg.num_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
+            activation=cfg.activation, norm_first=cfg.norm_first, norm=cfg.norm, bias=cfg.bias,
+            eps=cfg.eps,
+        )  # fmt: skip
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(**layer_args) for _ in range(cfg.num_encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(**layer_args) for _ in range(cfg.num_decoder_layers)
+        )
+        norm = (lambda: build_norm(cfg.norm, E, cfg.eps, cfg.bias)) if cfg.final_norm else nn.Identity
+        self.encoder_norm = norm()
+        self.decoder_norm = norm()
+        self.generator = nn.Linear(E, cfg.tgt_vocab_size, bias=cfg.bias)
+        if cfg.tie_output:
+            self.generator.weight = self.tgt_embed.weight
+
+    def src_mask(self, src: Tensor) -> Tensor | None:
+        """Key-padding mask ``(N, 1, 1, S)`` of the source, or ``None`` when ``pad_id`` is None."""
+        return None if self.cfg.pad_id is None else padding_mask(src, self.cfg.pad_id)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None, need_weights: bool = False) -> Tensor:
+        """Source ids ``(N, S)`` -> memory ``(N, S, E)``."""
+        _check_ids("src", src, self.cfg.src_vocab_size)
+        x = self.dropout(self.src_pos(self.src_embed(src) * math.sqrt(self.cfg.d_model)))
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask=src_mask, need_weights=need_weights)
+        return self.encoder_norm(x)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        need_weights: bool = False,
+        caches: list[KVCache] | None = None,
+    ) -> Tensor:
+        """Target ids ``(N, L)`` and memory ``(N, S, E)`` -> decoder states ``(N, L, E)``.
+
+        With ``caches`` (one :class:`KVCache` per layer) ``tgt`` holds only the new positions.
+        """
+        _check_ids("tgt", tgt, self.cfg.tgt_vocab_size)
+        offset = len(caches[0]) if caches else 0
+        x = self.tgt_embed(tgt) * math.sqrt(self.cfg.d_model)
+        x = self.dropout(self.tgt_pos(x, offset=offset))
+        for i, layer in enumerate(self.decoder_layers):
+            x = layer(
+                x, memory, tgt_mask=tgt_mask, memory_mask=src_mask, need_weights=need_weights,
+                cache=caches[i] if caches else None,
+            )  # fmt: skip
+        return self.decoder_norm(x)
+
+    def forward(self, src: Tensor, tgt: Tensor, need_weights: bool = False) -> Tensor:
+        src_mask = self.src_mask(src)
+        memory = self.encode(src, src_mask, need_weights=need_weights)
+        return self.generator(self.decode(tgt, memory, src_mask, need_weights=need_weights))
+
+    @torch.no_grad()
+    def greedy_decode(self, src: Tensor, bos_id: int, eos_id: int, max_len: int) -> Tensor:
+        """Greedy decoding with a KV cache: returns ``(N, T)`` ids starting with ``bos_id``,
+        ``T <= max_len``; after a sequence emits ``eos_id`` it is padded with ``cfg.pad_id``
+        (or ``eos_id`` when ``pad_id`` is None)."""
+        check_positive_int("max_len", max_len)
+        was_training = self.training
+        self.eval()
+        src_mask = self.src_mask(src)
+        memory = self.encode(src, src_mask)
+        caches = [KVCache() for _ in self.decoder_layers]
+        ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        fill = eos_id if self.cfg.pad_id is None else self.cfg.pad_id
+        for _ in range(max_len - 1):
+            hidden = self.decode(ys[:, -1:], memory, src_mask, caches=caches)
+            next_id = self.generator(hidden[:, -1]).argmax(dim=-1)
+            next_id = torch.where(done, torch.full_like(next_id, fill), next_id)
+            ys = torch.cat([ys, next_id[:, None]], dim=1)
+            done |= next_id == eos_id
+            if bool(done.all()):
+                break
+        self.train(was_training)
+        return ys
+
+
+@dataclass
+class GPTConfig:
+    """Hyper-parameters of :class:`MiniGPT` (defaults: a small model for CPU demos)."""
+
+    vocab_size: int
+    context_length: int = 128
+    d_model: int = 128
+    num_heads: int = 4
+    num_layers: int = 4
+    d_ff: int | None = None  # default 4 * d_model
+    num_kv_heads: int | None = None
+    dropout: float = 0.0
+    positional: str = "learned"
+    norm: str = "layernorm"
+    norm_first: bool = True
+    activation: str = "gelu"
+    tie_weights: bool = True
+    bias: bool = True
+    eps: float = 1e-5
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        if self.d_ff is None:
+            self.d_ff = 4 * self.d_model
+        check_positive_int("vocab_size", self.vocab_size)
+        check_positive_int("context_length", self.context_length)
+        check_positive_int("num_layers", self.num_layers)
+        _check_common(self, POSITIONAL_ENCODINGS)
+        if self.num_kv_heads is not None:
+            check_positive_int("num_kv_heads", self.num_kv_heads)
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}"
+                )
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+        if self.positional == "rope" and (self.d_model // self.num_heads) % 2:
+            raise ValueError(f"rope needs an even head_dim, got {self.d_model // self.num_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+
+class MiniGPT(nn.Module):
+    """Decoder-only language model (GPT-2 layout): token embedding + positions, ``num_layers``
+    causal :class:`GPTBlock`s, a final norm (Pre-LN only) and the ``lm_head``.
+
+    Initialisation follows GPT-2: every weight ~ N(0, 0.02²), biases 0, and the two projections
+    that write into the residual stream (``attn.out_proj``, ``ffn.w2``) use std
+    ``0.02 / sqrt(2 · num_layers)`` so the residual sum keeps its scale with depth.
+    """
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        E = cfg.d_model
+        self.tok_emb = nn.Embedding(cfg.vocab_size, E)
+        rotary = None
+        self.pos: nn.Module | None = None
+        if cfg.positional == "learned":
+            self.pos = LearnedPositionalEmbedding(E, cfg.context_length)
+        elif cfg.positional == "sinusoidal":
+            self.pos = SinusoidalPositionalEncoding(E, cfg.context_length)
+        elif cfg.positional == "rope":
+            rotary = RotaryEmbedding(cfg.head_dim, cfg.context_length, base=cfg.rope_base)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            GPTBlock(
+                E, cfg.num_heads, cfg.d_ff, dropout=cfg.dropout, activation=cfg.activation,
+                norm_first=cfg.norm_first, norm=cfg.norm, bias=cfg.bias,
+                num_kv_heads=cfg.num_kv_heads, rotary=rotary, eps=cfg.eps,
+            )  # fmt: skip
+            for _ in range(cfg.num_layers)
+        )
+        self.norm_f = build_norm(cfg.norm, E, cfg.eps, cfg.bias) if cfg.norm_first else nn.Identity()
+        self.lm_head = nn.Linear(E, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+        residual_std = 0.02 / math.sqrt(2 * cfg.num_layers)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
+            nn.init.normal_(block.ffn.w2.weight, mean=0.0, std=residual_std)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def new_caches(self) -> list[KVCache]:
+        """One empty :class:`KVCache` per block."""
+        return [KVCache() for _ in self.blocks]
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        targets: Tensor | None = None,
+        need_weights: bool = False,
+        caches: list[KVCache] | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``input_ids (N, T)`` -> ``(logits (N, T, V), loss)``; ``loss`` is the mean next-token
+        cross-entropy against ``targets (N, T)`` (``-100`` ignored), or ``None``.
+
+        With ``caches`` the ids are the new positions only; earlier keys/values come from the caches.
+        """
+        _check_ids("input_ids", input_ids, self.cfg.vocab_size)
+        if caches is not None and len(caches) != len(self.blocks):
+            raise ValueError(f"expected {len(self.blocks)} caches, got {len(caches)}")
+        offset = len(caches[0]) if caches else 0
+        T = input_ids.size(1)
+        if offset + T > self.cfg.context_length:
+            raise ValueError(
+                f"sequence of {offset + T} positions (cached {offset} + new {T}) exceeds "
+                f"context_length={self.cfg.context_length}"
+            )
+        x = self.tok_emb(input_ids)  # (N, T) -> (N, T, E)
+        if self.pos is not None:
+            x = self.pos(x, offset=offset)
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache=caches[i] if caches else None, need_weights=need_weights)
+        logits = self.lm_head(self.norm_f(x))
+        loss = None
+        if targets is not None:
+            if targets.shape != input_ids.shape:
+                raise ValueError(
+                    f"targets shape {tuple(targets.shape)} != input_ids shape {tuple(input_ids.shape)}"
+                )
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # (N*T, V) vs (N*T,)
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        greedy: bool = False,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Append ``max_new_tokens`` tokens to ``input_ids (N, T)``.
+
+        The model sees at most ``context_length`` tokens (older ones are cropped). With
+        ``use_cache`` each step feeds only the newest token; when the cache is full the window
+        is re-encoded from scratch, so cached and uncached generation choose the same tokens.
+        """
+        _check_ids("input_ids", input_ids, self.cfg.vocab_size)
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+        C = self.cfg.context_length
+        was_training = self.training
+        self.eval()
+        ids, caches = input_ids, None
+        for _ in range(max_new_tokens):
+            if not use_cache:
+                logits, _ = self(ids[:, -C:])
+            elif caches is None or len(caches[0]) >= C:
+                caches = self.new_caches()
+                logits, _ = self(ids[:, -C:], caches=caches)
+            else:
+                logits, _ = self(ids[:, -1:], caches=caches)
+            next_id = sample_next_token(logits[:, -1], temperature, top_k, top_p, greedy, generator)
+            ids = torch.cat([ids, next_id], dim=1)
+        self.train(was_training)
+        return ids
