@@ -136,12 +136,17 @@ def linear_attention(
     feature_map: FeatureMap = elu_feature_map,
     causal: bool = False,
     eps: float = 1e-6,
+    chunk_size: int = 64,
 ) -> Tensor:
     """Kernelised linear attention of Katharopoulos et al. (2020), without an (L, S) matrix.
 
     out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps),
-    with the sums over all j (non-causal) or over j <= i (causal, prefix sums; needs L == S).
-    Cost O(L D Dv) for the non-causal form instead of O(L S D) for softmax attention.
+    with the sums over all j (non-causal) or over j <= i (causal; needs L == S).
+    The non-causal form costs O(L D Dv) instead of the O(L S D) of softmax attention.
+    The causal form is computed chunk by chunk: inside a chunk of ``chunk_size`` positions the
+    masked (C, C) kernel matrix is used, across chunks the running sums
+    sum_j phi(k_j) v_j^T and sum_j phi(k_j) of all earlier chunks (the RNN state of
+    :func:`linear_attention_recurrent`); cost O(L C D + L D Dv), memory linear in L.
 
     Args:
         query: (..., L, D).
@@ -150,6 +155,7 @@ def linear_attention(
         feature_map: phi; the default elu(x) + 1 is strictly positive.
         causal: if True, output i only depends on positions j <= i (L must equal S).
         eps: added to the normaliser for numerical safety (>= 0; 0 gives the exact ratio).
+        chunk_size: C, positions per chunk of the causal form (>= 1); does not change the result.
 
     Returns:
         output (..., L, Dv).
@@ -157,6 +163,7 @@ def linear_attention(
     q, k, v = _check_qkv(query, key, value)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
+    _check_int("chunk_size", chunk_size, 1)
     phi_q = feature_map(q)  # (..., L, D)
     phi_k = feature_map(k)  # (..., S, D)
     if not causal:
@@ -166,12 +173,27 @@ def linear_attention(
         den = phi_q @ z.unsqueeze(-1)  # (..., L, D) @ (..., D, 1) -> (..., L, 1)
         return num / (den + eps)
     _check_causal_lengths(q, k)
-    # prefix sums S_i = sum_{j<=i} phi(k_j) v_j^T and z_i = sum_{j<=i} phi(k_j)
-    kv = torch.cumsum(phi_k.unsqueeze(-1) * v.unsqueeze(-2), dim=-3)  # (..., L, D, Dv)
-    z = torch.cumsum(phi_k, dim=-2)  # (..., L, D)
-    num = (phi_q.unsqueeze(-1) * kv).sum(dim=-2)  # (..., L, D, Dv) -> (..., L, Dv)
-    den = (phi_q * z).sum(dim=-1, keepdim=True)  # (..., L, 1)
-    return num / (den + eps)
+    L, C = q.shape[-2], chunk_size
+    nc = -(-L // C)  # number of chunks, ceil(L / C)
+    extra = nc * C - L
+    # padded keys/values are 0 (they add nothing); padded query rows are 1 (finite, discarded)
+    pq = F.pad(phi_q, (0, 0, 0, extra), value=1.0).unflatten(-2, (nc, C))  # (..., nc, C, D)
+    pk = F.pad(phi_k, (0, 0, 0, extra)).unflatten(-2, (nc, C))  # (..., nc, C, D)
+    pv = F.pad(v, (0, 0, 0, extra)).unflatten(-2, (nc, C))  # (..., nc, C, Dv)
+    # inside each chunk: the masked kernel matrix
+    tril = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    a = (pq @ pk.transpose(-2, -1)).masked_fill(~tril, 0.0)  # (..., nc, C, C)
+    num = a @ pv  # (..., nc, C, Dv)
+    den = a.sum(dim=-1, keepdim=True)  # (..., nc, C, 1)
+    # across chunks: state of all earlier chunks (exclusive prefix sum over the chunk axis)
+    kv = pk.transpose(-2, -1) @ pv  # (..., nc, D, C) @ (..., nc, C, Dv) -> (..., nc, D, Dv)
+    kv_before = torch.cumsum(kv, dim=-3) - kv  # (..., nc, D, Dv)
+    z = pk.sum(dim=-2)  # (..., nc, D)
+    z_before = torch.cumsum(z, dim=-2) - z  # (..., nc, D)
+    num = num + pq @ kv_before  # (..., nc, C, D) @ (..., nc, D, Dv) -> (..., nc, C, Dv)
+    den = den + pq @ z_before.unsqueeze(-1)  # (..., nc, C, D) @ (..., nc, D, 1) -> (..., nc, C, 1)
+    out = num / (den + eps)  # (..., nc, C, Dv)
+    return out.flatten(-3, -2)[..., :L, :]  # (..., nc * C, Dv) -> (..., L, Dv)
 
 
 def linear_attention_recurrent(
@@ -243,17 +265,19 @@ def local_attention(
     causal: bool = False,
     scale: float | None = None,
 ) -> Tensor:
-    """Sliding-window softmax attention computed band by band, in O(L * window * D).
+    """Sliding-window softmax attention computed block by block, in O(L * window * D).
 
     Same result as exact attention with ``attn_mask=sliding_window_mask(L, window, causal)``,
-    but only the (L, K) band of scores is formed, K = 2 * window + 1 (window + 1 if causal).
+    but no (L, L) matrix is formed. The sequence is cut into blocks of B = max(window, 1)
+    positions; a query in block c can only see keys in blocks c - 1, c, c + 1 (because
+    window <= B), so each block computes a (B, 3B) score matrix, masked to the exact band.
     Self-attention only: L must equal S.
 
     Args:
         query: (..., L, D).
         key: (..., L, D).
         value: (..., L, Dv).
-        window: one-sided half-width (>= 0).
+        window: one-sided half-width (>= 0): query i sees keys j with |i - j| <= window.
         causal: if True, query i only sees keys i - window .. i.
         scale: score scale, default 1 / sqrt(D).
 
@@ -269,20 +293,27 @@ def local_attention(
     _check_int("window", window, 0)
     L, D = q.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    left, right = window, (0 if causal else window)
-    K = left + right + 1  # band width
-    # pad the sequence axis so that position i's band is rows i .. i + K - 1 of the padded keys
-    k_pad = F.pad(k, (0, 0, left, right))  # (..., L + K - 1, D)
-    v_pad = F.pad(v, (0, 0, left, right))  # (..., L + K - 1, Dv)
-    k_win = k_pad.unfold(-2, K, 1)  # (..., L, D, K): band of keys per query
-    v_win = v_pad.unfold(-2, K, 1)  # (..., L, Dv, K)
-    scores = torch.einsum("...ld,...ldk->...lk", q, k_win) * scale  # (..., L, K)
-    offsets = torch.arange(-left, right + 1, device=q.device)  # (K,) key position j - i
-    pos = torch.arange(L, device=q.device).unsqueeze(1) + offsets  # (L, K) key position j
-    valid = (pos >= 0) & (pos < L)  # padding slots are not keys
-    scores = scores.masked_fill(~valid, float("-inf"))  # j = i is always valid: no empty row
-    weights = torch.softmax(scores, dim=-1)  # (..., L, K)
-    return torch.einsum("...lk,...ldk->...ld", weights, v_win)  # (..., L, Dv)
+    B = max(window, 1)  # block size
+    nb = -(-L // B)  # number of blocks, ceil(L / B)
+    extra = nb * B - L  # padding that makes L a multiple of B
+    q_blocks = F.pad(q, (0, 0, 0, extra)).unflatten(-2, (nb, B))  # (..., nb, B, D)
+    # one zero block before and after, then overlapping windows of 3 blocks with stride B
+    k_pad = F.pad(k, (0, 0, B, extra + B))  # (..., (nb + 2) * B, D)
+    v_pad = F.pad(v, (0, 0, B, extra + B))  # (..., (nb + 2) * B, Dv)
+    k_blocks = k_pad.unfold(-2, 3 * B, B)  # (..., nb, D, 3B): keys of blocks c-1, c, c+1
+    v_blocks = v_pad.unfold(-2, 3 * B, B).transpose(-2, -1)  # (..., nb, 3B, Dv)
+    scores = (q_blocks @ k_blocks) * scale  # (..., nb, B, D) @ (..., nb, D, 3B) -> (..., nb, B, 3B)
+    c = torch.arange(nb, device=q.device).view(nb, 1, 1)
+    i = c * B + torch.arange(B, device=q.device).view(1, B, 1)  # (nb, B, 1) query positions
+    j = (c - 1) * B + torch.arange(3 * B, device=q.device).view(1, 1, 3 * B)  # key positions
+    allowed = ((i - j).abs() <= window) & (j >= 0) & (j < L)  # (nb, B, 3B); j = i always allowed
+    if causal:
+        allowed = allowed & (j <= i)
+    allowed = allowed | (i >= L)  # padded query rows (discarded) read the zero padding
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (..., nb, B, 3B)
+    out = weights @ v_blocks  # (..., nb, B, 3B) @ (..., nb, 3B, Dv) -> (..., nb, B, Dv)
+    return out.flatten(-3, -2)[..., :L, :]  # (..., nb * B, Dv) -> (..., L, Dv)
 
 
 def low_rank_attention(

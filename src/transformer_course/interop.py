@@ -25,10 +25,10 @@ def load_torch_mha(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> N
         )
     if theirs.in_proj_weight is None:
         raise ValueError("only nn.MultiheadAttention with kdim == vdim == embed_dim is supported")
-    for proj, w in zip((ours.q_proj, ours.k_proj, ours.v_proj), theirs.in_proj_weight.chunk(3)):
+    for proj, w in zip((ours.q_proj, ours.k_proj, ours.v_proj), theirs.in_proj_weight.chunk(3), strict=True):
         proj.weight.copy_(w)
     if theirs.in_proj_bias is not None:
-        for proj, b in zip((ours.q_proj, ours.k_proj, ours.v_proj), theirs.in_proj_bias.chunk(3)):
+        for proj, b in zip((ours.q_proj, ours.k_proj, ours.v_proj), theirs.in_proj_bias.chunk(3), strict=True):
             proj.bias.copy_(b)
     ours.out_proj.weight.copy_(theirs.out_proj.weight)
     if theirs.out_proj.bias is not None:
@@ -65,12 +65,12 @@ def load_torch_transformer(ours: Transformer, theirs: nn.Transformer) -> None:
         )
     if not cfg.final_norm or cfg.norm != "layernorm":
         raise ValueError("nn.Transformer has final LayerNorms: use final_norm=True, norm='layernorm'")
-    for o, t in zip(ours.encoder_layers, enc):
+    for o, t in zip(ours.encoder_layers, enc, strict=True):
         load_torch_mha(o.self_attn, t.self_attn)
         _load_ffn(o, t)
         _load_norm(o.norm1, t.norm1)
         _load_norm(o.norm2, t.norm2)
-    for o, t in zip(ours.decoder_layers, dec):
+    for o, t in zip(ours.decoder_layers, dec, strict=True):
         load_torch_mha(o.self_attn, t.self_attn)
         load_torch_mha(o.cross_attn, t.multihead_attn)
         _load_ffn(o, t)
