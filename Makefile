@@ -1,0 +1,96 @@
+# Transformer 从原理到实现 -- build and test.
+#
+#   make book        set up .venv, build the HTML book strictly  -> _build/html/index.html
+#   make test        set up .venv, ruff, unit tests, nbval over the book, strict book build
+#   make notebooks   .ipynb copies of the chapters               -> _build/notebooks/
+#   make check-chapter CH=book/chNN_x.md   strict build of one chapter in $TMPDIR/check-chNN_x
+#   make venv        only set up .venv (re-run automatically when requirements.txt changes)
+#   make clean       remove build outputs (keeps .venv); `make distclean` removes .venv too
+#
+# Needs only python3 (>= 3.10, with the venv module) and make.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.requirements.stamp
+# pytest-xdist workers for the unit tests and for nbval
+JOBS   ?= 2
+# Extra pip options, e.g. PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu"
+# on a Linux machine where the plain torch==2.13.0 wheel would pull CUDA packages.
+PIP_ARGS ?=
+
+# Only the code folders that exist (bench/ and scripts/ may not yet).
+LINT_PATHS := $(wildcard src tests bench scripts conftest.py)
+JB_BUILD   := $(BIN)/jupyter-book build . -W -n --keep-going
+
+.PHONY: help venv book test lint unit nbval notebooks check-chapter clean distclean
+
+help:
+	@sed -n '3,9p' Makefile | sed 's/^# \{0,1\}//'
+
+# The stamp is rebuilt (pip install re-run) whenever requirements.txt or
+# pyproject.toml is newer than the last successful install.
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install $(PIP_ARGS) -r requirements.txt
+	@# Build matplotlib's font cache now: a first build inside a notebook cell prints
+	@# to stderr, which the book build (stderr_output: warn, -W) treats as an error.
+	$(BIN)/python -c "import matplotlib.font_manager"
+	@touch $@
+
+venv: $(STAMP)
+
+book: $(STAMP)
+	rm -rf _build
+	$(JB_BUILD)
+	@echo "HTML book: _build/html/index.html"
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+
+unit: $(STAMP)
+	$(BIN)/pytest -n $(JOBS) tests
+
+# Executes every jupytext notebook under book/ (collected by conftest.py).
+# --dist loadfile keeps one notebook on one worker; exit code 5 ("no tests
+# collected") only means that no chapter notebook exists yet.
+# One intra-op thread per worker: two workers with two torch threads each on a
+# 2-core machine oversubscribe the cores and slow small-tensor cells down badly.
+nbval: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/pytest --nbval-lax --nbval-current-env -p no:cacheprovider \
+	    -n $(JOBS) --dist loadfile book/ \
+	  || { rc=$$?; if [ $$rc -eq 5 ]; then echo "nbval: no notebooks under book/ yet"; else exit $$rc; fi; }
+
+# Each step stops the run on failure; the strict book build from a clean _build
+# comes last.
+test: $(STAMP)
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory book
+
+notebooks: $(STAMP)
+	@mkdir -p _build/notebooks
+	@shopt -s nullglob; n=0; \
+	for f in book/ch[0-9]*.md; do \
+	  out=_build/notebooks/$$(basename "$${f%.md}").ipynb; \
+	  $(BIN)/jupytext --quiet --to ipynb --output "$$out" "$$f"; \
+	  echo "$$f -> $$out"; n=$$((n + 1)); \
+	done; \
+	echo "make notebooks: $$n notebook(s) in _build/notebooks/"
+
+check-chapter: $(STAMP)
+	@test -n "$(CH)" || { echo "usage: make check-chapter CH=book/chNN_name.md [ARGS=--allow-missing-refs]"; exit 2; }
+	$(BIN)/python scripts/check_chapter.py "$(CH)" $(ARGS)
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis .ruff_cache
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
