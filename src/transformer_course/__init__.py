@@ -23,6 +23,15 @@ from .data import (
     load_text_corpus,
     translation_corpus,
 )
+from .efficient import (
+    elu_feature_map,
+    linear_attention,
+    linear_attention_recurrent,
+    linear_attention_weights,
+    local_attention,
+    low_rank_attention,
+    sliding_window_mask,
+)
 from .feedforward import ACTIVATIONS, FeedForward
 from .interop import load_torch_mha, load_torch_transformer
 from .masks import bool_to_additive, causal_mask, check_mask, padding_mask, to_torch_mask
@@ -64,12 +73,13 @@ __all__ = [
     "POSITIONAL_ENCODINGS", "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding",
     "TrainHistory", "Transformer", "TransformerConfig", "WordTokenizer", "bool_to_additive",
     "build_norm", "causal_mask", "check_mask", "check_positive_int", "copy_task",
-    "count_parameters", "generate_text_corpus", "get_device", "gpt_flops_per_token",
-    "gpt_parameter_breakdown", "gpt_parameter_count", "label_smoothing_loss", "lm_batch",
+    "count_parameters", "elu_feature_map", "generate_text_corpus", "get_device", "gpt_flops_per_token",
+    "gpt_parameter_breakdown", "gpt_parameter_count", "label_smoothing_loss", "linear_attention", "linear_attention_recurrent",
+    "linear_attention_weights", "lm_batch", "local_attention", "low_rank_attention",
     "load_text_corpus", "load_torch_mha", "load_torch_transformer", "masked_softmax",
     "noam_lr", "noam_scheduler", "padding_mask", "plot_attention", "plot_attention_heads",
     "plot_loss_curves", "plot_positional_encoding", "relative_position_transform",
-    "sample_next_token", "scaled_dot_product_attention", "set_seed", "sinusoidal_table",
+    "sample_next_token", "scaled_dot_product_attention", "set_seed", "sinusoidal_table", "sliding_window_mask",
     "smoothed_targets", "to_torch_mask", "top_k_filter", "top_p_filter", "train_loop",
     "transformer_parameter_breakdown", "transformer_parameter_count", "translation_corpus",
 ]  # fmt: skip

@@ -58,20 +58,15 @@ def _check_qkv(query: object, key: object, value: object) -> tuple[Tensor, Tenso
     v = _check_tensor("value", value)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"query and key must share the last dim D, got query {tuple(q.shape)} "
-            f"and key {tuple(k.shape)}"
+            f"query and key must share the last dim D, got query {tuple(q.shape)} and key {tuple(k.shape)}"
         )
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"key and value must share the length S, got key {tuple(k.shape)} "
-            f"and value {tuple(v.shape)}"
-        )
+        raise ValueError(f"key and value must share the length S, got key {tuple(k.shape)} and value {tuple(v.shape)}")
     try:
         torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError as err:
         raise ValueError(
-            f"batch dims of query {tuple(q.shape)}, key {tuple(k.shape)} and value "
-            f"{tuple(v.shape)} do not broadcast"
+            f"batch dims of query {tuple(q.shape)}, key {tuple(k.shape)} and value {tuple(v.shape)} do not broadcast"
         ) from err
     return q, k, v
 
@@ -87,8 +82,7 @@ def _check_int(name: str, value: object, minimum: int) -> int:
 def _check_causal_lengths(q: Tensor, k: Tensor) -> None:
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(
-            "causal linear/local attention needs L == S (self-attention), got "
-            f"L={q.shape[-2]} and S={k.shape[-2]}"
+            f"causal linear/local attention needs L == S (self-attention), got L={q.shape[-2]} and S={k.shape[-2]}"
         )
 
 
@@ -116,8 +110,7 @@ def linear_attention_weights(
     k = _check_tensor("key", key)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"query and key must share the last dim D, got query {tuple(q.shape)} "
-            f"and key {tuple(k.shape)}"
+            f"query and key must share the last dim D, got query {tuple(q.shape)} and key {tuple(k.shape)}"
         )
     # (..., L, D) @ (..., D, S) -> (..., L, S)
     sim = feature_map(q) @ feature_map(k).transpose(-2, -1)
@@ -238,9 +231,7 @@ def linear_attention_recurrent(
     return torch.stack(outputs, dim=-2)  # L x (..., Dv) -> (..., L, Dv)
 
 
-def sliding_window_mask(
-    L: int, window: int, causal: bool = False, device: torch.device | str | None = None
-) -> Tensor:
+def sliding_window_mask(L: int, window: int, causal: bool = False, device: torch.device | str | None = None) -> Tensor:
     """Boolean (L, L) band mask, True = may attend.
 
     Query i may attend key j iff |i - j| <= window (non-causal), or i - window <= j <= i
@@ -286,10 +277,7 @@ def local_attention(
     """
     q, k, v = _check_qkv(query, key, value)
     if q.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            f"local_attention needs L == S (self-attention), got L={q.shape[-2]} "
-            f"and S={k.shape[-2]}"
-        )
+        raise ValueError(f"local_attention needs L == S (self-attention), got L={q.shape[-2]} and S={k.shape[-2]}")
     _check_int("window", window, 0)
     L, D = q.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
@@ -349,10 +337,7 @@ def low_rank_attention(
         if p.dim() != 2 or p.shape[1] != S:
             raise ValueError(f"{name} must have shape (k, S={S}), got {tuple(p.shape)}")
     if proj_k.shape[0] != proj_v.shape[0]:
-        raise ValueError(
-            f"proj_k and proj_v must have the same k, got {tuple(proj_k.shape)} "
-            f"and {tuple(proj_v.shape)}"
-        )
+        raise ValueError(f"proj_k and proj_v must have the same k, got {tuple(proj_k.shape)} and {tuple(proj_v.shape)}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     k_low = proj_k @ k  # (k, S) @ (..., S, D) -> (..., k, D)
     v_low = proj_v @ v  # (k, S) @ (..., S, Dv) -> (..., k, Dv)
