@@ -265,7 +265,10 @@ class MultiHeadAttention(nn.Module):
         if attn_mask is not None:
             check_mask(attn_mask, (N, H, L, S))
         fused_causal = False
-        if is_causal:
+        # A single query (one step of cached decoding) sits at the last position and may see
+        # every key: its lower-right causal mask is all True, so building it would only slow
+        # the kernel down (measured by bench/attention.py).
+        if is_causal and L > 1:
             if attn_mask is None and L == S and not need_weights:
                 fused_causal = True  # let the fused kernel build the (square) causal mask
             else:
