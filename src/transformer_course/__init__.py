@@ -13,6 +13,14 @@ from .attention import (
     scaled_dot_product_attention,
 )
 from .blocks import DecoderLayer, EncoderLayer, GPTBlock
+from .checkpoint import (
+    config_from_dict,
+    config_to_dict,
+    load_checkpoint,
+    save_checkpoint,
+    state_dict_sha256,
+    unwrap_model,
+)
 from .data import (
     HELD_OUT_PAIR,
     CharTokenizer,
@@ -67,20 +75,21 @@ from .viz import plot_attention, plot_attention_heads, plot_loss_curves, plot_po
 __version__ = "0.1.0"
 
 __all__ = [
-    "ACTIVATIONS", "AdditiveAttention", "CharTokenizer", "DecoderLayer", "EncoderLayer",
-    "FeedForward", "GPTBlock", "GPTConfig", "HELD_OUT_PAIR", "KVCache", "LayerNorm",
-    "LearnedPositionalEmbedding", "MiniGPT", "MultiHeadAttention", "NORMS",
-    "POSITIONAL_ENCODINGS", "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding",
-    "TrainHistory", "Transformer", "TransformerConfig", "WordTokenizer", "bool_to_additive",
-    "build_norm", "causal_mask", "check_mask", "check_positive_int", "copy_task",
-    "count_parameters", "elu_feature_map", "generate_text_corpus", "get_device", "gpt_flops_per_token",
-    "gpt_parameter_breakdown", "gpt_parameter_count", "label_smoothing_loss",
-    "linear_attention", "linear_attention_recurrent",
-    "linear_attention_weights", "lm_batch", "local_attention", "low_rank_attention",
-    "load_text_corpus", "load_torch_mha", "load_torch_transformer", "masked_softmax",
-    "noam_lr", "noam_scheduler", "padding_mask", "plot_attention", "plot_attention_heads",
-    "plot_loss_curves", "plot_positional_encoding", "relative_position_transform",
-    "sample_next_token", "scaled_dot_product_attention", "set_seed", "sinusoidal_table", "sliding_window_mask",
-    "smoothed_targets", "to_torch_mask", "top_k_filter", "top_p_filter", "train_loop",
-    "transformer_parameter_breakdown", "transformer_parameter_count", "translation_corpus",
+    "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm", "causal_mask",
+    "CharTokenizer", "check_mask", "check_positive_int", "config_from_dict", "config_to_dict",
+    "copy_task", "count_parameters", "DecoderLayer", "elu_feature_map", "EncoderLayer",
+    "FeedForward", "generate_text_corpus", "get_device", "gpt_flops_per_token",
+    "gpt_parameter_breakdown", "gpt_parameter_count", "GPTBlock", "GPTConfig", "HELD_OUT_PAIR",
+    "KVCache", "label_smoothing_loss", "LayerNorm", "LearnedPositionalEmbedding",
+    "linear_attention", "linear_attention_recurrent", "linear_attention_weights", "lm_batch",
+    "load_checkpoint", "load_text_corpus", "load_torch_mha", "load_torch_transformer",
+    "local_attention", "low_rank_attention", "masked_softmax", "MiniGPT", "MultiHeadAttention",
+    "noam_lr", "noam_scheduler", "NORMS", "padding_mask", "plot_attention", "plot_attention_heads",
+    "plot_loss_curves", "plot_positional_encoding", "POSITIONAL_ENCODINGS",
+    "relative_position_transform", "RMSNorm", "RotaryEmbedding", "sample_next_token",
+    "save_checkpoint", "scaled_dot_product_attention", "set_seed", "sinusoidal_table",
+    "SinusoidalPositionalEncoding", "sliding_window_mask", "smoothed_targets", "state_dict_sha256",
+    "to_torch_mask", "top_k_filter", "top_p_filter", "train_loop", "TrainHistory", "Transformer",
+    "transformer_parameter_breakdown", "transformer_parameter_count", "TransformerConfig",
+    "translation_corpus", "unwrap_model", "WordTokenizer",
 ]  # fmt: skip

@@ -1,0 +1,506 @@
+#!/usr/bin/env python
+"""Train a character-level MiniGPT on the course corpus, nanoGPT style; sample from it.
+
+One CPU or one GPU::
+
+    python scripts/train_gpt.py train --out-dir runs/gpt
+    python scripts/train_gpt.py sample --ckpt runs/gpt/ckpt.pt --prompt "The fox" -n 300
+
+Several processes or GPUs (PyTorch DistributedDataParallel; gloo on CPU, nccl on GPU)::
+
+    torchrun --standalone --nproc_per_node 4 scripts/train_gpt.py train --out-dir runs/gpt
+
+Resume an interrupted run (the step count, model and optimizer states continue)::
+
+    python scripts/train_gpt.py train --out-dir runs/gpt --resume
+
+Every rank draws its own batches; DDP averages the gradients, so all replicas stay
+identical, and the effective batch is ``batch_size * grad_accum * world_size`` sequences.
+Checkpoints hold only tensors and plain Python values and are read back with
+``torch.load(..., weights_only=True)`` (see ``transformer_course.checkpoint``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import transformer_course as tc
+from transformer_course.checkpoint import (
+    config_from_dict,
+    load_checkpoint,
+    save_checkpoint,
+    state_dict_sha256,
+)
+
+CKPT_NAME = "ckpt.pt"
+
+
+# --------------------------------------------------------------------------- arguments
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Train a character-level MiniGPT on the course corpus, or sample from it."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train (single process or under torchrun)")
+    t.add_argument("--out-dir", default="runs/gpt", help="checkpoint and log folder")
+    t.add_argument("--resume", action="store_true", help="continue from OUT_DIR/ckpt.pt")
+    # model (ignored on --resume: the checkpoint's config is used)
+    t.add_argument("--context-length", type=int, default=256)
+    t.add_argument("--d-model", type=int, default=384)
+    t.add_argument("--num-heads", type=int, default=6)
+    t.add_argument("--num-layers", type=int, default=6)
+    t.add_argument("--dropout", type=float, default=0.2)
+    t.add_argument(
+        "--positional", default="learned", choices=["learned", "sinusoidal", "rope", "none"]
+    )
+    t.add_argument("--norm", default="layernorm", choices=["layernorm", "rmsnorm"])
+    t.add_argument("--activation", default="gelu", choices=list(tc.ACTIVATIONS))
+    # optimisation
+    t.add_argument("--batch-size", type=int, default=64, help="sequences per rank per micro-step")
+    t.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimizer step")
+    t.add_argument("--max-steps", type=int, default=5000, help="train until this step")
+    t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    t.add_argument("--min-lr", type=float, default=1e-4, help="learning rate at the end of decay")
+    t.add_argument("--warmup-steps", type=int, default=100)
+    t.add_argument(
+        "--lr-decay-steps",
+        type=int,
+        default=None,
+        help="cosine decay length (default: --max-steps)",
+    )
+    t.add_argument("--weight-decay", type=float, default=0.1)
+    t.add_argument("--beta2", type=float, default=0.99)
+    t.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
+    # evaluation, logging, checkpoints
+    t.add_argument("--val-fraction", type=float, default=0.1)
+    t.add_argument(
+        "--eval-every", type=int, default=250, help="evaluate + checkpoint every N steps"
+    )
+    t.add_argument("--eval-iters", type=int, default=50, help="validation batches per evaluation")
+    t.add_argument("--log-every", type=int, default=10)
+    # system
+    t.add_argument("--seed", type=int, default=1337)
+    t.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    t.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="autocast dtype (auto: bfloat16 on a GPU that supports it, else float32)",
+    )
+    t.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
+    t.add_argument(
+        "--write-rank-state",
+        action="store_true",
+        help="debug/test: every rank writes OUT_DIR/rank_state/rank<r>.json with "
+        "the SHA-256 of its final weights",
+    )
+
+    s = sub.add_parser("sample", help="generate text from a checkpoint")
+    s.add_argument("--ckpt", required=True, help="path to a ckpt.pt written by train")
+    s.add_argument("--prompt", default=None, help="start text (default: a newline)")
+    s.add_argument("-n", "--max-new-tokens", type=int, default=300)
+    s.add_argument("--num-samples", type=int, default=1)
+    s.add_argument("--temperature", type=float, default=0.8)
+    s.add_argument("--top-k", type=int, default=None)
+    s.add_argument("--top-p", type=float, default=None)
+    s.add_argument("--greedy", action="store_true")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    return parser
+
+
+def _check_train_args(args: argparse.Namespace) -> None:
+    positive = [
+        "context_length",
+        "d_model",
+        "num_heads",
+        "num_layers",
+        "batch_size",
+        "grad_accum",
+        "eval_every",
+        "eval_iters",
+        "log_every",
+    ]
+    for name in positive:
+        if getattr(args, name) <= 0:
+            raise ValueError(
+                f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
+            )
+    if args.max_steps < 0 or args.warmup_steps < 0:
+        raise ValueError(
+            f"--max-steps ({args.max_steps}) and --warmup-steps ({args.warmup_steps}) must be >= 0"
+        )
+    if not 0.0 < args.val_fraction < 1.0:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
+    if not 0.0 <= args.dropout < 1.0:
+        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
+    if args.min_lr > args.lr:
+        raise ValueError(f"--min-lr ({args.min_lr}) must not exceed --lr ({args.lr})")
+
+
+# --------------------------------------------------------------------------- helpers
+@dataclasses.dataclass
+class DistInfo:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def setup_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
+    """Read torchrun's environment, pick the device and start the process group."""
+    info = DistInfo(
+        rank=int(os.environ.get("RANK", 0)),
+        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+        world_size=int(os.environ.get("WORLD_SIZE", 1)),
+    )
+    if device_name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was given but torch.cuda.is_available() is False")
+    use_cuda = torch.cuda.is_available() and device_name in ("auto", "cuda")
+    if info.enabled:
+        if use_cuda:
+            torch.cuda.set_device(info.local_rank)
+            device = torch.device("cuda", info.local_rank)
+            dist.init_process_group("nccl", device_id=device)
+        else:
+            if device_name == "mps":
+                raise ValueError(
+                    "multi-process training supports cpu (gloo) or cuda (nccl), not mps"
+                )
+            device = torch.device("cpu")
+            dist.init_process_group("gloo")
+    else:
+        device = torch.device("cuda") if use_cuda else tc.get_device(device_name)
+    return info, device
+
+
+def lr_at(step: int, *, lr: float, min_lr: float, warmup: int, decay_steps: int) -> float:
+    """Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to ``min_lr``."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= decay_steps:
+        return min_lr
+    progress = (step - warmup) / max(1, decay_steps - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+def batch_generator(seed: int, rank: int, step: int, micro: int) -> torch.Generator:
+    """A generator whose batches depend only on (seed, rank, step, micro-step).
+
+    This makes a resumed run draw exactly the batches the uninterrupted run would have.
+    """
+    key = f"{seed}/{rank}/{step}/{micro}".encode()
+    return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+
+
+def make_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (nanoGPT's grouping)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": args.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, args.beta2))
+
+
+def autocast_context(device: torch.device, dtype_name: str) -> contextlib.AbstractContextManager:
+    if dtype_name == "auto":
+        bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        dtype_name = "bfloat16" if bf16_ok else "float32"
+    if dtype_name == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    data: torch.Tensor,
+    args: argparse.Namespace,
+    context_length: int,
+    device: torch.device,
+    amp,
+) -> float:
+    """Mean loss over ``eval_iters`` fixed batches (the same on every rank and every call)."""
+    model.eval()
+    gen = torch.Generator().manual_seed(args.seed + 999)
+    total = 0.0
+    for _ in range(args.eval_iters):
+        x, y = tc.lm_batch(data, args.batch_size, context_length, generator=gen)
+        with amp:
+            _, loss = model(x.to(device), targets=y.to(device))
+        total += float(loss)
+    model.train()
+    return total / args.eval_iters
+
+
+def log(info: DistInfo, message: str) -> None:
+    if info.is_main:
+        print(message, flush=True)
+
+
+# --------------------------------------------------------------------------- train
+def train(args: argparse.Namespace) -> int:
+    _check_train_args(args)
+    info, device = setup_distributed(args.device)
+    try:
+        return _train(args, info, device)
+    finally:
+        if info.enabled:
+            dist.destroy_process_group()
+
+
+def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> int:
+    out_dir = Path(args.out_dir)
+    ckpt_path = out_dir / CKPT_NAME
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    text = tc.load_text_corpus()
+    tok = tc.CharTokenizer(text)
+    data = torch.tensor(tok.encode(text), dtype=torch.long)
+    n_train = int(len(data) * (1.0 - args.val_fraction))
+    train_data, val_data = data[:n_train], data[n_train:]
+
+    resume = None
+    if args.resume:
+        if not ckpt_path.is_file():
+            raise FileNotFoundError(
+                f"--resume given but there is no checkpoint at {str(ckpt_path)!r}"
+            )
+        resume = load_checkpoint(ckpt_path, map_location="cpu")
+        if resume["extra"].get("tokenizer_chars") != tok.chars:
+            raise ValueError("the checkpoint's tokenizer does not match the corpus' characters")
+        cfg = config_from_dict(tc.GPTConfig, resume["config"])
+    else:
+        cfg = tc.GPTConfig(
+            vocab_size=tok.vocab_size,
+            context_length=args.context_length,
+            d_model=args.d_model,
+            num_heads=args.num_heads,
+            num_layers=args.num_layers,
+            dropout=args.dropout,
+            positional=args.positional,
+            norm=args.norm,
+            activation=args.activation,
+        )
+    for name, split in (("training", train_data), ("validation", val_data)):
+        if len(split) <= cfg.context_length + 1:
+            raise ValueError(
+                f"the {name} split has {len(split)} tokens, not more than context_length + 1 = "
+                f"{cfg.context_length + 1}; lower --context-length or change --val-fraction"
+            )
+
+    torch.manual_seed(args.seed)  # identical initial weights on every rank
+    model = tc.MiniGPT(cfg).to(device)
+    optimizer = make_optimizer(model, args)
+    start_step = 0
+    best_val = float("inf")
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        start_step = int(resume["step"])
+        best_val = float(resume["extra"].get("best_val_loss", float("inf")))
+        del resume
+
+    raw_model = model
+    if args.compile:
+        model = torch.compile(model)
+    if info.enabled:
+        model = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    amp = autocast_context(device, args.dtype)
+    decay_steps = args.lr_decay_steps if args.lr_decay_steps is not None else args.max_steps
+
+    tokens_per_step = args.batch_size * args.grad_accum * info.world_size * cfg.context_length
+    log(
+        info,
+        f"device={device} world_size={info.world_size} "
+        f"params={tc.count_parameters(raw_model):,} vocab={tok.vocab_size} "
+        f"train_tokens={len(train_data):,} tokens/step={tokens_per_step:,}",
+    )
+    if start_step:
+        log(info, f"resumed from {ckpt_path} at step {start_step}")
+
+    metrics_path = out_dir / "metrics.jsonl"
+    if info.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+    def checkpoint(step: int) -> None:
+        if info.is_main:
+            save_checkpoint(
+                ckpt_path,
+                raw_model,
+                optimizer,
+                step=step,
+                config=cfg,
+                tokenizer_chars=tok.chars,
+                best_val_loss=best_val,
+                world_size=info.world_size,
+                seed=args.seed,
+            )
+        if info.enabled:
+            dist.barrier()
+
+    first_batch_sha = None
+    step = start_step
+    model.train()
+    t0 = time.perf_counter()
+    while step < args.max_steps:
+        lr = lr_at(
+            step, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup_steps, decay_steps=decay_steps
+        )
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        torch.manual_seed(args.seed + 7919 * info.rank + 104729 * step)  # dropout masks
+        loss_sum = torch.zeros((), device=device)
+        for micro in range(args.grad_accum):
+            x, y = tc.lm_batch(
+                train_data,
+                args.batch_size,
+                cfg.context_length,
+                generator=batch_generator(args.seed, info.rank, step, micro),
+            )
+            if first_batch_sha is None:
+                first_batch_sha = hashlib.sha256(x.numpy().tobytes()).hexdigest()
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            last_micro = micro == args.grad_accum - 1
+            sync = contextlib.nullcontext() if (last_micro or not info.enabled) else model.no_sync()
+            with sync:
+                with amp:
+                    _, loss = model(x, targets=y)
+                (loss / args.grad_accum).backward()
+            loss_sum += loss.detach()
+        if args.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+
+        if step % args.log_every == 0 or step == args.max_steps:
+            train_loss = loss_sum / args.grad_accum
+            if info.enabled:
+                dist.all_reduce(train_loss)  # gloo has no AVG: sum, then divide
+                train_loss = train_loss / info.world_size
+            dt = (time.perf_counter() - t0) / args.log_every
+            t0 = time.perf_counter()
+            log(
+                info,
+                f"step {step:6d} | loss {float(train_loss):.4f} | lr {lr:.2e} | "
+                f"{1000 * dt:.0f} ms/step",
+            )
+            if info.is_main:
+                with metrics_path.open("a") as f:
+                    f.write(
+                        json.dumps({"step": step, "train_loss": float(train_loss), "lr": lr}) + "\n"
+                    )
+
+        if step % args.eval_every == 0 or step == args.max_steps:
+            val_loss = evaluate(raw_model, val_data, args, cfg.context_length, device, amp)
+            best_val = min(best_val, val_loss)
+            log(info, f"step {step:6d} | val loss {val_loss:.4f} | best {best_val:.4f}")
+            if info.is_main:
+                with metrics_path.open("a") as f:
+                    f.write(json.dumps({"step": step, "val_loss": val_loss}) + "\n")
+            checkpoint(step)
+
+    if start_step >= args.max_steps:
+        log(
+            info,
+            f"checkpoint is at step {start_step} >= --max-steps {args.max_steps}; nothing to do",
+        )
+
+    if args.write_rank_state:
+        state_dir = out_dir / "rank_state"
+        state_dir.mkdir(parents=True, exist_ok=True)
+        state = {
+            "rank": info.rank,
+            "world_size": info.world_size,
+            "start_step": start_step,
+            "step": step,
+            "weights_sha256": state_dict_sha256(raw_model.state_dict()),
+            "first_batch_sha256": first_batch_sha,
+        }
+        (state_dir / f"rank{info.rank}.json").write_text(json.dumps(state))
+    return 0
+
+
+# --------------------------------------------------------------------------- sample
+def sample(args: argparse.Namespace) -> int:
+    if args.max_new_tokens < 0 or args.num_samples <= 0:
+        raise ValueError(
+            f"--max-new-tokens ({args.max_new_tokens}) must be >= 0 and "
+            f"--num-samples ({args.num_samples}) positive"
+        )
+    device = tc.get_device(args.device)
+    ckpt = load_checkpoint(args.ckpt, map_location="cpu")  # weights_only=True inside
+    cfg = config_from_dict(tc.GPTConfig, ckpt["config"])
+    tok = tc.CharTokenizer(ckpt["extra"]["tokenizer_chars"])
+    model = tc.MiniGPT(cfg)
+    model.load_state_dict(ckpt["model"])
+    model.to(device).eval()
+
+    prompt = args.prompt
+    if prompt is None:
+        prompt = "\n" if "\n" in tok.chars else tok.chars[0]
+    unknown = sorted(set(prompt) - set(tok.chars))
+    if not prompt or unknown:
+        raise ValueError(
+            f"the prompt must be non-empty and use the training characters; "
+            f"unknown characters: {unknown}"
+        )
+    ids = torch.tensor([tok.encode(prompt)] * args.num_samples, dtype=torch.long, device=device)
+    ids = ids[:, -cfg.context_length :]
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    with torch.no_grad():
+        out = model.generate(
+            ids,
+            args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            greedy=args.greedy,
+            generator=gen,
+        )
+    for i, row in enumerate(out.tolist()):
+        if args.num_samples > 1:
+            print(f"----- sample {i} (step {ckpt['step']})")
+        print(tok.decode(row), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "train":
+        return train(args)
+    return sample(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
