@@ -1,0 +1,1 @@
+"""Benchmarks of the transformer_course package; run ``python bench/run.py --quick|--full``."""
