@@ -1,7 +1,10 @@
 # Transformer 从原理到实现 -- build and test.
 #
 #   make book        set up .venv, build the HTML book strictly  -> _build/html/index.html
-#   make test        set up .venv, ruff, unit tests, nbval over the book, strict book build
+#   make test        set up .venv, ruff, unit tests, nbval over the book, strict book build,
+#                    browser tests of the built book
+#   make browser     browser tests of the built book (after make book) -> _build/screenshots/
+#   make bench       benchmarks (not part of make test) -> bench/results/
 #   make notebooks   .ipynb copies of the chapters               -> _build/notebooks/
 #   make check-chapter CH=book/chNN_x.md   strict build of one chapter in $TMPDIR/check-chNN_x
 #   make venv        only set up .venv (re-run automatically when requirements.txt changes)
@@ -25,13 +28,13 @@ JOBS   ?= 2
 PIP_ARGS ?=
 
 # Only the code folders that exist (bench/ and scripts/ may not yet).
-LINT_PATHS := $(wildcard src tests bench scripts conftest.py)
+LINT_PATHS := $(wildcard src tests bench scripts book/_ext conftest.py)
 JB_BUILD   := $(BIN)/jupyter-book build . -W -n --keep-going
 
-.PHONY: help venv book test lint unit nbval notebooks check-chapter clean distclean
+.PHONY: help venv book test lint unit nbval browser bench notebooks check-chapter clean distclean
 
 help:
-	@sed -n '3,9p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,12p' Makefile | sed 's/^# \{0,1\}//'
 
 # The stamp is rebuilt (pip install re-run) whenever requirements.txt or
 # pyproject.toml is newer than the last successful install.
@@ -66,13 +69,27 @@ nbval: $(STAMP)
 	    -n $(JOBS) --dist loadfile book/ \
 	  || { rc=$$?; if [ $$rc -eq 5 ]; then echo "nbval: no notebooks under book/ yet"; else exit $$rc; fi; }
 
+# The built book in a real browser (tests/browser; `pytest tests` skips that folder):
+# headless Chromium (Debian package `chromium`, installed by .ci/run) driven by
+# Playwright, against _build/html served on 127.0.0.1 by the test fixture. Checks
+# every page of _toc.yml; full-page screenshots go to _build/screenshots/.
+browser: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider tests/browser
+
 # Each step stops the run on failure; the strict book build from a clean _build
-# comes last.
+# comes next to last, and the browser tests of that build last.
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval
 	$(MAKE) --no-print-directory book
+	$(MAKE) --no-print-directory browser
+
+# Benchmarks of the package against PyTorch's own modules (CPU by default, CUDA when
+# present); writes bench/results/<device>.json and figures. Not part of `make test`.
+# BENCH_ARGS, e.g. --nbval-junit _build/nbval.xml (reuse a report) or --skip-chapters.
+bench: $(STAMP)
+	$(BIN)/python bench/run.py --full $(BENCH_ARGS)
 
 notebooks: $(STAMP)
 	@mkdir -p _build/notebooks
