@@ -61,6 +61,7 @@ from .positional import (
     sinusoidal_table,
 )
 from .sampling import sample_next_token, top_k_filter, top_p_filter
+from .sparse import SparsemaxFunction, sparsemax, sparsemax_attention, sparsemax_threshold
 from .training import (
     TrainHistory,
     label_smoothing_loss,
@@ -88,7 +89,8 @@ __all__ = [
     "plot_loss_curves", "plot_positional_encoding", "POSITIONAL_ENCODINGS",
     "relative_position_transform", "RMSNorm", "RotaryEmbedding", "sample_next_token",
     "save_checkpoint", "scaled_dot_product_attention", "set_seed", "sinusoidal_table",
-    "SinusoidalPositionalEncoding", "sliding_window_mask", "smoothed_targets", "state_dict_sha256",
+    "SinusoidalPositionalEncoding", "sliding_window_mask", "smoothed_targets", "sparsemax",
+    "sparsemax_attention", "sparsemax_threshold", "SparsemaxFunction", "state_dict_sha256",
     "to_torch_mask", "top_k_filter", "top_p_filter", "train_loop", "TrainHistory", "Transformer",
     "transformer_parameter_breakdown", "transformer_parameter_count", "TransformerConfig",
     "translation_corpus", "unwrap_model", "WordTokenizer",

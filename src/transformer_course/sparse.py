@@ -153,13 +153,9 @@ def sparsemax_attention(
         if t.dim() < 2:
             raise ValueError(f"{name} must have at least 2 dimensions, got shape {tuple(t.shape)}")
     if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query and key must share the last dim, got D={query.shape[-1]} and {key.shape[-1]}"
-        )
+        raise ValueError(f"query and key must share the last dim, got D={query.shape[-1]} and {key.shape[-1]}")
     if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"key and value must have the same length S, got {key.shape[-2]} and {value.shape[-2]}"
-        )
+        raise ValueError(f"key and value must have the same length S, got {key.shape[-2]} and {value.shape[-2]}")
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     elif scale <= 0:
