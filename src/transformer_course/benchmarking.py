@@ -23,6 +23,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -317,13 +318,11 @@ def decode_latencies(
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    cpuinfo = Path("/proc/cpuinfo")  # Linux; elsewhere fall back to what platform knows
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 

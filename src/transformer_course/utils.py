@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import torch
 
 __all__ = ["set_seed", "get_device", "check_positive_int"]
 
 
 def set_seed(seed: int) -> None:
-    """Seed Python's ``random``, NumPy (when installed) and PyTorch (CPU and CUDA)."""
+    """Seed Python's ``random``, NumPy and PyTorch (CPU and CUDA)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {seed!r}")
     random.seed(seed)
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
-    else:
-        np.random.seed(seed % 2**32)
+    np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
 
 
