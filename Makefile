@@ -70,10 +70,11 @@ nbval: $(STAMP)
 	  || { rc=$$?; if [ $$rc -eq 5 ]; then echo "nbval: no notebooks under book/ yet"; else exit $$rc; fi; }
 
 # The built book in a real browser (tests/browser; `pytest tests` skips that folder):
-# headless Chromium (Debian package `chromium`, installed by .ci/run) driven by
+# headless Chromium (Debian package `chromium`, installed by scripts/install_browser_deps.sh) driven by
 # Playwright, against _build/html served on 127.0.0.1 by the test fixture. Checks
 # every page of _toc.yml; full-page screenshots go to _build/screenshots/.
 browser: $(STAMP)
+	bash scripts/install_browser_deps.sh
 	$(BIN)/pytest -p no:cacheprovider tests/browser
 
 # Each step stops the run on failure; the strict book build from a clean _build

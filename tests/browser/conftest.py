@@ -83,7 +83,7 @@ def browser() -> Iterator:
     exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not exe:
         pytest.fail(
-            "Chromium not found: install the Debian package `chromium` (.ci/run does) "
+            "Chromium not found: install the Debian package `chromium` (scripts/install_browser_deps.sh does) "
             "or set CHROMIUM=/path/to/chromium",
             pytrace=False,
         )
