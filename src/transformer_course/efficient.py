@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .utils import check_int
+
 __all__ = [
     "elu_feature_map",
     "linear_attention",
@@ -69,14 +71,6 @@ def _check_qkv(query: object, key: object, value: object) -> tuple[Tensor, Tenso
             f"batch dims of query {tuple(q.shape)}, key {tuple(k.shape)} and value {tuple(v.shape)} do not broadcast"
         ) from err
     return q, k, v
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def _check_causal_lengths(q: Tensor, k: Tensor) -> None:
@@ -156,7 +150,7 @@ def linear_attention(
     q, k, v = _check_qkv(query, key, value)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
-    _check_int("chunk_size", chunk_size, 1)
+    check_int("chunk_size", chunk_size, 1)
     phi_q = feature_map(q)  # (..., L, D)
     phi_k = feature_map(k)  # (..., S, D)
     if not causal:
@@ -238,8 +232,8 @@ def sliding_window_mask(L: int, window: int, causal: bool = False, device: torch
     (causal). ``window`` is the one-sided half-width: each query sees at most 2 * window + 1
     keys (window + 1 when causal). Use it as ``attn_mask`` of scaled dot-product attention.
     """
-    _check_int("L", L, 1)
-    _check_int("window", window, 0)
+    check_int("L", L, 1)
+    check_int("window", window, 0)
     i = torch.arange(L, device=device).unsqueeze(1)  # (L, 1)
     j = torch.arange(L, device=device).unsqueeze(0)  # (1, L)
     mask = (i - j).abs() <= window  # (L, L)
@@ -278,7 +272,7 @@ def local_attention(
     q, k, v = _check_qkv(query, key, value)
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(f"local_attention needs L == S (self-attention), got L={q.shape[-2]} and S={k.shape[-2]}")
-    _check_int("window", window, 0)
+    check_int("window", window, 0)
     L, D = q.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     B = max(window, 1)  # block size

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import torch
 
-__all__ = ["set_seed", "get_device", "check_positive_int"]
+__all__ = ["set_seed", "get_device", "check_int", "check_positive_int"]
 
 
 def set_seed(seed: int) -> None:
@@ -44,10 +44,21 @@ def get_device(name: str = "cpu") -> torch.device:
     raise ValueError(f"unknown device {name!r}; expected 'cpu', 'cuda', 'mps' or 'auto'")
 
 
-def check_positive_int(name: str, value: object) -> int:
-    """Return ``value`` if it is a positive ``int``; otherwise raise naming ``name`` and the value."""
+def _require_int(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {value!r}")
-    if value <= 0:
+    return value
+
+
+def check_int(name: str, value: object, minimum: int) -> int:
+    """Return ``value`` if it is an ``int`` >= ``minimum``; otherwise raise naming ``name`` and the value."""
+    if _require_int(name, value) < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """Return ``value`` if it is a positive ``int``; otherwise raise naming ``name`` and the value."""
+    if _require_int(name, value) <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
     return value
