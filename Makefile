@@ -5,7 +5,9 @@
 #                    browser tests of the built book
 #   make browser     browser tests of the built book (after make book) -> _build/screenshots/
 #   make bench       benchmarks (not part of make test) -> bench/results/
-#   make notebooks   .ipynb copies of the chapters               -> _build/notebooks/
+#   make notebooks   .ipynb copies of the chapters and appendices with code -> _build/notebooks/
+#   make jupyter     run every page as .ipynb in a temp folder outside the repository (nbclient)
+#   make claims      run every page under nbval with base seeds 1 2 3 (SEEDS=...) -> _build/claims/
 #   make check-chapter CH=book/chNN_x.md   strict build of one chapter in $TMPDIR/check-chNN_x
 #   make venv        only set up .venv (re-run automatically when requirements.txt changes)
 #   make clean       remove build outputs (keeps .venv); `make distclean` removes .venv too
@@ -31,10 +33,10 @@ PIP_ARGS ?=
 LINT_PATHS := $(wildcard src tests bench scripts book/_ext conftest.py)
 JB_BUILD   := $(BIN)/jupyter-book build . -W -n --keep-going
 
-.PHONY: help venv book test lint unit nbval browser bench notebooks check-chapter clean distclean
+.PHONY: help venv book test lint unit nbval jupyter claims browser bench notebooks check-chapter clean distclean
 
 help:
-	@sed -n '3,12p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,14p' Makefile | sed 's/^# \{0,1\}//'
 
 # The stamp is rebuilt (pip install re-run) whenever requirements.txt or
 # pyproject.toml is newer than the last successful install.
@@ -69,6 +71,17 @@ nbval: $(STAMP)
 	    -n $(JOBS) --dist loadfile book/ \
 	  || { rc=$$?; if [ $$rc -eq 5 ]; then echo "nbval: no notebooks under book/ yet"; else exit $$rc; fi; }
 
+# Every notebook page converted to .ipynb and executed by nbclient in a temporary folder
+# outside the repository: what a learner who downloads a page gets (tests/jupyter).
+jupyter: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/pytest -p no:cacheprovider -n $(JOBS) tests/jupyter
+
+# Every page under nbval with other base seeds (COURSE_SEED): a claim must hold for any seed.
+# Not part of `make test` (it runs the book once per seed); summary in _build/claims/summary.md.
+SEEDS ?= 1 2 3
+claims: $(STAMP)
+	$(BIN)/python scripts/claims.py --seeds $(SEEDS) --jobs $(JOBS)
+
 # The built book in a real browser (tests/browser; `pytest tests` skips that folder):
 # headless Chromium (Debian package `chromium`, installed by scripts/install_browser_deps.sh) driven by
 # Playwright, against _build/html served on 127.0.0.1 by the test fixture. Checks
@@ -83,6 +96,7 @@ test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory jupyter
 	$(MAKE) --no-print-directory book
 	$(MAKE) --no-print-directory browser
 
@@ -95,7 +109,8 @@ bench: $(STAMP)
 notebooks: $(STAMP)
 	@mkdir -p _build/notebooks
 	@shopt -s nullglob; n=0; \
-	for f in book/ch[0-9]*.md; do \
+	for f in book/*.md; do \
+	  grep -q '^kernelspec:' "$$f" || continue; \
 	  out=_build/notebooks/$$(basename "$${f%.md}").ipynb; \
 	  $(BIN)/jupytext --quiet --to ipynb --output "$$out" "$$f"; \
 	  echo "$$f -> $$out"; n=$$((n + 1)); \

@@ -1,0 +1,90 @@
+import math
+
+import pytest
+import torch
+
+import transformer_course as tc
+from transformer_course.notebook import SourceCode
+
+
+def test_course_seed_reads_the_environment(monkeypatch):
+    monkeypatch.delenv(tc.SEED_ENV, raising=False)
+    assert tc.course_seed() == 0 and tc.course_seed(7) == 7
+    monkeypatch.setenv(tc.SEED_ENV, "3")
+    assert tc.course_seed() == 30_000 and tc.course_seed(7) == 30_007
+
+
+@pytest.mark.parametrize("raw", ["x", "-1", "1.5"])
+def test_course_seed_rejects_bad_environment(monkeypatch, raw):
+    monkeypatch.setenv(tc.SEED_ENV, raw)
+    with pytest.raises(ValueError, match=repr(raw).replace(".", r"\.")):
+        tc.course_seed()
+
+
+@pytest.mark.parametrize("offset", [-1, 10_000])
+def test_course_seed_rejects_bad_offset(offset):
+    with pytest.raises(ValueError, match=str(offset)):
+        tc.course_seed(offset)
+
+
+def test_setup_chapter_seeds_from_the_environment(monkeypatch):
+    monkeypatch.setenv(tc.SEED_ENV, "2")
+    threads = torch.get_num_threads()
+    try:
+        assert tc.setup_chapter() == 20_000
+        first = torch.rand(3)
+        tc.setup_chapter()
+        assert torch.equal(first, torch.rand(3))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_show_source_is_the_package_source():
+    src = tc.show_source(tc.causal_mask)
+    assert isinstance(src, SourceCode)
+    assert src.path == "transformer_course/masks.py"
+    assert src.code.startswith("def causal_mask(")
+    with open(tc.masks.__file__, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    assert lines[src.first_line - 1].startswith("def causal_mask(")
+    assert src.code.rstrip().splitlines()[-1].strip() == lines[src.last_line - 1].strip()
+    md = src._repr_markdown_()
+    assert "````python\ndef causal_mask(" in md and f"第 {src.first_line}–{src.last_line} 行" in md
+
+
+def test_show_source_dedents_methods():
+    src = tc.show_source(tc.MultiHeadAttention.forward)
+    assert src.code.startswith("def forward(") and src.qualname == "MultiHeadAttention.forward"
+
+
+@pytest.mark.parametrize("obj", [torch.nn.Linear, math.sqrt])
+def test_show_source_refuses_foreign_code(obj):
+    with pytest.raises((TypeError, ValueError), match="show_source"):
+        tc.show_source(obj)
+
+
+def test_show_source_refuses_non_code():
+    with pytest.raises(TypeError, match="42"):
+        tc.show_source(42)
+
+
+def test_check_prints_verdict_and_raises(capsys):
+    tc.check(torch.tensor(True), "holds")
+    assert capsys.readouterr().out == "✓ holds\n"
+    with pytest.raises(AssertionError, match="fails"):
+        tc.check(1 > 2, "fails")
+    with pytest.raises(ValueError, match=r"\(2,\)"):
+        tc.check(torch.tensor([True, True]), "ambiguous")
+
+
+def test_check_close_reports_error(capsys):
+    expected = torch.tensor([1.0, 2.0 + 1e-7], dtype=torch.float64)
+    err = tc.check_close(torch.tensor([1.0, 2.0]), expected, "close", atol=1e-6, rtol=0)
+    assert 0 < err < 1e-6 and capsys.readouterr().out.startswith("✓ close")
+    with pytest.raises(AssertionError, match="far"):
+        tc.check_close(torch.tensor([1.0]), torch.tensor([1.1]), "far")
+    with pytest.raises(AssertionError, match="shapes"):
+        tc.check_close(torch.zeros(2), torch.zeros(3), "shape")
+    with pytest.raises(ValueError, match="atol"):
+        tc.check_close(1.0, 1.0, "tol", atol=1e-3)
