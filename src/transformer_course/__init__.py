@@ -44,8 +44,8 @@ from .feedforward import ACTIVATIONS, FeedForward
 from .interop import load_torch_mha, load_torch_transformer
 from .masks import bool_to_additive, causal_mask, check_mask, padding_mask, to_torch_mask
 from .models import POSITIONAL_ENCODINGS, GPTConfig, MiniGPT, Transformer, TransformerConfig
-from .notebook import SEED_ENV, check, check_close, course_seed, setup_chapter, show_source
 from .norms import NORMS, LayerNorm, RMSNorm, build_norm
+from .notebook import SEED_ENV, check, check_close, course_seed, setup_chapter, show_source
 from .params import (
     count_parameters,
     gpt_flops_per_token,
@@ -79,7 +79,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm", "causal_mask",
     "CharTokenizer", "check_mask", "check_positive_int", "config_from_dict", "config_to_dict",
-    "check", "check_close", "copy_task", "count_parameters", "course_seed", "DecoderLayer", "elu_feature_map", "EncoderLayer",
+    "check", "check_close", "copy_task", "count_parameters", "course_seed", "DecoderLayer",
+    "elu_feature_map", "EncoderLayer",
     "FeedForward", "generate_text_corpus", "get_device", "gpt_flops_per_token",
     "gpt_parameter_breakdown", "gpt_parameter_count", "GPTBlock", "GPTConfig", "HELD_OUT_PAIR",
     "KVCache", "label_smoothing_loss", "LayerNorm", "LearnedPositionalEmbedding",
@@ -89,7 +90,8 @@ __all__ = [
     "noam_lr", "noam_scheduler", "NORMS", "padding_mask", "plot_attention", "plot_attention_heads",
     "plot_loss_curves", "plot_positional_encoding", "POSITIONAL_ENCODINGS",
     "relative_position_transform", "RMSNorm", "RotaryEmbedding", "sample_next_token",
-    "save_checkpoint", "scaled_dot_product_attention", "SEED_ENV", "set_seed", "setup_chapter", "show_source", "sinusoidal_table",
+    "save_checkpoint", "scaled_dot_product_attention", "SEED_ENV", "set_seed", "setup_chapter",
+    "show_source", "sinusoidal_table",
     "SinusoidalPositionalEncoding", "sliding_window_mask", "smoothed_targets", "sparsemax",
     "sparsemax_attention", "sparsemax_threshold", "SparsemaxFunction", "state_dict_sha256",
     "to_torch_mask", "top_k_filter", "top_p_filter", "train_loop", "TrainHistory", "Transformer",
