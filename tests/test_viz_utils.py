@@ -50,3 +50,13 @@ def test_get_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             tc.get_device("cuda")
+
+
+
+def test_cjk_font_agrees_with_the_glyph_tables():
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    with_glyph = {f.name for f in font_manager.fontManager.ttflist if FT2Font(f.fname).get_char_index(ord("爱"))}
+    name = tc.viz.cjk_font()
+    assert (name in with_glyph) if with_glyph else name is None

@@ -3,6 +3,7 @@ without CJK fonts."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -15,6 +16,7 @@ from torch import Tensor
 __all__ = [
     "BOOK_STYLE",
     "use_book_style",
+    "cjk_font",
     "plot_attention",
     "plot_attention_heads",
     "plot_positional_encoding",
@@ -33,6 +35,25 @@ BOOK_STYLE: dict[str, object] = {
     "legend.fontsize": 9,
     "axes.grid": False,
 }
+
+
+@functools.cache
+def cjk_font() -> str | None:
+    """The name of an installed font that has Chinese glyphs, or ``None`` when there is none.
+
+    Figures may show Chinese tokens only when this is not ``None``; otherwise a chapter falls back
+    to pinyin or English labels, so that the figure renders on any machine.
+    """
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    for font in sorted(font_manager.fontManager.ttflist, key=lambda f: f.name):
+        try:
+            if FT2Font(font.fname).get_char_index(ord("爱")):
+                return font.name
+        except (OSError, RuntimeError):  # unreadable font file: skip it
+            continue
+    return None
 
 
 def use_book_style() -> None:
