@@ -31,7 +31,7 @@ from .data import (
     load_text_corpus,
     translation_corpus,
 )
-from .efficient import (
+from .efficient_attention import (
     elu_feature_map,
     linear_attention,
     linear_attention_recurrent,
@@ -63,7 +63,7 @@ from .positional import (
     sinusoidal_table,
 )
 from .sampling import sample_next_token, top_k_filter, top_p_filter
-from .sparse import SparsemaxFunction, sparsemax, sparsemax_attention, sparsemax_threshold
+from .sparsemax import SparsemaxFunction, sparsemax, sparsemax_attention, sparsemax_threshold
 from .training import (
     TrainHistory,
     label_smoothing_loss,
