@@ -189,3 +189,13 @@ def test_residual_jacobian_is_identity_plus_sublayer_jacobian():
     J = torch.autograd.functional.jacobian(first_residual, x).reshape(12, 12)
     JF = torch.autograd.functional.jacobian(attn_branch, x).reshape(12, 12)
     torch.testing.assert_close(J, torch.eye(12, dtype=torch.float64) + JF)
+
+
+def test_gpt_constructor_defaults_and_overrides():
+    blk = tc.TransformerBlock.gpt(8, 2, 16)
+    assert blk.causal and blk.norm_first and blk.ffn.activation == "gelu"
+    post = tc.TransformerBlock.gpt(8, 2, 16, norm_first=False, activation="relu", num_kv_heads=1)
+    assert post.causal and not post.norm_first and post.ffn.activation == "relu"
+    assert post.self_attn.num_kv_heads == 1
+    enc = tc.TransformerBlock(8, 2, 16)
+    assert not enc.causal and not enc.norm_first and enc.ffn.activation == "relu"

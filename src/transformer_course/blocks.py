@@ -54,6 +54,13 @@ class TransformerBlock(nn.Module):
         self.norm2 = build_norm(norm, d_model, eps, bias)
         self.drop = nn.Dropout(dropout)
 
+    @classmethod
+    def gpt(cls, d_model: int, num_heads: int, d_ff: int, **kwargs) -> TransformerBlock:
+        """The GPT(-2) block: ``causal=True``, ``norm_first=True`` (Pre-LN), ``activation="gelu"``
+        unless ``kwargs`` say otherwise; every other argument as in the constructor."""
+        kwargs = {"causal": True, "norm_first": True, "activation": "gelu", **kwargs}
+        return cls(d_model, num_heads, d_ff, **kwargs)
+
     def _attend(self, h: Tensor, attn_mask: Tensor | None, need_weights: bool, cache: KVCache | None) -> Tensor:
         return self.self_attn(h, attn_mask=attn_mask, is_causal=self.causal, need_weights=need_weights, cache=cache)[0]
 

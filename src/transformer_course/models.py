@@ -267,22 +267,12 @@ class MiniGPT(nn.Module):
         else:
             self.pos = build_positional(cfg.positional, E, cfg.context_length)
         self.drop = nn.Dropout(cfg.dropout)
+        block_args = dict(
+            dropout=cfg.dropout, activation=cfg.activation, norm_first=cfg.norm_first, norm=cfg.norm,
+            bias=cfg.bias, eps=cfg.eps, num_kv_heads=cfg.num_kv_heads, rotary=rotary,
+        )  # fmt: skip
         self.blocks = nn.ModuleList(
-            TransformerBlock(
-                E,
-                cfg.num_heads,
-                cfg.d_ff,
-                dropout=cfg.dropout,
-                activation=cfg.activation,
-                norm_first=cfg.norm_first,
-                norm=cfg.norm,
-                bias=cfg.bias,
-                eps=cfg.eps,
-                causal=True,
-                num_kv_heads=cfg.num_kv_heads,
-                rotary=rotary,
-            )  # fmt: skip
-            for _ in range(cfg.num_layers)
+            TransformerBlock.gpt(E, cfg.num_heads, cfg.d_ff, **block_args) for _ in range(cfg.num_layers)
         )
         self.norm_f = build_norm(cfg.norm, E, cfg.eps, cfg.bias) if cfg.norm_first else nn.Identity()
         self.lm_head = nn.Linear(E, cfg.vocab_size, bias=False)
