@@ -101,7 +101,7 @@ def _past_the_window(ctx: Context, repeats: int) -> list[dict]:
 def run(ctx: Context) -> dict:
     max_new = 256 if ctx.quick else 1024
     ns = [n for n in (64, 128, 256, 512, 1024) if n <= max_new]
-    check_n, check_repeats = (32, 3) if ctx.quick else (512, 3)
+    check_n, check_repeats = (32, 3) if ctx.quick else (128, 3)
     tc.set_seed(ctx.seed)
     cfg = config()
     model = tc.MiniGPT(cfg).to(ctx.device).eval()
