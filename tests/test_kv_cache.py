@@ -59,6 +59,22 @@ def test_cache_returns_keys_then_values_old_before_new():
     torch.testing.assert_close(values[0, 0, :, 0], v1[0, 0, 0, 0] - torch.arange(5.0))
 
 
+def test_crop_rewinds_the_cache_to_an_earlier_state():
+    model = _gpt(positional="rope")
+    x = torch.randint(0, 20, (1, 9), generator=torch.Generator().manual_seed(3))
+    caches = model.new_caches()
+    with torch.no_grad():
+        model(x[:, :6], caches=caches)
+        first, _ = model(x[:, 6:7], caches=caches)
+        for cache in caches:
+            cache.crop(6)
+        assert caches[0].offset == 6 and len(caches[0]) == 6
+        again, _ = model(x[:, 6:7], caches=caches)
+    torch.testing.assert_close(again, first)
+    with pytest.raises(ValueError, match=r"length must be an int in \[0, 7\], got 8"):
+        caches[0].crop(8)
+
+
 def test_kv_cache_rejects_mismatched_updates():
     cache = tc.KVCache()
     cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))

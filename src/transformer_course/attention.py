@@ -221,6 +221,18 @@ class KVCache:
         self.offset += new
         return self._k[:, :, self._start : self._end], self._v[:, :, self._start : self._end]
 
+    def crop(self, length: int) -> None:
+        """Keep the oldest ``length`` of the positions held and forget the newer ones.
+
+        Rewinds the cache, e.g. to reject drafted tokens (speculative decoding) or to repeat a
+        decoding step from the same state.
+        """
+        if not isinstance(length, int) or isinstance(length, bool) or not 0 <= length <= len(self):
+            raise ValueError(f"length must be an int in [0, {len(self)}], got {length!r}")
+        removed = len(self) - length
+        self._end -= removed
+        self.offset -= removed
+
     def reset(self) -> None:
         """Forget every position (the buffers are kept for reuse)."""
         self._start = self._end = self.offset = 0
