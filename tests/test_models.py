@@ -108,6 +108,15 @@ def test_gpt2_small_has_gpt2_parameter_count():
     assert tc.count_parameters(model) == 124_439_808
 
 
+def test_models_run_on_the_meta_device_for_shapes():
+    with torch.device("meta"):
+        gpt = tc.MiniGPT(tc.GPTConfig(vocab_size=20, context_length=16, d_model=16, num_heads=4, num_layers=2))
+        logits, loss = gpt(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long))
+        mha = tc.MultiHeadAttention(16, 4)
+        out, _ = mha(torch.empty(2, 5, 16), attn_mask=torch.zeros(5, 5))
+    assert logits.shape == (2, 5, 20) and loss.shape == () and out.shape == (2, 5, 16)
+
+
 def test_gpt_init_statistics():
     model = _gpt(d_model=64, num_heads=4, num_layers=8, vocab_size=500)
     assert abs(model.tok_emb.weight.std().item() - 0.02) < 0.002
