@@ -174,6 +174,15 @@ def test_generate_restores_the_mode_it_found_also_on_error():
     assert not model.training
 
 
+def test_generated_ids_can_feed_a_training_step():
+    model = _gpt().train()
+    ids = model.generate(torch.zeros(2, 1, dtype=torch.long), 6)
+    assert not ids.is_inference()
+    _, loss = model(ids[:, :-1], targets=ids[:, 1:])
+    loss.backward()  # the embedding saves the ids for backward
+    assert model.tok_emb.weight.grad is not None
+
+
 def test_generate_rejects_an_empty_prompt_and_bad_ids():
     model = _gpt()
     with pytest.raises(ValueError, match=r"at least one token per row, got shape \(2, 0\)"):

@@ -355,7 +355,6 @@ class MiniGPT(nn.Module):
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)  # (N*T, V)
         return logits, loss
 
-    @torch.no_grad()
     def generate(
         self,
         input_ids: Tensor,
@@ -392,9 +391,11 @@ class MiniGPT(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            return self._generate(input_ids, max_new_tokens, use_cache, temperature, top_k, top_p, greedy, generator)
+            with torch.inference_mode():  # no autograd bookkeeping at all: less overhead per decoding step
+                out = self._generate(input_ids, max_new_tokens, use_cache, temperature, top_k, top_p, greedy, generator)
         finally:
             self.train(was_training)
+        return out.clone()  # a normal tensor: an inference-mode tensor could not be saved for a later backward
 
     def _generate(self, input_ids: Tensor, max_new_tokens: int, use_cache: bool, *sampling) -> Tensor:
         N, T0 = input_ids.shape
