@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 
 import torch  # noqa: E402
 
-from bench import attention, chapters, generation, memory, training  # noqa: E402
+from bench import attention, chapters, generation, memory, reference, training  # noqa: E402
 from bench.common import Context, log  # noqa: E402
 from transformer_course import benchmarking as tb  # noqa: E402
 
@@ -33,6 +33,7 @@ BENCHMARKS = {
     "memory": memory,
     "generation": generation,
     "training": training,
+    "reference": reference,
     "chapters": chapters,
 }
 
@@ -95,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"[{name}]")
         start = time.perf_counter()
         result = BENCHMARKS[name].run(ctx)
-        result["measured_at"] = tb.machine_info(device)["date"]
+        now = tb.machine_info(device)
+        result["measured_at"] = now["date"]
+        result["load_average_1min_end"] = now.get("load_average_1min")  # a busy machine shows here
         results["benchmarks"][name] = result
         plot = getattr(BENCHMARKS[name], "plot", None)
         figure = plot(result, ctx) if plot is not None else None
@@ -128,9 +131,18 @@ def summary(results: dict) -> str:
     if "generation" in b:
         for r in b["generation"]["rows"]:
             lines.append(f"generation n={r['new_tokens']}: cache speedup {r['speedup']:.2f}x")
+        check = b["generation"]["generate_check"]
+        lines.append(f"generate() n={check['new_tokens']}: cache speedup {check['speedup']:.2f}x")
+        for r in b["generation"].get("past_the_window", {}).get("rows", []):
+            lines.append(f"past the window ({r['positional']}, {r['mode']}): cache speedup {r['speedup']:.2f}x")
     if "training" in b:
         t = b["training"]
         lines.append(f"training: {t['tokens_per_s']} tok/s, MFU {t['mfu']}")
+    if "reference" in b:
+        for r in b["reference"]["rows"]:
+            lines.append(f"vs GPT2LMHeadModel ({r['name']}, {r['parameters']:,} params): training tokens/s "
+                         f"{r['train_tokens_per_s_ratio']:.3f}x, "
+                         f"eval forward time {r['eval_time_ratio']:.3f}x")  # fmt: skip
     if "chapters" in b and "per_notebook" in b["chapters"]:
         lines.append(f"chapters: {b['chapters']['total_cell_s']} s of cells")
     return "\n".join(lines)

@@ -34,13 +34,22 @@ def test_reference_matches_sdpa_bool_and_additive_masks_with_broadcast():
         torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=m))
 
 
-@pytest.mark.parametrize("L,S", [(4, 4), (3, 7), (7, 3)])
-def test_reference_is_causal_matches_sdpa(L, S):
+@pytest.mark.parametrize("L,S", [(4, 4), (3, 7), (1, 5)])
+def test_reference_is_causal_is_lower_right_aligned(L, S):
     q, k, v = _qkv(L=L, S=S)
     out, w = tc.scaled_dot_product_attention(q, k, v, is_causal=True)
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    upper = ~torch.ones(L, S, dtype=torch.bool).tril()
-    assert w[..., upper].eq(0).all()
+    # query i is position S - L + i of the sequence: it sees keys 0 .. S - L + i
+    allowed = torch.tensor([[j <= S - L + i for j in range(S)] for i in range(L)])
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=allowed))
+    assert w[..., ~allowed].eq(0).all()
+    if L == S:  # PyTorch's is_causal (top-left aligned) agrees for square masks
+        torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_reference_is_causal_rejects_more_queries_than_keys():
+    q, k, v = _qkv(L=7, S=3)
+    with pytest.raises(ValueError, match="S >= L"):
+        tc.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def test_reference_custom_scale_and_extra_batch_dims():
@@ -202,37 +211,6 @@ def test_grouped_query_attention_equals_mha_with_repeated_kv_weights(num_kv_head
     torch.testing.assert_close(gqa(x, is_causal=True)[0], full(x, is_causal=True)[0])
 
 
-@pytest.mark.parametrize("num_kv_heads,use_rope", [(None, False), (2, False), (None, True), (1, True)])
-def test_kv_cache_decoding_equals_full_recomputation(num_kv_heads, use_rope):
-    E, H = 16, 4
-    rope = tc.RotaryEmbedding(E // H, max_len=32) if use_rope else None
-    mha = tc.MultiHeadAttention(E, H, num_kv_heads=num_kv_heads, rotary=rope).eval()
-    x = torch.randn(2, 9, E)
-    full, _ = mha(x, is_causal=True)
-    cache = tc.KVCache()
-    prefix, _ = mha(x[:, :4], is_causal=True, cache=cache)
-    steps = [prefix]
-    for t in range(4, 9):
-        out, _ = mha(x[:, t : t + 1], is_causal=True, cache=cache)
-        steps.append(out)
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
-    assert len(cache) == 9
-    Hkv = num_kv_heads or H
-    assert cache.k.shape == (2, Hkv, 9, E // H)
-    assert cache.nbytes() == 2 * 2 * Hkv * 9 * (E // H) * 4
-
-
-def test_kv_cache_rejects_mismatched_updates():
-    cache = tc.KVCache()
-    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
-    with pytest.raises(ValueError, match="do not match"):
-        cache.update(torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4))
-    with pytest.raises(ValueError, match="equal in shape"):
-        cache.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 5))
-    cache.reset()
-    assert len(cache) == 0 and cache.nbytes() == 0
-
-
 @pytest.mark.parametrize(
     "kwargs,match",
     [
@@ -256,3 +234,29 @@ def test_mha_rejects_bad_inputs_and_masks():
         mha(torch.randn(2, 5, 16), attn_mask=torch.ones(3, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="mismatch"):
         mha(torch.randn(2, 5, 16), torch.randn(3, 5, 16))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_mha_rejects_non_finite_inputs(bad):
+    mha = tc.MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    x[1, 2, 3] = bad
+    with pytest.raises(ValueError, match="query holds NaN or infinite values"):
+        mha(x)
+    with pytest.raises(ValueError, match="key holds NaN or infinite values"):
+        mha(torch.randn(2, 5, 16), x, x)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_float_masks_with_nan_or_plus_inf_are_rejected(bad):
+    mha = tc.MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    mask = torch.zeros(5, 5)
+    mask[0, 1] = float("-inf")  # allowed
+    mha(x, attn_mask=mask)
+    mask[2, 3] = bad
+    with pytest.raises(ValueError, match=f"float mask holds {bad}"):
+        mha(x, attn_mask=mask)
+    q, k, v = _qkv(L=5, S=5)
+    with pytest.raises(ValueError, match=f"float mask holds {bad}"):
+        tc.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -21,6 +23,41 @@ def test_layernorm_equals_torch_with_and_without_affine():
     y = bare(x)
     torch.testing.assert_close(y.mean(-1), torch.zeros(4, 7), atol=1e-5, rtol=0)
     torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(4, 7), atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_module_equals_reference_formula_forward_and_backward(affine):
+    x = (torch.randn(3, 5, 16, dtype=torch.float64) * 4 + 1).requires_grad_()
+    ln = tc.LayerNorm(16, elementwise_affine=affine).double()
+    if affine:
+        with torch.no_grad():
+            ln.weight.normal_()
+            ln.bias.normal_()
+    g = torch.randn(3, 5, 16, dtype=torch.float64)
+    fast = ln(x)
+    ref = tc.layer_norm_reference(x, ln.weight, ln.bias, ln.eps)
+    torch.testing.assert_close(fast, ref)
+    (gx_fast,) = torch.autograd.grad(fast, x, g)
+    (gx_ref,) = torch.autograd.grad(ref, x, g)
+    torch.testing.assert_close(gx_fast, gx_ref)
+
+
+def test_rms_norm_module_equals_reference_formula():
+    x = torch.randn(4, 7, 10, dtype=torch.float64) * 3
+    rms = tc.RMSNorm(10, eps=1e-6).double()
+    with torch.no_grad():
+        rms.weight.normal_()
+    torch.testing.assert_close(rms(x), tc.rms_norm_reference(x, rms.weight, 1e-6))
+    manual = x / torch.sqrt((x**2).mean(-1, keepdim=True) + 1e-6) * rms.weight  # the definition, spelled out
+    torch.testing.assert_close(tc.rms_norm_reference(x, rms.weight, 1e-6), manual)
+
+
+def test_layer_norm_reference_is_the_definition():
+    x = torch.randn(6, 9, dtype=torch.float64)
+    w, b = torch.randn(9, dtype=torch.float64), torch.randn(9, dtype=torch.float64)
+    mu = x.sum(-1, keepdim=True) / 9
+    sigma2 = ((x - mu) ** 2).sum(-1, keepdim=True) / 9  # biased variance
+    torch.testing.assert_close(tc.layer_norm_reference(x, w, b, 1e-5), (x - mu) / torch.sqrt(sigma2 + 1e-5) * w + b)
 
 
 def test_layernorm_gradcheck_float64():
@@ -70,6 +107,16 @@ def test_feedforward_formulas():
     torch.testing.assert_close(swiglu(x), swiglu.w2(F.silu(swiglu.w1(x)) * swiglu.w3(x)))
     geglu = tc.FeedForward(8, 16, "geglu")
     torch.testing.assert_close(geglu(x), geglu.w2(F.gelu(geglu.w1(x)) * geglu.w3(x)))
+    gelu = tc.FeedForward(8, 16, "gelu").double()
+    xd = x.double()
+    h = gelu.w1(xd)
+    exact = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))  # x·Φ(x)
+    torch.testing.assert_close(gelu(xd), gelu.w2(exact))
+    gelu_tanh = tc.FeedForward(8, 16, "gelu_tanh").double()
+    h = gelu_tanh.w1(xd)
+    approx = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))  # GPT-2's formula
+    torch.testing.assert_close(gelu_tanh(xd), gelu_tanh.w2(approx))
+    assert not torch.allclose(gelu_tanh.w2(approx), gelu_tanh.w2(0.5 * h * (1 + torch.erf(h / math.sqrt(2)))))
     with pytest.raises(ValueError, match="unknown activation 'tanh'"):
         tc.FeedForward(8, 16, "tanh")
 
@@ -85,17 +132,19 @@ def _copy_encoder_layer(ours, theirs):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_equals_torch(norm_first):
     theirs = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
-    ours = tc.EncoderLayer(16, 4, 32, norm_first=norm_first).eval()
+    ours = tc.TransformerBlock(16, 4, 32, norm_first=norm_first).eval()
     _copy_encoder_layer(ours, theirs)
     x = torch.randn(2, 6, 16)
     pad = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
     expected = theirs(x, src_key_padding_mask=~pad)
-    got = ours(x, src_mask=tc.padding_mask(pad.long(), 0), need_weights=True)
+    got = ours(x, attn_mask=tc.padding_mask(pad.long(), 0), need_weights=True)
     # nn's fast path may zero padded rows' outputs; compare the real positions
     torch.testing.assert_close(got[pad], expected[pad])
-    assert ours.attn_weights["self"].shape == (2, 4, 6, 6)
+    weights = ours.self_attn.attn_weights
+    assert weights.shape == (2, 4, 6, 6)
+    assert weights[1, :, :, 4:].eq(0).all()  # padded keys get no weight
     ours(x)
-    assert ours.attn_weights is None
+    assert ours.self_attn.attn_weights is None
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -112,14 +161,15 @@ def test_decoder_layer_equals_torch(norm_first):
     expected = theirs(x, mem, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5), tgt_is_causal=True)
     got = ours(x, mem, need_weights=True)
     torch.testing.assert_close(got, expected)
-    assert ours.attn_weights["cross"].shape == (2, 4, 5, 7)
+    assert ours.cross_attn.attn_weights.shape == (2, 4, 5, 7)
+    assert ours.self_attn.attn_weights[..., ~tc.causal_mask(5)].eq(0).all()
 
 
 def test_residual_wiring_pre_and_post_ln():
     x = torch.randn(2, 4, 8)
     for norm_first in (False, True):
-        blk = tc.GPTBlock(8, 2, 16, norm_first=norm_first).eval()
-        a = blk.attn(blk.norm1(x) if norm_first else x, is_causal=True)[0]
+        blk = tc.TransformerBlock(8, 2, 16, norm_first=norm_first, causal=True).eval()
+        a = blk.self_attn(blk.norm1(x) if norm_first else x, is_causal=True)[0]
         h = x + a if norm_first else blk.norm1(x + a)
         f = blk.ffn(blk.norm2(h) if norm_first else h)
         expected = h + f if norm_first else blk.norm2(h + f)
@@ -127,11 +177,11 @@ def test_residual_wiring_pre_and_post_ln():
 
 
 def test_residual_jacobian_is_identity_plus_sublayer_jacobian():
-    blk = tc.GPTBlock(4, 2, 8, norm_first=True).double().eval()
+    blk = tc.TransformerBlock(4, 2, 8, norm_first=True, causal=True).double().eval()
     x = torch.randn(1, 3, 4, dtype=torch.float64)
 
     def attn_branch(z):
-        return blk.attn(blk.norm1(z), is_causal=True)[0]
+        return blk.self_attn(blk.norm1(z), is_causal=True)[0]
 
     def first_residual(z):
         return z + attn_branch(z)
@@ -139,3 +189,13 @@ def test_residual_jacobian_is_identity_plus_sublayer_jacobian():
     J = torch.autograd.functional.jacobian(first_residual, x).reshape(12, 12)
     JF = torch.autograd.functional.jacobian(attn_branch, x).reshape(12, 12)
     torch.testing.assert_close(J, torch.eye(12, dtype=torch.float64) + JF)
+
+
+def test_gpt_constructor_defaults_and_overrides():
+    blk = tc.TransformerBlock.gpt(8, 2, 16)
+    assert blk.causal and blk.norm_first and blk.ffn.activation == "gelu"
+    post = tc.TransformerBlock.gpt(8, 2, 16, norm_first=False, activation="relu", num_kv_heads=1)
+    assert post.causal and not post.norm_first and post.ffn.activation == "relu"
+    assert post.self_attn.num_kv_heads == 1
+    enc = tc.TransformerBlock(8, 2, 16)
+    assert not enc.causal and not enc.norm_first and enc.ffn.activation == "relu"

@@ -85,3 +85,26 @@ def test_check_mask_names_shapes():
         tc.check_mask(torch.ones(3, 5, dtype=torch.bool), (2, 4, 3, 6))
     with pytest.raises(TypeError, match="int64"):
         tc.check_mask(torch.ones(3, 5, dtype=torch.long), (3, 5))
+
+
+def test_causal_mask_with_window_written_out():
+    L, S, W = 3, 7, 2
+    expected = torch.tensor([[S - L + i - W < j <= S - L + i for j in range(S)] for i in range(L)])
+    assert torch.equal(tc.causal_mask(L, S, window=W), expected)
+
+
+def test_merge_masks_combines_caller_causal_and_window_masks():
+    L, S = 3, 5
+    causal = torch.tensor([[j <= i + 2 for j in range(S)] for i in range(L)])
+    assert tc.merge_masks(None, L, S) is None
+    assert torch.equal(tc.merge_masks(None, L, S, is_causal=True), causal)
+    assert tc.merge_masks(None, 1, S, is_causal=True) is None  # the last position sees everything
+    pad = torch.tensor([True, True, False, True, True])
+    assert torch.equal(tc.merge_masks(pad, L, S, is_causal=True), pad & causal)
+    additive = torch.randn(L, S)
+    merged = tc.merge_masks(additive, L, S, is_causal=True)
+    assert torch.equal(merged[causal], additive[causal]) and torch.isneginf(merged[~causal]).all()
+    window = tc.merge_masks(None, 1, S, is_causal=True, window=3)
+    assert torch.equal(window, torch.tensor([[False, False, True, True, True]]))
+    with pytest.raises(ValueError, match="needs is_causal=True"):
+        tc.merge_masks(None, L, S, window=2)

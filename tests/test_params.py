@@ -40,15 +40,15 @@ def test_transformer_formula_equals_count(d_model, heads, enc, dec, vocab, posit
     src_v, tgt_v = (vocab[0], vocab[0]) if share else vocab
     cfg = tc.TransformerConfig(
         src_vocab_size=src_v, tgt_vocab_size=tgt_v, d_model=d_model, num_heads=heads,
-        num_encoder_layers=enc, num_decoder_layers=dec, d_ff=3 * d_model, max_len=10,
-        positional=positional, share_embeddings=share, tie_output=tie, final_norm=final_norm,
+        num_encoder_layers=enc, num_decoder_layers=dec, d_ff=3 * d_model, context_length=10,
+        positional=positional, share_embeddings=share, tie_weights=tie, final_norm=final_norm,
         bias=bias, activation=activation, norm=norm,
     )  # fmt: skip
     assert tc.count_parameters(tc.Transformer(cfg)) == tc.transformer_parameter_count(cfg)
 
 
 def test_paper_base_model_is_about_63_million():
-    cfg = tc.TransformerConfig(src_vocab_size=37000, tgt_vocab_size=37000, share_embeddings=True, tie_output=True)
+    cfg = tc.TransformerConfig(src_vocab_size=37000, tgt_vocab_size=37000, share_embeddings=True, tie_weights=True)
     n = tc.transformer_parameter_count(cfg)
     with torch.device("meta"):
         assert tc.count_parameters(tc.Transformer(cfg)) == n

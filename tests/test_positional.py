@@ -18,12 +18,23 @@ def test_sinusoidal_table_matches_formula():
     assert torch.equal(pe[0, 0::2], torch.zeros(8)) and torch.equal(pe[0, 1::2], torch.ones(8))
 
 
-def test_module_buffer_and_forward_with_offset():
-    mod = tc.SinusoidalPositionalEncoding(8, max_len=20)
-    assert mod.pe.shape == (20, 8)
+def _closed_form_table(max_len: int, d: int, base: float) -> torch.Tensor:
+    return torch.tensor(
+        [
+            [(math.sin if j % 2 == 0 else math.cos)(p / base ** ((j - j % 2) / d)) for j in range(d)]
+            for p in range(max_len)
+        ]
+    )
+
+
+def test_module_adds_the_closed_form_table_with_default_base_10000_and_offset():
+    mod = tc.SinusoidalPositionalEncoding(8, max_len=20)  # default base
     assert "pe" in dict(mod.named_buffers())
-    x = torch.zeros(2, 5, 8)
-    torch.testing.assert_close(mod(x, offset=3), mod.pe[3:8].expand(2, 5, 8))
+    x = torch.randn(2, 5, 8)
+    expected = _closed_form_table(20, 8, 10000.0)[3:8]
+    torch.testing.assert_close(mod(x, offset=3), x + expected)
+    other = tc.SinusoidalPositionalEncoding(8, max_len=20, base=100.0)
+    torch.testing.assert_close(other(x), x + _closed_form_table(20, 8, 100.0)[:5])
     with pytest.raises(ValueError, match=r"positions 18\.\.22 exceed"):
         mod(x, offset=18)
     with pytest.raises(ValueError, match="d_model=8"):
@@ -58,6 +69,33 @@ def test_learned_positional_embedding():
     torch.testing.assert_close(mod(x, offset=2), mod.embedding.weight[2:6].expand(3, 4, 8))
     with pytest.raises(ValueError, match="exceed"):
         mod(torch.zeros(1, 11, 8))
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("offset", [0, 5, 30])  # 30 + 3 rows lie past the table of 16: computed on the spot
+def test_rope_equals_the_closed_form_rotation(interleaved, offset):
+    D = 8
+    rope = tc.RotaryEmbedding(D, max_len=16, interleaved=interleaved)
+    x = torch.randn(2, 3, D, dtype=torch.float64)
+    y = rope(x, offset=offset)
+    expected = torch.empty_like(x)
+    for m in range(3):
+        for i in range(D // 2):
+            theta = (offset + m) * 10000.0 ** (-2 * i / D)
+            a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + D // 2)
+            c, s = math.cos(theta), math.sin(theta)
+            expected[:, m, a] = x[:, m, a] * c - x[:, m, b] * s
+            expected[:, m, b] = x[:, m, a] * s + x[:, m, b] * c
+    torch.testing.assert_close(y, expected, atol=1e-6, rtol=1e-6)
+
+
+def test_build_positional_names_each_module():
+    assert isinstance(tc.build_positional("sinusoidal", 8, 10), tc.SinusoidalPositionalEncoding)
+    assert isinstance(tc.build_positional("learned", 8, 10), tc.LearnedPositionalEmbedding)
+    assert isinstance(tc.build_positional("rope", 4, 10), tc.RotaryEmbedding)
+    assert tc.build_positional("none", 8, 10) is None
+    with pytest.raises(ValueError, match="unknown positional encoding 'alibi'"):
+        tc.build_positional("alibi", 8, 10)
 
 
 @pytest.mark.parametrize("interleaved", [True, False])

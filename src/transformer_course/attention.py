@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masks import causal_mask, check_mask
+from .masks import causal_mask, check_mask, merge_masks
 from .positional import RotaryEmbedding
 from .utils import check_positive_int
 
@@ -24,7 +24,6 @@ __all__ = [
     "KVCache",
     "MultiHeadAttention",
 ]
-
 
 
 def masked_softmax(scores: Tensor, attn_mask: Tensor | None = None) -> Tensor:
@@ -61,9 +60,10 @@ def scaled_dot_product_attention(
     dimensions broadcast. Output ``(..., L, Dv)``, weights ``(..., L, S)``.
 
     * ``attn_mask``: bool (``True`` = may attend) or additive float, broadcastable to ``(..., L, S)``.
-    * ``is_causal``: the mask ``tril(ones(L, S))`` aligned to the **top-left** corner, exactly as
-      ``F.scaled_dot_product_attention`` does; for the last ``L`` queries of a cached sequence
-      pass ``attn_mask=causal_mask(L, S)`` (lower-right aligned) instead.
+    * ``is_causal``: :func:`~transformer_course.causal_mask` ``(L, S)``, aligned to the
+      **lower-right** corner (the queries are the last ``L`` of ``S`` positions), as everywhere in
+      this package. ``F.scaled_dot_product_attention(is_causal=True)`` aligns to the top-left
+      instead; the two agree when ``L == S``.
     * ``scale`` defaults to ``1/sqrt(D)``.
     * ``dropout_p`` is applied to the weights whenever it is positive (as in ``F``'s function);
       the returned weights are the ones that multiplied ``value``.
@@ -75,9 +75,7 @@ def scaled_dot_product_attention(
             f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
         )
     if query.size(-1) != key.size(-1):
-        raise ValueError(
-            f"query and key feature sizes differ: {query.size(-1)} vs {key.size(-1)}"
-        )
+        raise ValueError(f"query and key feature sizes differ: {query.size(-1)} vs {key.size(-1)}")
     if key.size(-2) != value.size(-2):
         raise ValueError(f"key and value lengths differ: {key.size(-2)} vs {value.size(-2)}")
     if not 0.0 <= dropout_p < 1.0:
@@ -89,7 +87,7 @@ def scaled_dot_product_attention(
         scale = 1.0 / math.sqrt(query.size(-1))
     scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., L, D) @ (..., D, S) -> (..., L, S)
     if is_causal:
-        attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        attn_mask = causal_mask(L, S, device=query.device)
     weights = masked_softmax(scores, attn_mask)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
@@ -131,42 +129,126 @@ class AdditiveAttention(nn.Module):
 
 
 class KVCache:
-    """Keys and values of the positions already processed, each ``(N, Hkv, S, D)``.
+    """Keys and values of the positions already processed, in preallocated buffers ``(N, Hkv, capacity, D)``.
 
-    :class:`MultiHeadAttention` appends the new positions' keys/values with :meth:`update` and
-    attends over everything cached, so each decoding step projects only the newest token.
+    :meth:`update` writes the new positions' keys/values after the cached ones and returns views
+    of everything cached (no ``torch.cat`` per step); the buffers are allocated on the first update
+    (``capacity`` positions, or more when needed) and doubled when full, so appending costs
+    amortised O(new positions).
+
+    ``window`` makes the cache roll (sliding-window attention): it keeps only what the next
+    queries may see, the last ``window - 1`` positions plus the new ones, and the attention masks
+    keys more than ``window - 1`` positions back. The buffer then holds ``2 * window`` positions
+    and is compacted once every ``window`` or so steps.
+
+    ``offset`` counts every position ever appended (the absolute position of the next one, for
+    rotary embeddings); ``len(cache)`` is the number of positions held. The first update fixes the
+    dtype and device: a later one with another dtype or device raises ``ValueError`` (a float64
+    input would otherwise be silently rounded into a float32 cache).
     """
 
-    def __init__(self) -> None:
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
+    def __init__(self, capacity: int = 0, window: int | None = None) -> None:
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
+            raise ValueError(f"capacity must be a non-negative int, got {capacity!r}")
+        if window is not None:
+            check_positive_int("window", window)
+        self.capacity, self.window = capacity, window
+        self._k: Tensor | None = None  # (N, Hkv, capacity, D) buffers
+        self._v: Tensor | None = None
+        self._start = 0  # buffer index of the oldest position held
+        self._end = 0  # buffer index after the newest position
+        self.offset = 0
 
     def __len__(self) -> int:
-        return 0 if self.k is None else self.k.size(-2)
+        return self._end - self._start
 
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append ``k``, ``v`` of shape ``(N, Hkv, S_new, D)`` and return the full cache."""
+    @property
+    def keys(self) -> Tensor | None:
+        """The cached keys ``(N, Hkv, len, D)`` (a view of the buffer), or ``None`` before the first update."""
+        return None if self._k is None else self._k[:, :, self._start : self._end]
+
+    @property
+    def values(self) -> Tensor | None:
+        """The cached values ``(N, Hkv, len, D)`` (a view of the buffer), or ``None`` before the first update."""
+        return None if self._v is None else self._v[:, :, self._start : self._end]
+
+    def _check(self, k: Tensor, v: Tensor) -> None:
         if k.shape != v.shape or k.dim() != 4:
             raise ValueError(f"k and v must be 4-D and equal in shape, got {tuple(k.shape)}, {tuple(v.shape)}")
-        if self.k is None:
-            self.k, self.v = k, v
-        else:
-            if self.k.shape[:2] != k.shape[:2] or self.k.size(-1) != k.size(-1):
-                raise ValueError(
-                    f"new keys {tuple(k.shape)} do not match cached keys {tuple(self.k.shape)}"
-                )
-            self.k = torch.cat([self.k, k], dim=-2)  # (N, Hkv, S_old + S_new, D)
-            self.v = torch.cat([self.v, v], dim=-2)
-        return self.k, self.v
+        if self._k is None:
+            return
+        if k.dtype != self._k.dtype or k.device != self._k.device:
+            raise ValueError(
+                f"the cache holds {self._k.dtype} on {self._k.device}, got {k.dtype} on {k.device}; "
+                "use one dtype and device per cache (or reset() it)"
+            )
+        if self._k.shape[:2] != k.shape[:2] or self._k.size(-1) != k.size(-1):
+            raise ValueError(
+                f"new keys {tuple(k.shape)} do not match cached keys (N, Hkv, D) = "
+                f"{(self._k.size(0), self._k.size(1), self._k.size(3))}"
+            )
+
+    def _make_room(self, keep: int, new: int, like: Tensor) -> None:
+        """Ensure the buffer holds the last ``keep`` positions followed by room for ``new`` more."""
+        start = self._end - keep
+        if self._k is not None and start + keep + new <= self._k.size(2):
+            self._start = start
+            return
+        size = max(self.capacity, 2 * self.window if self.window else 0, keep + new)
+        if self._k is not None and self.window is None:
+            size = max(size, 2 * self._k.size(2))
+        N, Hkv, _, D = like.shape
+        k = like.new_empty(N, Hkv, size, D)
+        v = like.new_empty(N, Hkv, size, D)
+        if keep:  # move what is kept to the front of the new buffer
+            k[:, :, :keep] = self._k[:, :, start : self._end]
+            v[:, :, :keep] = self._v[:, :, start : self._end]
+        self._k, self._v, self._start, self._end = k, v, 0, keep
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append ``k``, ``v`` of shape ``(N, Hkv, S_new, D)``; return the cached keys and values.
+
+        Keys come first in the result and old positions before new ones: ``(keys, values)``, each
+        ``(N, Hkv, len, D)``.
+        """
+        self._check(k, v)
+        new = k.size(2)
+        keep = len(self) if self.window is None else min(len(self), self.window - 1)
+        self._make_room(keep, new, k)
+        self._k[:, :, self._end : self._end + new] = k
+        self._v[:, :, self._end : self._end + new] = v
+        self._end += new
+        self.offset += new
+        return self._k[:, :, self._start : self._end], self._v[:, :, self._start : self._end]
+
+    def crop(self, length: int) -> None:
+        """Keep the oldest ``length`` of the positions held and forget the newer ones.
+
+        Rewinds the cache, e.g. to reject drafted tokens (speculative decoding) or to repeat a
+        decoding step from the same state.
+        """
+        if not isinstance(length, int) or isinstance(length, bool) or not 0 <= length <= len(self):
+            raise ValueError(f"length must be an int in [0, {len(self)}], got {length!r}")
+        removed = len(self) - length
+        self._end -= removed
+        self.offset -= removed
 
     def reset(self) -> None:
-        self.k = self.v = None
+        """Forget every position (the buffers are kept for reuse)."""
+        self._start = self._end = self.offset = 0
 
     def nbytes(self) -> int:
-        """Memory held by the cache in bytes."""
-        if self.k is None:
+        """Bytes of the cached keys and values (the positions held, not the spare capacity)."""
+        if self._k is None:
             return 0
-        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+        return 2 * len(self) * self._k.size(0) * self._k.size(1) * self._k.size(3) * self._k.element_size()
+
+
+def _check_finite(name: str, x: Tensor) -> None:
+    if x.device.type == "meta":  # shapes only (e.g. counting parameters or FLOPs): no values to check
+        return
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} holds NaN or infinite values ({int((~torch.isfinite(x)).sum())} of {x.numel()})")
 
 
 class MultiHeadAttention(nn.Module):
@@ -175,14 +257,19 @@ class MultiHeadAttention(nn.Module):
     ``num_kv_heads`` (Hkv) defaults to ``num_heads`` (H); ``Hkv = 1`` is multi-query attention,
     ``1 < Hkv < H`` grouped-query attention: query head ``h`` uses key/value head
     ``h // (H // Hkv)``. ``rotary`` (a :class:`RotaryEmbedding` of size ``head_dim``) rotates
-    queries and keys by their absolute positions, counted from the cache length.
+    queries and keys by their absolute positions, counted from ``cache.offset``.
 
     ``forward(query, key=None, value=None, attn_mask=None, is_causal=False, need_weights=False,
-    cache=None)`` returns ``(output (N, L, E), weights)``: ``weights`` is ``(N, H, L, S)`` per
-    head when ``need_weights`` (computed by the explicit reference), else ``None`` and the fused
-    ``F.scaled_dot_product_attention`` runs. ``attn_mask`` is bool (``True`` = may attend) or
-    additive float, broadcastable to ``(N, H, L, S)``; ``is_causal`` means
+    cache=None)`` returns ``(output (N, L, E), weights)``. With ``need_weights`` the explicit
+    reference computes the per-head ``weights (N, H, L, S)``, which are also kept in
+    ``self.attn_weights``; otherwise ``weights`` and ``self.attn_weights`` are ``None`` and the
+    fused ``F.scaled_dot_product_attention`` runs. ``attn_mask`` is bool (``True`` = may attend)
+    or additive float, broadcastable to ``(N, H, L, S)``; ``is_causal`` means
     ``causal_mask(L, S)`` (lower-right aligned, right for cached decoding).
+
+    ``check_values`` (default ``True``) rejects NaN/infinite inputs and float masks holding NaN or
+    ``+inf``. That reads every value (a host synchronisation on an accelerator); the models turn it
+    off in their layers, which only ever see their own activations, and check token ids instead.
     """
 
     def __init__(
@@ -218,14 +305,27 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.rotary = rotary
+        self.check_values = True
+        self.attn_weights: Tensor | None = None
 
     def _split_heads(self, x: Tensor, heads: int) -> Tensor:
         N, T, _ = x.shape
         return x.view(N, T, heads, self.head_dim).transpose(1, 2)  # (N, T, heads*D) -> (N, heads, T, D)
 
-    def _check_input(self, name: str, x: Tensor) -> None:
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(f"{name} must have shape (N, T, {self.d_model}), got {tuple(x.shape)}")
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.dim() != 3 or x.size(-1) != self.d_model:
+                raise ValueError(f"{name} must have shape (N, T, {self.d_model}), got {tuple(x.shape)}")
+        if key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0):
+            raise ValueError(
+                f"batch/length mismatch: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+            )
+        if self.check_values:
+            _check_finite("query", query)
+            if key is not query:
+                _check_finite("key", key)
+            if value is not key:
+                _check_finite("value", value)
 
     def forward(
         self,
@@ -239,54 +339,39 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         key = query if key is None else key
         value = key if value is None else value
-        self._check_input("query", query)
-        self._check_input("key", key)
-        self._check_input("value", value)
-        if key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0):
-            raise ValueError(
-                f"batch/length mismatch: query {tuple(query.shape)}, key {tuple(key.shape)}, "
-                f"value {tuple(value.shape)}"
-            )
+        self._check_inputs(query, key, value)
         N, L, E = query.shape
         H, Hkv = self.num_heads, self.num_kv_heads
         q = self._split_heads(self.q_proj(query), H)  # (N, L, E) -> (N, H, L, D)
         k = self._split_heads(self.k_proj(key), Hkv)  # (N, S_new, Hkv*D) -> (N, Hkv, S_new, D)
         v = self._split_heads(self.v_proj(value), Hkv)
         if self.rotary is not None:
-            offset = len(cache) if cache is not None else 0
+            offset = cache.offset if cache is not None else 0
             q = self.rotary(q, offset=offset)
             k = self.rotary(k, offset=offset)
         if cache is not None:
-            k, v = cache.update(k, v)  # (N, Hkv, S, D) with S = cached + new
+            k, v = cache.update(k, v)  # (N, Hkv, S, D): the cached positions, then the new ones
         S = k.size(-2)
-        if Hkv != H:  # each key/value head serves H // Hkv consecutive query heads
-            k = k.repeat_interleave(H // Hkv, dim=1)  # (N, Hkv, S, D) -> (N, H, S, D)
-            v = v.repeat_interleave(H // Hkv, dim=1)
+        window = cache.window if cache is not None else None
         if attn_mask is not None:
-            check_mask(attn_mask, (N, H, L, S))
-        fused_causal = False
-        # A single query (one step of cached decoding) sits at the last position and may see
-        # every key: its lower-right causal mask is all True. Building and applying it only costs
-        # time (on a CPU, F.scaled_dot_product_attention with one query and 64 keys took 2.4x as
-        # long with the mask as without), so it is skipped.
-        if is_causal and L > 1:
-            if attn_mask is None and L == S and not need_weights:
-                fused_causal = True  # let the fused kernel build the (square) causal mask
-            else:
-                causal = causal_mask(L, S, device=query.device)
-                if attn_mask is None:
-                    attn_mask = causal
-                elif attn_mask.dtype == torch.bool:
-                    attn_mask = attn_mask & causal
-                else:
-                    attn_mask = attn_mask.masked_fill(~causal, float("-inf"))
+            check_mask(attn_mask, (N, H, L, S), check_values=self.check_values)
+        # The fused kernel builds a square causal mask itself; every other case gets one merged mask.
+        fused_causal = (
+            is_causal and attn_mask is None and L == S > 1 and not need_weights and (window is None or S <= window)
+        )
+        if not fused_causal:
+            attn_mask = merge_masks(attn_mask, L, S, is_causal=is_causal, window=window, device=q.device)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
+            if Hkv != H:  # each key/value head serves H // Hkv consecutive query heads
+                k = k.repeat_interleave(H // Hkv, dim=1)  # (N, Hkv, S, D) -> (N, H, S, D)
+                v = v.repeat_interleave(H // Hkv, dim=1)
             out, weights = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p=dropout_p)
         else:
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=fused_causal
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=fused_causal, enable_gqa=Hkv != H
             )
             weights = None
+        self.attn_weights = weights
         out = out.transpose(1, 2).reshape(N, L, E)  # (N, H, L, D) -> (N, L, H, D) -> (N, L, E)
         return self.out_proj(out), weights

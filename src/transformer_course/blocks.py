@@ -1,7 +1,10 @@
-"""Transformer layers: encoder layer, decoder layer (with cross-attention) and the
-decoder-only block of GPT. Each supports Post-LN (``norm_first=False``, the 2017 paper) and
-Pre-LN (``norm_first=True``). Masks are bool (``True`` = may attend) or additive float and
-broadcast to ``(N, H, L, S)``."""
+"""Transformer layers: :class:`TransformerBlock` (self-attention then FFN; the encoder layer with
+``causal=False``, the GPT block with ``causal=True``) and :class:`DecoderLayer` (the same plus
+cross-attention over the encoder output). Both support Post-LN (``norm_first=False``, the 2017
+paper) and Pre-LN (``norm_first=True``, GPT-2). Masks are bool (``True`` = may attend) or additive
+float and broadcast to ``(N, H, L, S)``. With ``need_weights=True`` each attention module keeps its
+per-head weights in its ``attn_weights`` attribute (``block.self_attn.attn_weights``,
+``layer.cross_attn.attn_weights``)."""
 
 from __future__ import annotations
 
@@ -12,26 +15,17 @@ from .feedforward import FeedForward
 from .norms import build_norm
 from .positional import RotaryEmbedding
 
-__all__ = ["EncoderLayer", "DecoderLayer", "GPTBlock"]
+__all__ = ["TransformerBlock", "DecoderLayer"]
 
 
-class _Sublayers(nn.Module):
-    """Shared residual wiring: ``x + drop(f(x))`` followed or preceded by a norm."""
-
-    norm_first: bool
-    drop: nn.Dropout
-
-    def _residual(self, x: Tensor, norm: nn.Module, sublayer) -> Tensor:
-        if self.norm_first:
-            return x + self.drop(sublayer(norm(x)))  # Pre-LN: x + F(LN(x))
-        return norm(x + self.drop(sublayer(x)))  # Post-LN: LN(x + F(x))
-
-
-class EncoderLayer(_Sublayers):
+class TransformerBlock(nn.Module):
     """Self-attention then FFN, each wrapped in a residual connection and a norm.
 
-    After ``forward(..., need_weights=True)`` the per-head weights are in
-    ``self.attn_weights["self"]`` with shape ``(N, H, L, L)``.
+    ``causal=False`` (default) is the encoder layer of the 2017 paper (with its defaults:
+    ReLU, Post-LN, like ``nn.TransformerEncoderLayer``); ``causal=True`` masks future positions,
+    as in the GPT block (use ``norm_first=True``, ``activation="gelu_tanh"`` for GPT-2).
+    ``num_kv_heads`` enables grouped/multi-query attention, ``rotary`` rotary position embeddings,
+    and ``forward(..., cache=KVCache())`` incremental (cached) decoding.
     """
 
     def __init__(
@@ -45,140 +39,92 @@ class EncoderLayer(_Sublayers):
         norm: str = "layernorm",
         bias: bool = True,
         eps: float = 1e-5,
-    ) -> None:
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.ffn = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias)
-        self.norm1 = build_norm(norm, d_model, eps, bias)
-        self.norm2 = build_norm(norm, d_model, eps, bias)
-        self.drop = nn.Dropout(dropout)
-        self.attn_weights: dict[str, Tensor] | None = None
-
-    def forward(self, x: Tensor, src_mask: Tensor | None = None, need_weights: bool = False) -> Tensor:
-        weights = {}
-
-        def attend(h: Tensor) -> Tensor:
-            out, weights["self"] = self.self_attn(h, attn_mask=src_mask, need_weights=need_weights)
-            return out
-
-        x = self._residual(x, self.norm1, attend)
-        x = self._residual(x, self.norm2, self.ffn)
-        self.attn_weights = weights if need_weights else None
-        return x
-
-
-class DecoderLayer(_Sublayers):
-    """Masked self-attention, cross-attention over the encoder output (``memory``), then FFN.
-
-    ``tgt_is_causal`` (default) adds the causal mask to the self-attention; ``cache`` (a
-    :class:`KVCache`) makes the self-attention incremental. After ``need_weights=True``:
-    ``self.attn_weights["self"]`` ``(N, H, L, S_self)`` and ``["cross"]`` ``(N, H, L, S_src)``.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = False,
-        norm: str = "layernorm",
-        bias: bool = True,
-        eps: float = 1e-5,
-    ) -> None:
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.ffn = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias)
-        self.norm1 = build_norm(norm, d_model, eps, bias)
-        self.norm2 = build_norm(norm, d_model, eps, bias)
-        self.norm3 = build_norm(norm, d_model, eps, bias)
-        self.drop = nn.Dropout(dropout)
-        self.attn_weights: dict[str, Tensor] | None = None
-
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor,
-        tgt_mask: Tensor | None = None,
-        memory_mask: Tensor | None = None,
-        tgt_is_causal: bool = True,
-        need_weights: bool = False,
-        cache: KVCache | None = None,
-    ) -> Tensor:
-        weights = {}
-
-        def self_attend(h: Tensor) -> Tensor:
-            out, weights["self"] = self.self_attn(
-                h, attn_mask=tgt_mask, is_causal=tgt_is_causal, need_weights=need_weights, cache=cache
-            )
-            return out
-
-        def cross_attend(h: Tensor) -> Tensor:
-            out, weights["cross"] = self.cross_attn(
-                h, memory, memory, attn_mask=memory_mask, need_weights=need_weights
-            )
-            return out
-
-        x = self._residual(x, self.norm1, self_attend)
-        x = self._residual(x, self.norm2, cross_attend)
-        x = self._residual(x, self.norm3, self.ffn)
-        self.attn_weights = weights if need_weights else None
-        return x
-
-
-class GPTBlock(_Sublayers):
-    """The decoder-only block: causal self-attention and FFN (no cross-attention).
-
-    Pre-LN by default, as in GPT-2. ``num_kv_heads`` enables grouped/multi-query attention and
-    ``rotary`` rotary position embeddings. After ``need_weights=True`` the per-head weights are
-    in ``self.attn_weights["self"]``.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        activation: str = "gelu",
-        norm_first: bool = True,
-        norm: str = "layernorm",
-        bias: bool = True,
+        causal: bool = False,
         num_kv_heads: int | None = None,
         rotary: RotaryEmbedding | None = None,
-        eps: float = 1e-5,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.attn = MultiHeadAttention(
+        self.causal = causal
+        self.self_attn = MultiHeadAttention(
             d_model, num_heads, num_kv_heads=num_kv_heads, dropout=dropout, bias=bias, rotary=rotary
         )
         self.ffn = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias)
         self.norm1 = build_norm(norm, d_model, eps, bias)
         self.norm2 = build_norm(norm, d_model, eps, bias)
         self.drop = nn.Dropout(dropout)
-        self.attn_weights: dict[str, Tensor] | None = None
+
+    @classmethod
+    def gpt(cls, d_model: int, num_heads: int, d_ff: int, **kwargs) -> TransformerBlock:
+        """The GPT(-2) block: ``causal=True``, ``norm_first=True`` (Pre-LN), ``activation="gelu"``
+        unless ``kwargs`` say otherwise; every other argument as in the constructor."""
+        kwargs = {"causal": True, "norm_first": True, "activation": "gelu", **kwargs}
+        return cls(d_model, num_heads, d_ff, **kwargs)
+
+    def _attend(self, h: Tensor, attn_mask: Tensor | None, need_weights: bool, cache: KVCache | None) -> Tensor:
+        return self.self_attn(h, attn_mask=attn_mask, is_causal=self.causal, need_weights=need_weights, cache=cache)[0]
 
     def forward(
         self,
         x: Tensor,
         attn_mask: Tensor | None = None,
-        cache: KVCache | None = None,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> Tensor:
-        weights = {}
+        if self.norm_first:  # Pre-LN: x + F(LN(x))
+            x = x + self.drop(self._attend(self.norm1(x), attn_mask, need_weights, cache))
+            return x + self.drop(self.ffn(self.norm2(x)))
+        # Post-LN: LN(x + F(x))
+        x = self.norm1(x + self.drop(self._attend(x, attn_mask, need_weights, cache)))
+        return self.norm2(x + self.drop(self.ffn(x)))
 
-        def attend(h: Tensor) -> Tensor:
-            out, weights["self"] = self.attn(
-                h, attn_mask=attn_mask, is_causal=True, need_weights=need_weights, cache=cache
-            )
-            return out
 
-        x = self._residual(x, self.norm1, attend)
-        x = self._residual(x, self.norm2, self.ffn)
-        self.attn_weights = weights if need_weights else None
-        return x
+class DecoderLayer(TransformerBlock):
+    """Masked self-attention, cross-attention over the encoder output (``memory``), then FFN.
+
+    A :class:`TransformerBlock` (``causal=True`` by default) with a cross-attention sublayer in
+    the middle. The norms are numbered in sublayer order, as in ``nn.TransformerDecoderLayer``:
+    ``norm1`` self-attention, ``norm2`` cross-attention, ``norm3`` FFN. ``cache`` (a
+    :class:`KVCache`) makes the self-attention incremental.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        norm: str = "layernorm",
+        bias: bool = True,
+        eps: float = 1e-5,
+        causal: bool = True,
+    ) -> None:
+        super().__init__(
+            d_model, num_heads, d_ff, dropout=dropout, activation=activation, norm_first=norm_first,
+            norm=norm, bias=bias, eps=eps, causal=causal,
+        )  # fmt: skip
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.norm3 = build_norm(norm, d_model, eps, bias)
+
+    def _cross_attend(self, h: Tensor, memory: Tensor, memory_mask: Tensor | None, need_weights: bool) -> Tensor:
+        return self.cross_attn(h, memory, memory, attn_mask=memory_mask, need_weights=need_weights)[0]
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        attn_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        if self.norm_first:  # Pre-LN: x + F(LN(x)) for each sublayer
+            x = x + self.drop(self._attend(self.norm1(x), attn_mask, need_weights, cache))
+            x = x + self.drop(self._cross_attend(self.norm2(x), memory, memory_mask, need_weights))
+            return x + self.drop(self.ffn(self.norm3(x)))
+        # Post-LN: LN(x + F(x)) for each sublayer
+        x = self.norm1(x + self.drop(self._attend(x, attn_mask, need_weights, cache)))
+        x = self.norm2(x + self.drop(self._cross_attend(x, memory, memory_mask, need_weights)))
+        return self.norm3(x + self.drop(self.ffn(x)))

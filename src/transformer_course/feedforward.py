@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -9,13 +11,17 @@ from .utils import check_positive_int
 
 __all__ = ["ACTIVATIONS", "FeedForward"]
 
-ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu")
 _GATED = {"swiglu": F.silu, "geglu": F.gelu}
-_PLAIN = {"relu": F.relu, "gelu": F.gelu}
+# "gelu" is the exact x·Φ(x); "gelu_tanh" is GPT-2's approximation
+# 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))), fused by PyTorch.
+_PLAIN = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh")}
 
 
 class FeedForward(nn.Module):
     """``FFN(x) = w2(act(w1 x))``, applied to every position independently.
+
+    ``act`` is ``relu``, ``gelu`` (exact) or ``gelu_tanh`` (the tanh approximation of GPT-2).
 
     Gated variants (Shazeer 2020) add a second input projection ``w3``:
     ``swiglu``: ``w2(silu(w1 x) * w3 x)``, ``geglu``: ``w2(gelu(w1 x) * w3 x)``. At equal ``d_ff``

@@ -1,5 +1,7 @@
 """Complete models: the encoder-decoder Transformer of Vaswani et al. (2017) and a decoder-only
-MiniGPT in the style of GPT-2 / nanoGPT."""
+MiniGPT in the style of GPT-2 / nanoGPT. Both configs share their names: ``d_model``,
+``num_heads``, ``d_ff``, ``dropout``, ``context_length``, ``activation``, ``norm``, ``norm_first``,
+``positional``, ``tie_weights``, ``bias``, ``eps``; both models call their output layer ``lm_head``."""
 
 from __future__ import annotations
 
@@ -10,24 +12,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache
-from .blocks import DecoderLayer, EncoderLayer, GPTBlock
+from .attention import KVCache, MultiHeadAttention
+from .blocks import DecoderLayer, TransformerBlock
 from .feedforward import ACTIVATIONS
 from .masks import padding_mask
 from .norms import NORMS, build_norm
-from .positional import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from .positional import POSITIONAL_ENCODINGS, build_positional
 from .sampling import sample_next_token
 from .utils import check_positive_int
 
-__all__ = ["TransformerConfig", "Transformer", "GPTConfig", "MiniGPT", "POSITIONAL_ENCODINGS"]
+__all__ = ["TransformerConfig", "Transformer", "GPTConfig", "MiniGPT"]
 
-POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rope", "none")
+IGNORE_INDEX = -100  # targets equal to this are skipped by the loss (F.cross_entropy's default)
 
 
 def _check_common(cfg: TransformerConfig | GPTConfig, positional_choices: tuple[str, ...]) -> None:
     check_positive_int("d_model", cfg.d_model)
     check_positive_int("num_heads", cfg.num_heads)
     check_positive_int("d_ff", cfg.d_ff)
+    check_positive_int("context_length", cfg.context_length)
     if cfg.d_model % cfg.num_heads:
         raise ValueError(f"d_model={cfg.d_model} is not divisible by num_heads={cfg.num_heads}")
     if not 0.0 <= cfg.dropout < 1.0:
@@ -37,9 +40,9 @@ def _check_common(cfg: TransformerConfig | GPTConfig, positional_choices: tuple[
     if cfg.norm not in NORMS:
         raise ValueError(f"unknown norm {cfg.norm!r}; expected one of {NORMS}")
     if cfg.positional not in positional_choices:
-        raise ValueError(
-            f"unknown positional encoding {cfg.positional!r}; expected one of {positional_choices}"
-        )
+        raise ValueError(f"unknown positional encoding {cfg.positional!r}; expected one of {positional_choices}")
+    if cfg.positional == "sinusoidal" and cfg.d_model % 2:
+        raise ValueError(f"sinusoidal positions need an even d_model, got {cfg.d_model}")
 
 
 @dataclass
@@ -54,13 +57,13 @@ class TransformerConfig:
     num_decoder_layers: int = 6
     d_ff: int = 2048
     dropout: float = 0.1
-    max_len: int = 512
+    context_length: int = 512  # longest source or target sequence (rows of the position tables)
     activation: str = "relu"
     norm_first: bool = False
     norm: str = "layernorm"
     positional: str = "sinusoidal"
     share_embeddings: bool = False  # one table for source and target tokens (shared vocabulary)
-    tie_output: bool = False  # output projection reuses the target embedding matrix
+    tie_weights: bool = False  # lm_head reuses the target embedding matrix
     final_norm: bool = True  # a norm after each stack, as nn.Transformer has
     bias: bool = True
     pad_id: int | None = 0
@@ -71,7 +74,6 @@ class TransformerConfig:
         check_positive_int("tgt_vocab_size", self.tgt_vocab_size)
         check_positive_int("num_encoder_layers", self.num_encoder_layers)
         check_positive_int("num_decoder_layers", self.num_decoder_layers)
-        check_positive_int("max_len", self.max_len)
         _check_common(self, ("sinusoidal", "learned"))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
@@ -80,25 +82,32 @@ class TransformerConfig:
             )
 
 
-def _make_positional(kind: str, d_model: int, max_len: int) -> nn.Module:
-    if kind == "sinusoidal":
-        return SinusoidalPositionalEncoding(d_model, max_len)
-    return LearnedPositionalEmbedding(d_model, max_len)
-
-
-def _check_ids(name: str, ids: Tensor, vocab_size: int) -> None:
+def _check_ids(name: str, ids: Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
+    """Type, shape and range of token ids: one pass and one host synchronisation, at the API boundary."""
     if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
         desc = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
         raise ValueError(f"{name} must be a 2-D LongTensor (N, T), got {desc}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        raise ValueError(
-            f"{name} ids must lie in [0, {vocab_size}), got min {int(ids.min())}, max {int(ids.max())}"
-        )
+    if ids.device.type == "meta":  # shapes only: no values to check
+        return
+    bad = (ids < 0) | (ids >= vocab_size)
+    if ignore_index is not None:
+        bad &= ids != ignore_index
+    if bool(bad.any()):
+        allowed = f"[0, {vocab_size})" + ("" if ignore_index is None else f" or {ignore_index}")
+        raise ValueError(f"{name} must lie in {allowed}, got {ids[bad][0].item()} ({int(bad.sum())} bad)")
+
+
+def _attention_modules_skip_value_checks(model: nn.Module) -> None:
+    """A model checks its token ids; its attention layers only see its own activations."""
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.check_values = False
 
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) + positions, an encoder
-    stack, a decoder stack with cross-attention and a linear output layer (``generator``).
+    stack of :class:`TransformerBlock` (``causal=False``), a decoder stack of :class:`DecoderLayer`
+    and a linear output layer (``lm_head``).
 
     ``forward(src (N, S), tgt (N, L))`` returns logits ``(N, L, tgt_vocab_size)``; source padding
     (``cfg.pad_id``) is masked in the encoder and in the cross-attention, and the target
@@ -111,8 +120,8 @@ class Transformer(nn.Module):
         E = cfg.d_model
         self.src_embed = nn.Embedding(cfg.src_vocab_size, E)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab_size, E)
-        self.src_pos = _make_positional(cfg.positional, E, cfg.max_len)
-        self.tgt_pos = _make_positional(cfg.positional, E, cfg.max_len)
+        self.src_pos = build_positional(cfg.positional, E, cfg.context_length)
+        self.tgt_pos = build_positional(cfg.positional, E, cfg.context_length)
         self.dropout = nn.Dropout(cfg.dropout)
         layer_args = dict(
             d_model=E, num_heads=cfg.num_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
@@ -120,17 +129,16 @@ class Transformer(nn.Module):
             eps=cfg.eps,
         )  # fmt: skip
         self.encoder_layers = nn.ModuleList(
-            EncoderLayer(**layer_args) for _ in range(cfg.num_encoder_layers)
+            TransformerBlock(**layer_args, causal=False) for _ in range(cfg.num_encoder_layers)
         )
-        self.decoder_layers = nn.ModuleList(
-            DecoderLayer(**layer_args) for _ in range(cfg.num_decoder_layers)
-        )
+        self.decoder_layers = nn.ModuleList(DecoderLayer(**layer_args) for _ in range(cfg.num_decoder_layers))
         norm = (lambda: build_norm(cfg.norm, E, cfg.eps, cfg.bias)) if cfg.final_norm else nn.Identity
         self.encoder_norm = norm()
         self.decoder_norm = norm()
-        self.generator = nn.Linear(E, cfg.tgt_vocab_size, bias=cfg.bias)
-        if cfg.tie_output:
-            self.generator.weight = self.tgt_embed.weight
+        self.lm_head = nn.Linear(E, cfg.tgt_vocab_size, bias=cfg.bias)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.tgt_embed.weight
+        _attention_modules_skip_value_checks(self)
 
     def src_mask(self, src: Tensor) -> Tensor | None:
         """Key-padding mask ``(N, 1, 1, S)`` of the source, or ``None`` when ``pad_id`` is None."""
@@ -141,7 +149,7 @@ class Transformer(nn.Module):
         _check_ids("src", src, self.cfg.src_vocab_size)
         x = self.dropout(self.src_pos(self.src_embed(src) * math.sqrt(self.cfg.d_model)))
         for layer in self.encoder_layers:
-            x = layer(x, src_mask=src_mask, need_weights=need_weights)
+            x = layer(x, attn_mask=src_mask, need_weights=need_weights)
         return self.encoder_norm(x)
 
     def decode(
@@ -158,12 +166,12 @@ class Transformer(nn.Module):
         With ``caches`` (one :class:`KVCache` per layer) ``tgt`` holds only the new positions.
         """
         _check_ids("tgt", tgt, self.cfg.tgt_vocab_size)
-        offset = len(caches[0]) if caches else 0
+        offset = caches[0].offset if caches else 0
         x = self.tgt_embed(tgt) * math.sqrt(self.cfg.d_model)
         x = self.dropout(self.tgt_pos(x, offset=offset))
         for i, layer in enumerate(self.decoder_layers):
             x = layer(
-                x, memory, tgt_mask=tgt_mask, memory_mask=src_mask, need_weights=need_weights,
+                x, memory, attn_mask=tgt_mask, memory_mask=src_mask, need_weights=need_weights,
                 cache=caches[i] if caches else None,
             )  # fmt: skip
         return self.decoder_norm(x)
@@ -171,7 +179,7 @@ class Transformer(nn.Module):
     def forward(self, src: Tensor, tgt: Tensor, need_weights: bool = False) -> Tensor:
         src_mask = self.src_mask(src)
         memory = self.encode(src, src_mask, need_weights=need_weights)
-        return self.generator(self.decode(tgt, memory, src_mask, need_weights=need_weights))
+        return self.lm_head(self.decode(tgt, memory, src_mask, need_weights=need_weights))
 
     @torch.no_grad()
     def greedy_decode(self, src: Tensor, bos_id: int, eos_id: int, max_len: int) -> Tensor:
@@ -181,21 +189,23 @@ class Transformer(nn.Module):
         check_positive_int("max_len", max_len)
         was_training = self.training
         self.eval()
-        src_mask = self.src_mask(src)
-        memory = self.encode(src, src_mask)
-        caches = [KVCache() for _ in self.decoder_layers]
-        ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-        fill = eos_id if self.cfg.pad_id is None else self.cfg.pad_id
-        for _ in range(max_len - 1):
-            hidden = self.decode(ys[:, -1:], memory, src_mask, caches=caches)
-            next_id = self.generator(hidden[:, -1]).argmax(dim=-1)
-            next_id = torch.where(done, torch.full_like(next_id, fill), next_id)
-            ys = torch.cat([ys, next_id[:, None]], dim=1)
-            done |= next_id == eos_id
-            if bool(done.all()):
-                break
-        self.train(was_training)
+        try:
+            src_mask = self.src_mask(src)
+            memory = self.encode(src, src_mask)
+            caches = [KVCache(capacity=max_len) for _ in self.decoder_layers]
+            ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+            done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+            fill = eos_id if self.cfg.pad_id is None else self.cfg.pad_id
+            for _ in range(max_len - 1):
+                hidden = self.decode(ys[:, -1:], memory, src_mask, caches=caches)
+                next_id = self.lm_head(hidden[:, -1]).argmax(dim=-1)
+                next_id = torch.where(done, torch.full_like(next_id, fill), next_id)
+                ys = torch.cat([ys, next_id[:, None]], dim=1)
+                done |= next_id == eos_id
+                if bool(done.all()):
+                    break
+        finally:
+            self.train(was_training)
         return ys
 
 
@@ -224,17 +234,12 @@ class GPTConfig:
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
         check_positive_int("vocab_size", self.vocab_size)
-        check_positive_int("context_length", self.context_length)
         check_positive_int("num_layers", self.num_layers)
         _check_common(self, POSITIONAL_ENCODINGS)
         if self.num_kv_heads is not None:
             check_positive_int("num_kv_heads", self.num_kv_heads)
             if self.num_heads % self.num_kv_heads:
-                raise ValueError(
-                    f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}"
-                )
-        if self.positional == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+                raise ValueError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}")
         if self.positional == "rope" and (self.d_model // self.num_heads) % 2:
             raise ValueError(f"rope needs an even head_dim, got {self.d_model // self.num_heads}")
 
@@ -245,10 +250,10 @@ class GPTConfig:
 
 class MiniGPT(nn.Module):
     """Decoder-only language model (GPT-2 layout): token embedding + positions, ``num_layers``
-    causal :class:`GPTBlock`s, a final norm (Pre-LN only) and the ``lm_head``.
+    causal :class:`TransformerBlock`s, a final norm (Pre-LN only) and the ``lm_head``.
 
     Initialisation follows GPT-2: every weight ~ N(0, 0.02²), biases 0, and the two projections
-    that write into the residual stream (``attn.out_proj``, ``ffn.w2``) use std
+    that write into the residual stream (``self_attn.out_proj``, ``ffn.w2``) use std
     ``0.02 / sqrt(2 · num_layers)`` so the residual sum keeps its scale with depth.
     """
 
@@ -259,20 +264,17 @@ class MiniGPT(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, E)
         rotary = None
         self.pos: nn.Module | None = None
-        if cfg.positional == "learned":
-            self.pos = LearnedPositionalEmbedding(E, cfg.context_length)
-        elif cfg.positional == "sinusoidal":
-            self.pos = SinusoidalPositionalEncoding(E, cfg.context_length)
-        elif cfg.positional == "rope":
-            rotary = RotaryEmbedding(cfg.head_dim, cfg.context_length, base=cfg.rope_base)
+        if cfg.positional == "rope":
+            rotary = build_positional("rope", cfg.head_dim, cfg.context_length, base=cfg.rope_base)
+        else:
+            self.pos = build_positional(cfg.positional, E, cfg.context_length)
         self.drop = nn.Dropout(cfg.dropout)
+        block_args = dict(
+            dropout=cfg.dropout, activation=cfg.activation, norm_first=cfg.norm_first, norm=cfg.norm,
+            bias=cfg.bias, eps=cfg.eps, num_kv_heads=cfg.num_kv_heads, rotary=rotary,
+        )  # fmt: skip
         self.blocks = nn.ModuleList(
-            GPTBlock(
-                E, cfg.num_heads, cfg.d_ff, dropout=cfg.dropout, activation=cfg.activation,
-                norm_first=cfg.norm_first, norm=cfg.norm, bias=cfg.bias,
-                num_kv_heads=cfg.num_kv_heads, rotary=rotary, eps=cfg.eps,
-            )  # fmt: skip
-            for _ in range(cfg.num_layers)
+            TransformerBlock.gpt(E, cfg.num_heads, cfg.d_ff, **block_args) for _ in range(cfg.num_layers)
         )
         self.norm_f = build_norm(cfg.norm, E, cfg.eps, cfg.bias) if cfg.norm_first else nn.Identity()
         self.lm_head = nn.Linear(E, cfg.vocab_size, bias=False)
@@ -281,8 +283,9 @@ class MiniGPT(nn.Module):
         self.apply(self._init_weights)
         residual_std = 0.02 / math.sqrt(2 * cfg.num_layers)
         for block in self.blocks:
-            nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
+            nn.init.normal_(block.self_attn.out_proj.weight, mean=0.0, std=residual_std)
             nn.init.normal_(block.ffn.w2.weight, mean=0.0, std=residual_std)
+        _attention_modules_skip_value_checks(self)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -293,9 +296,30 @@ class MiniGPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
+    @property
+    def rolling_cache(self) -> bool:
+        """Whether generation past the context window can roll the KV cache (no absolute positions)."""
+        return self.cfg.positional in ("rope", "none")
+
     def new_caches(self) -> list[KVCache]:
-        """One empty :class:`KVCache` per block."""
-        return [KVCache() for _ in self.blocks]
+        """One empty :class:`KVCache` per block, with room for ``context_length`` positions.
+
+        Without absolute positions (``rope``, ``none``) the caches roll: they keep the last
+        ``context_length`` positions, so decoding can go on past the window (sliding-window attention).
+        """
+        C = self.cfg.context_length
+        window = C if self.rolling_cache else None
+        return [KVCache(capacity=C, window=window) for _ in self.blocks]
+
+    def _hidden(self, input_ids: Tensor, caches: list[KVCache] | None, need_weights: bool = False) -> Tensor:
+        """Final hidden states ``(N, T, E)``, after the final norm; no input checks."""
+        x = self.tok_emb(input_ids)  # (N, T) -> (N, T, E)
+        if self.pos is not None:
+            x = self.pos(x, offset=caches[0].offset if caches else 0)
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, need_weights=need_weights, cache=caches[i] if caches else None)
+        return self.norm_f(x)
 
     def forward(
         self,
@@ -308,34 +332,29 @@ class MiniGPT(nn.Module):
         cross-entropy against ``targets (N, T)`` (``-100`` ignored), or ``None``.
 
         With ``caches`` the ids are the new positions only; earlier keys/values come from the caches.
+        Ids and targets outside the vocabulary raise ``ValueError`` (one check of each per call).
         """
         _check_ids("input_ids", input_ids, self.cfg.vocab_size)
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"expected {len(self.blocks)} caches, got {len(caches)}")
-        offset = len(caches[0]) if caches else 0
+        offset = caches[0].offset if caches else 0
         T = input_ids.size(1)
-        if offset + T > self.cfg.context_length:
+        rolls = caches is not None and caches[0].window is not None
+        if offset + T > self.cfg.context_length and not (rolls and T <= self.cfg.context_length):
             raise ValueError(
                 f"sequence of {offset + T} positions (cached {offset} + new {T}) exceeds "
                 f"context_length={self.cfg.context_length}"
             )
-        x = self.tok_emb(input_ids)  # (N, T) -> (N, T, E)
-        if self.pos is not None:
-            x = self.pos(x, offset=offset)
-        x = self.drop(x)
-        for i, block in enumerate(self.blocks):
-            x = block(x, cache=caches[i] if caches else None, need_weights=need_weights)
-        logits = self.lm_head(self.norm_f(x))
-        loss = None
         if targets is not None:
             if targets.shape != input_ids.shape:
-                raise ValueError(
-                    f"targets shape {tuple(targets.shape)} != input_ids shape {tuple(input_ids.shape)}"
-                )
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # (N*T, V) vs (N*T,)
+                raise ValueError(f"targets shape {tuple(targets.shape)} != input_ids shape {tuple(input_ids.shape)}")
+            _check_ids("targets", targets, self.cfg.vocab_size, ignore_index=IGNORE_INDEX)
+        logits = self.lm_head(self._hidden(input_ids, caches, need_weights))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)  # (N*T, V)
         return logits, loss
 
-    @torch.no_grad()
     def generate(
         self,
         input_ids: Tensor,
@@ -347,28 +366,56 @@ class MiniGPT(nn.Module):
         use_cache: bool = True,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Append ``max_new_tokens`` tokens to ``input_ids (N, T)``.
+        """Append ``max_new_tokens`` tokens to ``input_ids (N, T)``; returns ``(N, T + max_new_tokens)``.
 
-        The model sees at most ``context_length`` tokens (older ones are cropped). With
-        ``use_cache`` each step feeds only the newest token; when the cache is full the window
-        is re-encoded from scratch, so cached and uncached generation choose the same tokens.
+        The model sees at most ``context_length`` = C tokens. Without the cache every step
+        re-encodes the last C tokens. With ``use_cache`` (default) each step feeds only the newest
+        token and only the last position goes through ``lm_head``. Past the window:
+
+        * rotary or no positions: the caches roll (:meth:`new_caches`); every step still costs one
+          token. Each token then attends to the last C tokens, whose cached keys and values were
+          computed with *their* windows (sliding-window attention), not re-encoded;
+        * learned or sinusoidal (absolute) positions: a full cache is rebuilt from the last
+          ``max(1, C // 2)`` tokens, so the next C // 2 steps cost one token each. The trade-off:
+          one re-encoding of C/2 tokens per C/2 steps instead of C tokens per step, but right after
+          a re-encoding the model sees only C/2 tokens of context (between C/2 and C, versus always C
+          without the cache); the tokens can then differ from ``use_cache=False``.
+
+        The mode (train/eval) the model was in is restored, also when an error is raised.
         """
         _check_ids("input_ids", input_ids, self.cfg.vocab_size)
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        if input_ids.size(1) == 0:
+            raise ValueError(f"input_ids must hold at least one token per row, got shape {tuple(input_ids.shape)}")
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
-        C = self.cfg.context_length
         was_training = self.training
         self.eval()
-        ids, caches = input_ids, None
-        for _ in range(max_new_tokens):
+        try:
+            with torch.inference_mode():  # no autograd bookkeeping at all: less overhead per decoding step
+                out = self._generate(input_ids, max_new_tokens, use_cache, temperature, top_k, top_p, greedy, generator)
+        finally:
+            self.train(was_training)
+        return out.clone()  # a normal tensor: an inference-mode tensor could not be saved for a later backward
+
+    def _generate(self, input_ids: Tensor, max_new_tokens: int, use_cache: bool, *sampling) -> Tensor:
+        N, T0 = input_ids.shape
+        C = self.cfg.context_length
+        out = input_ids.new_empty(N, T0 + max_new_tokens)  # (N, T0 + new): filled left to right
+        out[:, :T0] = input_ids
+        n = T0  # tokens in `out` so far
+        caches = self.new_caches() if use_cache else None
+        for step in range(max_new_tokens):
             if not use_cache:
-                logits, _ = self(ids[:, -C:])
-            elif caches is None or len(caches[0]) >= C:
-                caches = self.new_caches()
-                logits, _ = self(ids[:, -C:], caches=caches)
-            else:
-                logits, _ = self(ids[:, -1:], caches=caches)
-            next_id = sample_next_token(logits[:, -1], temperature, top_k, top_p, greedy, generator)
-            ids = torch.cat([ids, next_id], dim=1)
-        self.train(was_training)
-        return ids
+                hidden = self._hidden(out[:, max(0, n - C) : n], None)
+            elif step == 0:  # prefill: the prompt's last C tokens
+                hidden = self._hidden(out[:, max(0, n - C) : n], caches)
+            elif len(caches[0]) < C or self.rolling_cache:
+                hidden = self._hidden(out[:, n - 1 : n], caches)
+            else:  # full cache and absolute positions: re-encode the last C // 2 tokens
+                for cache in caches:
+                    cache.reset()
+                hidden = self._hidden(out[:, n - max(1, C // 2) : n], caches)
+            logits = self.lm_head(hidden[:, -1])  # (N, V): the last position only
+            out[:, n : n + 1] = sample_next_token(logits, *sampling)
+            n += 1
+        return out

@@ -1,29 +1,60 @@
-"""Layer normalisation and RMS normalisation, written from their definitions."""
+"""Layer normalisation and RMS normalisation.
+
+Each comes twice: a reference function written from the definition (what the book teaches) and a
+module that runs PyTorch's fused kernel (``F.layer_norm`` / ``F.rms_norm``). The tests check that
+the two agree.
+"""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .utils import check_positive_int
 
-__all__ = ["LayerNorm", "RMSNorm", "NORMS", "build_norm"]
+__all__ = ["LayerNorm", "RMSNorm", "NORMS", "build_norm", "layer_norm_reference", "rms_norm_reference"]
 
 NORMS = ("layernorm", "rmsnorm")
+
+
+def layer_norm_reference(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension, written out.
+
+    ``var`` is the biased (population) variance, as in ``nn.LayerNorm``.
+    """
+    mean = x.mean(dim=-1, keepdim=True)
+    var = x.var(dim=-1, unbiased=False, keepdim=True)
+    y = (x - mean) * torch.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def rms_norm_reference(x: Tensor, weight: Tensor | None, eps: float = 1e-6) -> Tensor:
+    """``x / sqrt(mean(x²) + eps) * weight`` over the last dimension, written out."""
+    y = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return y if weight is None else y * weight
+
+
+def _check_eps(eps: float) -> None:
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
 
 
 class LayerNorm(nn.Module):
     """``y = (x - mean) / sqrt(var + eps) * gamma + beta`` over the last dimension.
 
-    ``var`` is the biased (population) variance, as in ``nn.LayerNorm``. ``elementwise_affine``
+    Computes :func:`layer_norm_reference` with the fused ``F.layer_norm``. ``elementwise_affine``
     adds ``gamma`` (``weight``, init 1); ``bias`` adds ``beta`` (init 0).
     """
 
     def __init__(self, dim: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True):
         super().__init__()
         check_positive_int("dim", dim)
-        if eps <= 0:
-            raise ValueError(f"eps must be positive, got {eps}")
+        _check_eps(eps)
         self.dim, self.eps = dim, eps
         self.weight = nn.Parameter(torch.ones(dim)) if elementwise_affine else None
         self.bias = nn.Parameter(torch.zeros(dim)) if elementwise_affine and bias else None
@@ -31,31 +62,26 @@ class LayerNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.size(-1) != self.dim:
             raise ValueError(f"last dim of x must be {self.dim}, got {tuple(x.shape)}")
-        mean = x.mean(dim=-1, keepdim=True)
-        var = x.var(dim=-1, unbiased=False, keepdim=True)
-        y = (x - mean) * torch.rsqrt(var + self.eps)
-        if self.weight is not None:
-            y = y * self.weight
-        if self.bias is not None:
-            y = y + self.bias
-        return y
+        return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
 
 
 class RMSNorm(nn.Module):
-    """``y = x / sqrt(mean(x²) + eps) * gamma`` (Zhang & Sennrich 2019): no centring, no beta."""
+    """``y = x / sqrt(mean(x²) + eps) * gamma`` (Zhang & Sennrich 2019): no centring, no beta.
+
+    Computes :func:`rms_norm_reference` with the fused ``F.rms_norm``.
+    """
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
         check_positive_int("dim", dim)
-        if eps <= 0:
-            raise ValueError(f"eps must be positive, got {eps}")
+        _check_eps(eps)
         self.dim, self.eps = dim, eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
         if x.size(-1) != self.dim:
             raise ValueError(f"last dim of x must be {self.dim}, got {tuple(x.shape)}")
-        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+        return F.rms_norm(x, (self.dim,), self.weight, self.eps)
 
 
 def build_norm(name: str, dim: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:

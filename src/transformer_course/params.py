@@ -73,11 +73,11 @@ def transformer_parameter_breakdown(cfg: TransformerConfig) -> dict[str, int]:
     return {
         "src_embedding": cfg.src_vocab_size * E,
         "tgt_embedding": 0 if cfg.share_embeddings else cfg.tgt_vocab_size * E,
-        "positions": 2 * cfg.max_len * E if cfg.positional == "learned" else 0,
+        "positions": 2 * cfg.context_length * E if cfg.positional == "learned" else 0,
         "encoder": cfg.num_encoder_layers * encoder_layer,
         "decoder": cfg.num_decoder_layers * decoder_layer,
         "final_norms": 2 * norm if cfg.final_norm else 0,
-        "generator": _linear(E, cfg.tgt_vocab_size, b) - (cfg.tgt_vocab_size * E if cfg.tie_output else 0),
+        "lm_head": _linear(E, cfg.tgt_vocab_size, b) - (cfg.tgt_vocab_size * E if cfg.tie_weights else 0),
     }
 
 

@@ -9,12 +9,17 @@ from torch import Tensor, nn
 from .utils import check_positive_int
 
 __all__ = [
+    "POSITIONAL_ENCODINGS",
+    "build_positional",
     "sinusoidal_table",
     "relative_position_transform",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
     "RotaryEmbedding",
 ]
+
+
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rope", "none")
 
 
 def _check_even(name: str, value: int) -> None:
@@ -29,9 +34,7 @@ def _inverse_frequencies(dim: int, base: float) -> Tensor:
     return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
 
 
-def sinusoidal_table(
-    max_len: int, d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
-) -> Tensor:
+def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
     """The table of Vaswani et al. (2017), shape ``(max_len, d_model)``:
 
     ``PE[p, 2i] = sin(p · w_i)``, ``PE[p, 2i+1] = cos(p · w_i)`` with ``w_i = base^(-2i/d_model)``.
@@ -68,9 +71,7 @@ def _check_sequence(x: Tensor, offset: int, max_len: int, what: str) -> None:
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ValueError(f"offset must be a non-negative int, got {offset!r}")
     if offset + x.size(-2) > max_len:
-        raise ValueError(
-            f"positions {offset}..{offset + x.size(-2) - 1} exceed the {what} of length {max_len}"
-        )
+        raise ValueError(f"positions {offset}..{offset + x.size(-2) - 1} exceed the {what} of length {max_len}")
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -106,8 +107,7 @@ class LearnedPositionalEmbedding(nn.Module):
         if x.size(-1) != self.d_model:
             raise ValueError(f"last dim of x must be d_model={self.d_model}, got {tuple(x.shape)}")
         _check_sequence(x, offset, self.max_len, "position embedding table")
-        positions = torch.arange(offset, offset + x.size(-2), device=x.device)
-        return x + self.embedding(positions)
+        return x + self.embedding.weight[offset : offset + x.size(-2)]  # rows of positions offset .. offset+L-1
 
 
 class RotaryEmbedding(nn.Module):
@@ -122,28 +122,57 @@ class RotaryEmbedding(nn.Module):
     "split halves" layout of GPT-NeoX/Llama code). The two differ by a fixed permutation of features.
     """
 
-    def __init__(
-        self, head_dim: int, max_len: int = 4096, base: float = 10000.0, interleaved: bool = True
-    ) -> None:
+    def __init__(self, head_dim: int, max_len: int = 4096, base: float = 10000.0, interleaved: bool = True) -> None:
         super().__init__()
         check_positive_int("head_dim", head_dim)
         check_positive_int("max_len", max_len)
         _check_even("head_dim", head_dim)
-        self.head_dim, self.max_len, self.interleaved = head_dim, max_len, interleaved
+        self.head_dim, self.max_len, self.interleaved, self.base = head_dim, max_len, interleaved, base
         angles = torch.arange(max_len, dtype=torch.float64)[:, None] * _inverse_frequencies(head_dim, base)
         self.register_buffer("cos", angles.cos().float(), persistent=False)  # (max_len, D/2)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
+    def _cos_sin(self, offset: int, L: int, x: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin of the angles of positions ``offset .. offset + L - 1``, each ``(L, D/2)``.
+
+        Positions past the table (a rolling KV cache keeps counting) are computed on the spot.
+        """
+        if offset + L <= self.max_len:
+            return self.cos[offset : offset + L].to(x.dtype), self.sin[offset : offset + L].to(x.dtype)
+        positions = torch.arange(offset, offset + L, dtype=torch.float64)
+        angles = positions[:, None] * _inverse_frequencies(self.head_dim, self.base)  # (L, D/2)
+        return angles.cos().to(x.device, x.dtype), angles.sin().to(x.device, x.dtype)
+
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Rotate ``x`` of shape ``(..., L, head_dim)`` whose first row sits at position ``offset``."""
+        """Rotate ``x`` of shape ``(..., L, head_dim)`` whose first row sits at position ``offset``.
+
+        Any non-negative ``offset`` works: positions past ``max_len`` are computed, not looked up.
+        """
         if x.size(-1) != self.head_dim:
             raise ValueError(f"last dim of x must be head_dim={self.head_dim}, got {tuple(x.shape)}")
-        _check_sequence(x, offset, self.max_len, "rotary table")
-        L = x.size(-2)
-        cos = self.cos[offset : offset + L].to(x.dtype)  # (L, D/2)
-        sin = self.sin[offset : offset + L].to(x.dtype)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+        cos, sin = self._cos_sin(offset, x.size(-2), x)  # (L, D/2) each
         if self.interleaved:
             x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., L, D/2) each
             return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def build_positional(kind: str, dim: int, max_len: int, base: float = 10000.0) -> nn.Module | None:
+    """The positional module named ``kind`` (one of :data:`POSITIONAL_ENCODINGS`), like ``build_norm``.
+
+    ``"sinusoidal"`` and ``"learned"`` return a module that adds positions to embeddings of size
+    ``dim`` (``d_model``); ``"rope"`` returns a :class:`RotaryEmbedding` for vectors of size ``dim``
+    (``head_dim``) that attention applies to queries and keys; ``"none"`` returns ``None``.
+    """
+    if kind == "sinusoidal":
+        return SinusoidalPositionalEncoding(dim, max_len, base=base)
+    if kind == "learned":
+        return LearnedPositionalEmbedding(dim, max_len)
+    if kind == "rope":
+        return RotaryEmbedding(dim, max_len, base=base)
+    if kind == "none":
+        return None
+    raise ValueError(f"unknown positional encoding {kind!r}; expected one of {POSITIONAL_ENCODINGS}")

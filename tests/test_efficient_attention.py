@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_course.efficient import (
+from transformer_course.efficient_attention import (
     elu_feature_map,
     linear_attention,
     linear_attention_recurrent,

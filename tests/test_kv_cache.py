@@ -1,0 +1,193 @@
+"""The KV cache and cached generation: every cached result is compared with a full recomputation."""
+
+import pytest
+import torch
+
+import transformer_course as tc
+
+
+def _chunks(T: int, size: int) -> list[tuple[int, int]]:
+    return [(s, min(s + size, T)) for s in range(0, T, size)]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 9])
+@pytest.mark.parametrize("num_kv_heads,use_rope", [(None, False), (2, False), (1, False), (None, True), (2, True)])
+def test_mha_prefill_in_chunks_equals_full_pass(chunk, num_kv_heads, use_rope):
+    E, H, T = 16, 4, 9
+    torch.manual_seed(chunk)
+    rope = tc.RotaryEmbedding(E // H, max_len=32) if use_rope else None
+    mha = tc.MultiHeadAttention(E, H, num_kv_heads=num_kv_heads, rotary=rope).eval()
+    x = torch.randn(2, T, E)
+    full, _ = mha(x, is_causal=True)
+    cache = tc.KVCache()
+    parts = [mha(x[:, a:b], is_causal=True, cache=cache)[0] for a, b in _chunks(T, chunk)]
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+    Hkv = num_kv_heads or H
+    assert len(cache) == T and cache.offset == T
+    assert cache.keys.shape == (2, Hkv, T, E // H)
+    assert cache.nbytes() == 2 * 2 * Hkv * T * (E // H) * 4
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4, 7])
+def test_rolling_cache_equals_sliding_window_attention(chunk):
+    """Past the window the cache keeps the last `window` positions: sliding-window attention."""
+    E, H, T, W = 16, 4, 23, 6
+    torch.manual_seed(0)
+    mha = tc.MultiHeadAttention(E, H, num_kv_heads=2, rotary=tc.RotaryEmbedding(E // H, max_len=8)).eval()
+    x = torch.randn(2, T, E)
+    banded = torch.tensor([[i - W < j <= i for j in range(T)] for i in range(T)])  # written out
+    full, _ = mha(x, attn_mask=banded)
+    cache = tc.KVCache(window=W)
+    parts = [mha(x[:, a:b], is_causal=True, cache=cache)[0] for a, b in _chunks(T, chunk)]
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+    assert cache.offset == T and len(cache) <= W - 1 + chunk
+
+
+def test_cache_returns_keys_then_values_old_before_new():
+    cache = tc.KVCache()
+    k1, v1 = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    k2, v2 = torch.randn(1, 2, 2, 4), torch.randn(1, 2, 2, 4)
+    cache.update(k1, v1)
+    keys, values = cache.update(k2, v2)
+    torch.testing.assert_close(keys, torch.cat([k1, k2], dim=2))
+    torch.testing.assert_close(values, torch.cat([v1, v2], dim=2))
+    # a buffer that has to grow keeps the order
+    small = tc.KVCache(capacity=1)
+    for t in range(5):
+        keys, values = small.update(k1[:, :, :1] + t, v1[:, :, :1] - t)
+    torch.testing.assert_close(keys[0, 0, :, 0], k1[0, 0, 0, 0] + torch.arange(5.0))
+    torch.testing.assert_close(values[0, 0, :, 0], v1[0, 0, 0, 0] - torch.arange(5.0))
+
+
+def test_crop_rewinds_the_cache_to_an_earlier_state():
+    model = _gpt(positional="rope")
+    x = torch.randint(0, 20, (1, 9), generator=torch.Generator().manual_seed(3))
+    caches = model.new_caches()
+    with torch.no_grad():
+        model(x[:, :6], caches=caches)
+        first, _ = model(x[:, 6:7], caches=caches)
+        for cache in caches:
+            cache.crop(6)
+        assert caches[0].offset == 6 and len(caches[0]) == 6
+        again, _ = model(x[:, 6:7], caches=caches)
+    torch.testing.assert_close(again, first)
+    with pytest.raises(ValueError, match=r"length must be an int in \[0, 7\], got 8"):
+        caches[0].crop(8)
+
+
+def test_kv_cache_rejects_mismatched_updates():
+    cache = tc.KVCache()
+    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    with pytest.raises(ValueError, match="do not match"):
+        cache.update(torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4))
+    with pytest.raises(ValueError, match="equal in shape"):
+        cache.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 5))
+    with pytest.raises(ValueError, match=r"holds torch.float32 on cpu, got torch.float64"):
+        cache.update(torch.randn(1, 2, 1, 4, dtype=torch.float64), torch.randn(1, 2, 1, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="got torch.float32 on meta"):  # another device
+        cache.update(torch.empty(1, 2, 1, 4, device="meta"), torch.empty(1, 2, 1, 4, device="meta"))
+    cache.reset()
+    assert len(cache) == 0 and cache.nbytes() == 0 and cache.offset == 0
+    with pytest.raises(ValueError, match="window must be positive"):
+        tc.KVCache(window=0)
+
+
+def test_float64_input_into_float32_cached_attention_is_refused():
+    mha = tc.MultiHeadAttention(8, 2).eval()
+    cache = tc.KVCache()
+    mha(torch.randn(1, 3, 8), is_causal=True, cache=cache)
+    with pytest.raises(ValueError, match="float64"):
+        mha.double()(torch.randn(1, 1, 8, dtype=torch.float64), is_causal=True, cache=cache)
+
+
+def _gpt(**kw):
+    args = dict(vocab_size=20, context_length=16, d_model=16, num_heads=4, num_layers=2)
+    args.update(kw)
+    tc.set_seed(0)
+    return tc.MiniGPT(tc.GPTConfig(**args)).eval()
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 16])
+@pytest.mark.parametrize("positional,kv", [("learned", None), ("sinusoidal", 2), ("rope", 1), ("none", 2)])
+def test_minigpt_prefill_in_chunks_equals_full_forward(chunk, positional, kv):
+    model = _gpt(positional=positional, num_kv_heads=kv)
+    x = torch.randint(0, 20, (2, 16), generator=torch.Generator().manual_seed(chunk))
+    full, _ = model(x)
+    caches = model.new_caches()
+    parts = [model(x[:, a:b], caches=caches)[0] for a, b in _chunks(16, chunk)]
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("positional", tc.POSITIONAL_ENCODINGS)
+@pytest.mark.parametrize("prompt_len", [1, 4])
+def test_cached_generation_equals_uncached_within_the_window(positional, prompt_len):
+    model = _gpt(positional=positional, num_kv_heads=2)
+    prompt = torch.randint(0, 20, (2, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
+    new = 16 - prompt_len
+    a = model.generate(prompt, new, greedy=True, use_cache=True)
+    b = model.generate(prompt, new, greedy=True, use_cache=False)
+    assert torch.equal(a, b)
+    assert torch.equal(a[:, :prompt_len], prompt)
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+def test_absolute_positions_past_the_window_re_encode_half_a_window(positional):
+    """Each token equals the argmax of a full forward over the window the docstring promises."""
+    model = _gpt(positional=positional)
+    C, keep = 16, 8
+    prompt = torch.randint(0, 20, (1, 5), generator=torch.Generator().manual_seed(1))
+    out = model.generate(prompt, 40, greedy=True)
+    start = 0  # the window: out[start:n]; grows to C tokens, then restarts with the last `keep`
+    for n in range(5, 45):
+        if n - start > C:
+            start = n - keep
+        logits, _ = model(out[:, start:n])
+        assert out[0, n] == logits[0, -1].argmax(), f"token {n} (window {start}..{n})"
+
+
+@pytest.mark.parametrize("positional", ["rope", "none"])
+def test_rope_and_no_positions_past_the_window_roll_the_cache(positional):
+    """Cached generation past the window equals sliding-window attention over the whole sequence."""
+    model = _gpt(positional=positional, num_kv_heads=2)
+    C = 16
+    prompt = torch.randint(0, 20, (1, 5), generator=torch.Generator().manual_seed(2))
+    out = model.generate(prompt, 40, greedy=True)
+    T = out.size(1) - 1
+    window = torch.tensor([[i - C < j <= i for j in range(T)] for i in range(T)])
+    with torch.no_grad():
+        x = model.tok_emb(out[:, :T])
+        for block in model.blocks:
+            x = block(x, attn_mask=window)
+        logits = model.lm_head(model.norm_f(x))
+    assert torch.equal(out[0, 5:], logits[0, 4:].argmax(-1))
+
+
+def test_generate_restores_the_mode_it_found_also_on_error():
+    model = _gpt().train()
+    model.generate(torch.zeros(1, 1, dtype=torch.long), 2)
+    assert model.training
+    with pytest.raises(ValueError, match="temperature"):
+        model.generate(torch.zeros(1, 1, dtype=torch.long), 2, temperature=0.0)
+    assert model.training
+    model.eval()
+    model.generate(torch.zeros(1, 1, dtype=torch.long), 2)
+    assert not model.training
+
+
+def test_generated_ids_can_feed_a_training_step():
+    model = _gpt().train()
+    ids = model.generate(torch.zeros(2, 1, dtype=torch.long), 6)
+    assert not ids.is_inference()
+    _, loss = model(ids[:, :-1], targets=ids[:, 1:])
+    loss.backward()  # the embedding saves the ids for backward
+    assert model.tok_emb.weight.grad is not None
+
+
+def test_generate_rejects_an_empty_prompt_and_bad_ids():
+    model = _gpt()
+    with pytest.raises(ValueError, match=r"at least one token per row, got shape \(2, 0\)"):
+        model.generate(torch.zeros(2, 0, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match=r"input_ids must lie in \[0, 20\), got 20"):
+        model.generate(torch.tensor([[3, 20]]), 3)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate(torch.zeros(1, 1, dtype=torch.long), -1)
