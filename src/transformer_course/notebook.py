@@ -116,8 +116,8 @@ def check(condition: object, what: str) -> None:
 
 def check_close(
     actual: object, expected: object, what: str, *, atol: float | None = None, rtol: float | None = None
-) -> float:
-    """``torch.testing.assert_close(actual, expected)`` with a one-line verdict; returns the max error.
+) -> None:
+    """``torch.testing.assert_close(actual, expected)`` with a one-line verdict and the max error.
 
     Numbers, NumPy arrays and tensors are accepted; dtypes may differ (the comparison is in the
     wider dtype). ``atol`` and ``rtol`` are given together or not at all, as in ``assert_close``.
@@ -137,4 +137,3 @@ def check_close(
         raise AssertionError(f"check failed: {what}\n{err}") from None
     error = (a.double() - e.double()).abs().max().item() if a.numel() else 0.0
     print(f"✓ {what}（最大误差 {error:.1e}）")
-    return error
