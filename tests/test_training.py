@@ -70,7 +70,7 @@ def test_tiny_transformer_learns_the_copy_task():
     src, tgt = tc.copy_task(512, seq_len=5, vocab_size=8, seed=0)
     cfg = tc.TransformerConfig(src_vocab_size=8, tgt_vocab_size=8, d_model=32, num_heads=4,
                                num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.0,
-                               max_len=16, norm_first=True)  # fmt: skip
+                               context_length=16, norm_first=True)  # fmt: skip
     model = tc.Transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=5e-3)
     g = torch.Generator().manual_seed(0)
