@@ -172,7 +172,10 @@ def test_empirical_frequencies_match_the_filtered_softmax(temperature, top_k, to
     n = 20_000
     gen = torch.Generator().manual_seed(1234)
     row = torch.tensor(logits).expand(n, -1)
-    ids = sample_next_token(row, temperature=temperature, top_k=top_k, top_p=top_p, generator=gen)
+    kwargs = {"top_k": top_k, "top_p": top_p, "generator": gen}
+    if temperature != 1.0:  # otherwise rely on the default temperature, 1
+        kwargs["temperature"] = temperature
+    ids = sample_next_token(row, **kwargs)
     assert ids.shape == (n, 1) and ids.dtype == torch.long
     counts = torch.bincount(ids.flatten(), minlength=len(logits)).tolist()
     chi2 = 0.0
@@ -195,8 +198,11 @@ def test_greedy_returns_the_argmax_and_ignores_temperature():
     logits = torch.tensor([[0.1, 3.0, -1.0], [2.0, -5.0, 1.9]])
     assert sample_next_token(logits, greedy=True).tolist() == [[1], [0]]
     assert sample_next_token(logits, temperature=0.0, greedy=True).tolist() == [[1], [0]]
+    # greedy decoding still rejects bad filter arguments instead of silently ignoring them
     with pytest.raises(ValueError, match="top_k"):
         sample_next_token(logits, greedy=True, top_k=0)
+    with pytest.raises(ValueError, match="top_p"):
+        sample_next_token(logits, greedy=True, top_p=2.0)
 
 
 @pytest.mark.parametrize("bad", [0, 0.0, -1.0, float("nan"), float("inf"), float("-inf"), "1.0", None, True])
@@ -225,8 +231,10 @@ def test_check_sampling_args_accepts_good_values_and_checks_greedy():
     check_sampling_args(0.5, 3, 0.9)
     check_sampling_args(1, None, 1)  # ints are real numbers
     check_sampling_args(float("nan"), greedy=True)  # greedy decoding ignores temperature
+    with pytest.raises(ValueError, match="temperature"):
+        check_sampling_args(float("nan"))  # sampling (greedy=False) is the default
     with pytest.raises(ValueError, match="greedy must be a bool, got 'yes'"):
-        check_sampling_args(greedy="yes")  # type: ignore[arg-type]
+        check_sampling_args(1.0, greedy="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

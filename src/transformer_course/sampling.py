@@ -51,7 +51,7 @@ def _check_temperature(temperature: object) -> float:
 
 
 def check_sampling_args(
-    temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, greedy: bool = False
+    temperature: float, top_k: int | None = None, top_p: float | None = None, greedy: bool = False
 ) -> None:
     """Validate the arguments of :func:`sample_next_token` without touching any tensor.
 
@@ -71,8 +71,8 @@ def check_sampling_args(
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
     """Keep the ``k`` largest logits of each row (ties at the threshold kept), set the rest to -inf."""
     k = min(_check_top_k(k), logits.size(-1))
-    threshold = torch.topk(logits, k, dim=-1).values[..., -1:]
-    return logits.masked_fill(logits < threshold, float("-inf"))
+    threshold = torch.topk(logits, k).values[..., -1:]  # topk and sort work on the last dim
+    return logits.masked_fill(logits < threshold, -math.inf)
 
 
 def top_p_filter(logits: Tensor, p: float) -> Tensor:
@@ -82,14 +82,14 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     p = _check_top_p(p)
     if p == 1.0:  # the whole distribution: no rounding in the cumulative sum may drop a tail token
         return logits
-    sorted_logits = torch.sort(logits, dim=-1, descending=True).values
+    sorted_logits = torch.sort(logits, descending=True).values
     probs = torch.softmax(sorted_logits, dim=-1)
     cumulative = probs.cumsum(dim=-1)
     # mass of the strictly more likely tokens: the cumulative sum shifted right by one
     before = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], dim=-1)
     num_kept = (before < p).sum(dim=-1, keepdim=True)  # >= 1: before[..., 0] == 0 < p
     threshold = sorted_logits.gather(-1, num_kept - 1)
-    return logits.masked_fill(logits < threshold, float("-inf"))
+    return logits.masked_fill(logits < threshold, -math.inf)
 
 
 def sample_next_token(
@@ -111,11 +111,11 @@ def sample_next_token(
         raise ValueError(f"logits must be a floating-point (N, V) tensor, got {got}")
     check_sampling_args(temperature, top_k, top_p, greedy)
     if greedy:
-        return logits.argmax(dim=-1, keepdim=True)
+        return logits.argmax(dim=1, keepdim=True)
     logits = logits / temperature
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
-    probs = torch.softmax(logits.float(), dim=-1)
+    probs = torch.softmax(logits.float(), dim=1)
     return torch.multinomial(probs, num_samples=1, generator=generator)
