@@ -449,8 +449,11 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
             raise UsageError(f"--resume: {error}") from None
         if resume["extra"].get("tokenizer_chars") != tok.chars:
             raise UsageError("--resume: the checkpoint's tokenizer does not match the corpus' characters")
-        check_model_flags_match(args, resume["config"] or {})
-        cfg = config_from_dict(tc.GPTConfig, resume["config"])
+        try:
+            cfg = config_from_dict(tc.GPTConfig, resume["config"])
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"--resume: the checkpoint holds no usable GPTConfig: {error}") from None
+        check_model_flags_match(args, resume["config"])
     else:
         if ckpt_path.exists():
             raise UsageError(

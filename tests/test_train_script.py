@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_course.checkpoint import load_checkpoint, state_dict_sha256
+import transformer_course as tc
+from transformer_course.checkpoint import load_checkpoint, save_checkpoint, state_dict_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_gpt.py"
@@ -266,6 +267,15 @@ def test_corrupted_checkpoint_gives_a_clear_message(script, tmp_path, capsys, co
     _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY],
                         "corrupted, truncated or of another format", capsys)  # fmt: skip
     _expect_usage_error(script, ["sample", "--ckpt", str(out / "ckpt.pt")], "corrupted, truncated", capsys)
+
+
+def test_foreign_checkpoints_are_refused_on_resume(script, tmp_path, capsys):
+    out = tmp_path / "run"
+    chars = tc.CharTokenizer(tc.load_text_corpus()).chars
+    save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, tokenizer_chars="abc")
+    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "tokenizer does not match", capsys)
+    save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, tokenizer_chars=chars)
+    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "no usable GPTConfig", capsys)
 
 
 def test_truncate_metrics_keeps_records_up_to_the_step(script, tmp_path):
