@@ -51,6 +51,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tests", nargs="+", default=DEFAULT_TESTS, help="test files or folders (default: tests)")
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested in parallel (default 2)")
     parser.add_argument("--out", type=Path, default=ROOT / "_build" / "mutation", help="output folder")
+    parser.add_argument(
+        "--summarize-only", action="store_true", help="do not run mutmut; summarise the results already in OUT/work"
+    )
     args = parser.parse_args(argv)
     if args.jobs <= 0:
         parser.error(f"--jobs must be positive, got {args.jobs}")
@@ -96,6 +99,14 @@ def _changed_lines(diff: str) -> tuple[list[str], list[str]]:
     return removed, added
 
 
+def _function_of(mutant: str) -> str:
+    """``pkg.mod.x_func__mutmut_3`` -> ``func``; ``pkg.mod.xǁClassǁmethod__mutmut_3`` -> ``Class.method``."""
+    mangled = mutant.rsplit("__mutmut_", 1)[0].rsplit(".", 1)[1]
+    if mangled.startswith("xǁ"):
+        return mangled[2:].replace("ǁ", ".")
+    return mangled.removeprefix("x_")
+
+
 def _equivalence_reason(module: str, function: str, added: list[str]) -> str | None:
     for mod, func, line, reason in EQUIVALENT:
         if mod == module and func == function and line in added:
@@ -103,23 +114,44 @@ def _equivalence_reason(module: str, function: str, added: list[str]) -> str | N
     return None
 
 
-def _collect(work: Path, modules: list[str], mutmut: str, env: dict[str, str]) -> dict[str, dict]:
+# Run in OUT/work (mutmut reads its configuration from the current folder): the diffs of the
+# mutants named on stdin, as JSON; one process for all survivors instead of one `mutmut show` each.
+_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant
+names = json.load(sys.stdin)
+print(json.dumps({name: get_diff_for_mutant(name, path=find_mutant(name).path) for name in names}))
+"""
+
+
+def _collect(work: Path, modules: list[str], env: dict[str, str]) -> dict[str, dict]:
     from mutmut.stats import status_by_exit_code
 
-    summary = {}
+    codes_by_module = {}
     for module in modules:
         meta = work / "mutants" / "src" / PACKAGE / f"{module}.py.meta"
-        codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.is_file() else {}
+        codes_by_module[module] = json.loads(meta.read_text())["exit_code_by_key"] if meta.is_file() else {}
+    unkilled = [
+        name
+        for codes in codes_by_module.values()
+        for name, code in codes.items()
+        if status_by_exit_code[code] in ("survived", "no tests")
+    ]
+    diffs = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", _DIFFS], cwd=work, env=env, input=json.dumps(unkilled),
+            capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    summary = {}
+    for module, codes in codes_by_module.items():
         counts: dict[str, int] = {}
         survivors = []
         for name, code in sorted(codes.items(), key=lambda kv: (kv[0].rsplit("_", 1)[0], int(kv[0].rsplit("_", 1)[1]))):
             status = status_by_exit_code[code]
             if status == "survived" or status == "no tests":
-                diff = subprocess.run(
-                    [mutmut, "show", name], cwd=work, env=env, capture_output=True, text=True, check=True
-                ).stdout
-                removed, added = _changed_lines(diff)
-                function = name.split(".x_", 1)[1].split("__mutmut_")[0]
+                removed, added = _changed_lines(diffs[name])
+                function = _function_of(name)
                 reason = _equivalence_reason(module, function, added)
                 if reason is not None:
                     status = "equivalent"
@@ -143,7 +175,8 @@ def _markdown(summary: dict[str, dict], tests: list[str], seconds: float) -> str
     lines = [
         "# Mutation testing (mutmut)",
         "",
-        f"Tests: `{' '.join(tests)}` (ignoring {', '.join(IGNORED_TESTS)}); run time {seconds:.0f} s.",
+        f"Tests: `{' '.join(tests)}` (ignoring {', '.join(IGNORED_TESTS)}); "
+        + (f"mutmut run: {seconds:.0f} s." if seconds else "summarised from an earlier run."),
         "Score = killed (timeouts included) / (mutants - equivalent).",
         "",
         "| module | mutants | killed | survived | no tests | equivalent | score |",
@@ -169,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     out: Path = args.out.resolve()
     work = out / "work"
-    _prepare(work, args.modules, args.tests)
+    if not args.summarize_only:
+        _prepare(work, args.modules, args.tests)
     mutmut = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or shutil.which("mutmut")
     if mutmut is None:
         raise SystemExit("mutmut is not installed: pip install -r requirements-mutation.txt")
@@ -177,14 +211,18 @@ def main(argv: list[str] | None = None) -> int:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.setdefault("OMP_NUM_THREADS", "1")
     log = out / "mutmut.log"
-    start = time.perf_counter()
-    with log.open("w") as f:
-        proc = subprocess.run([mutmut, "run", "--max-children", str(args.jobs)], cwd=work, env=env, stdout=f, stderr=f)
-    seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        print(log.read_text()[-3000:], file=sys.stderr)
-        raise SystemExit(f"mutmut run failed with exit code {proc.returncode}; see {log}")
-    summary = _collect(work, args.modules, mutmut, env)
+    seconds = 0.0
+    if not args.summarize_only:
+        start = time.perf_counter()
+        with log.open("w") as f:
+            proc = subprocess.run(
+                [mutmut, "run", "--max-children", str(args.jobs)], cwd=work, env=env, stdout=f, stderr=f
+            )
+        seconds = time.perf_counter() - start
+        if proc.returncode != 0:
+            print(log.read_text()[-3000:], file=sys.stderr)
+            raise SystemExit(f"mutmut run failed with exit code {proc.returncode}; see {log}")
+    summary = _collect(work, args.modules, env)
     (out / "summary.json").write_text(
         json.dumps({"tests": args.tests, "seconds": round(seconds, 1), "modules": summary}, indent=2) + "\n"
     )
