@@ -127,3 +127,22 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV)
+
+# Mutation testing (not part of `make test`): mutmut, pinned in requirements-mutation.txt and
+# installed into .venv here, mutates the package modules named in MODULES and runs the unit tests
+# against every mutant (a scratch copy under _build/mutation/work; the checkout is not touched).
+# Score and surviving mutants -> _build/mutation/summary.md and summary.json.
+#   make mutation MODULES="sampling training"      one or more modules of src/transformer_course
+#   make mutation MODULES=masks TESTS=tests/test_masks.py   fewer tests: faster, maybe a lower score
+MODULES ?= attention masks positional norms blocks models sampling training
+TESTS   ?=
+MUTATION_STAMP := $(VENV)/.mutation.stamp
+
+$(MUTATION_STAMP): requirements-mutation.txt $(STAMP)
+	$(BIN)/python -m pip install $(PIP_ARGS) -r requirements-mutation.txt
+	@touch $@
+
+.PHONY: mutation
+mutation: $(MUTATION_STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/mutation.py --jobs $(JOBS) --modules $(MODULES) \
+	    $(if $(strip $(TESTS)),--tests $(TESTS))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from transformer_course.checkpoint import (
     config_from_dict,
     config_to_dict,
     load_checkpoint,
+    remove_temp_files,
     save_checkpoint,
     state_dict_sha256,
     unwrap_model,
@@ -184,3 +186,69 @@ def test_hash_equal_iff_bitwise_equal(values, data):
     b[i] = new
     same = torch.equal(a.view(torch.int32), b.view(torch.int32))
     assert (state_dict_sha256({"w": a}) == state_dict_sha256({"w": b})) == same
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"hello, not a checkpoint\n", bytes(range(256)) * 8, "truncated"],
+    ids=["empty", "text", "random-bytes", "truncated"],
+)
+def test_load_rejects_corrupted_files_with_a_clear_message(tmp_path, content):
+    path = tmp_path / "bad.pt"
+    if content == "truncated":
+        good = save_checkpoint(tmp_path / "good.pt", _model(), step=1).read_bytes()
+        content = good[: len(good) // 2]
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=r"bad.pt' is not a readable .* corrupted, truncated or of another format"):
+        load_checkpoint(path)
+
+
+def test_load_rejects_a_damaged_dictionary(tmp_path):
+    torch.save({"format": FORMAT, "step": "3"}, tmp_path / "damaged.pt")
+    message = r"damaged .* missing keys \['model', 'optimizer', 'config', 'extra'\], step '3'"
+    with pytest.raises(ValueError, match=message):
+        load_checkpoint(tmp_path / "damaged.pt")
+
+
+def test_save_fsyncs_the_file_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", "folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.path.basename(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    save_checkpoint(tmp_path / "ck.pt", _model(), step=0)
+    assert events == [("fsync", "file"), ("replace", "ck.pt"), ("fsync", "folder")]
+
+
+def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path):
+    path = save_checkpoint(tmp_path / "ck.pt", _model(seed=0), step=1)
+    before = path.read_bytes()
+    seen = []
+
+    def interrupt(tmp):
+        seen.append(torch.load(tmp, weights_only=True)["step"])  # complete and loadable already
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, _model(seed=1), step=2, before_replace=interrupt)
+    assert seen == [2]
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["ck.pt"]  # the temporary file is gone too
+
+
+def test_remove_temp_files_removes_only_this_checkpoints_leftovers(tmp_path):
+    names = ["ck.pt", "ck.pt.abc123.tmp", "ck.pt.x.tmp", "best.pt.abc.tmp", "ck.ptX.tmp", "notes.tmp"]
+    for name in names:
+        (tmp_path / name).write_text("x")
+    removed = remove_temp_files(tmp_path / "ck.pt")
+    assert [p.name for p in removed] == ["ck.pt.abc123.tmp", "ck.pt.x.tmp"]
+    assert sorted(os.listdir(tmp_path)) == sorted(set(names) - {"ck.pt.abc123.tmp", "ck.pt.x.tmp"})
+    assert remove_temp_files(tmp_path / "none" / "ck.pt") == []

@@ -29,6 +29,9 @@ def test_word_tokenizer_round_trip_specials_and_padding():
     assert tok.encode("上海") == [tok.unk_id]
     batch = tok.encode_batch(["我 爱 北京", "我"], add_eos=True)
     assert batch.tolist()[1] == [tok.stoi["我"], 2, 0, 0]
+    for bad in ([], "我 爱"):
+        with pytest.raises(ValueError, match="non-empty sequence of strings"):
+            tok.encode_batch(bad)
     with pytest.raises(ValueError, match="4 distinct"):
         tc.WordTokenizer([], specials=("a", "b"))
 
@@ -69,5 +72,9 @@ def test_lm_batch_targets_are_shifted_inputs():
     assert torch.equal(y, x + 1)
     with pytest.raises(ValueError, match="context_length=100"):
         tc.lm_batch(data, 4, 100)
-    with pytest.raises(ValueError, match="1-D"):
+    with pytest.raises(ValueError, match=r"1-D integer .* \(10, 10\) torch.int64"):
         tc.lm_batch(data.view(10, 10), 4, 3)
+    with pytest.raises(ValueError, match="torch.float32"):
+        tc.lm_batch(data.float(), 4, 3)
+    with pytest.raises(ValueError, match="batch_size must be positive, got 0"):
+        tc.lm_batch(data, 0, 3)

@@ -1,19 +1,23 @@
-"""End-to-end tests of scripts/train_gpt.py: DDP with two CPU processes (gloo), exact resume,
-and sampling from the checkpoint. Tiny model, a few steps: well under 30 s on two cores."""
+"""End-to-end tests of scripts/train_gpt.py: DDP with two CPU processes (gloo), exact resume (also
+after SIGKILL inside a checkpoint save), flag and out-dir checks, and sampling from a checkpoint.
+Tiny model, a few steps each."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from transformer_course.checkpoint import load_checkpoint, state_dict_sha256
+import transformer_course as tc
+from transformer_course.checkpoint import load_checkpoint, save_checkpoint, state_dict_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_gpt.py"
@@ -139,21 +143,204 @@ def test_sample_loads_checkpoint_with_weights_only(script, tmp_path, capsys, mon
     assert capsys.readouterr().out == first  # greedy decoding is deterministic
     assert script.main([*args, "--num-samples", "2", "--top-k", "5", "--seed", "1"]) == 0
     assert capsys.readouterr().out.count("----- sample") == 2
-    with pytest.raises(ValueError, match="unknown characters"):
-        script.main(["sample", "--ckpt", str(out / "ckpt.pt"), "--prompt", "Zürich"])
+    _expect_usage_error(script, ["sample", "--ckpt", str(out / "ckpt.pt"), "--prompt", "Zürich"],
+                        "unknown characters: ['Z', 'ü']", capsys)  # fmt: skip
+    # best.pt (the lowest validation loss) samples too
+    assert script.main(["sample", "--ckpt", str(out / "best.pt"), "--prompt", "The", "-n", "5", "--greedy"]) == 0
+    assert capsys.readouterr().out.startswith("The")
 
 
-def test_bad_arguments(script, tmp_path):
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        script.main(["train", "--out-dir", str(tmp_path / "none"), "--resume", *TINY])
-    with pytest.raises(ValueError, match="--val-fraction"):
-        script.main(["train", "--out-dir", str(tmp_path / "x"), "--val-fraction", "1.5", *TINY])
-    with pytest.raises(ValueError, match="--batch-size"):
-        script.main(["train", "--out-dir", str(tmp_path / "x"), *TINY, "--batch-size", "0"])
-    with pytest.raises(ValueError, match="context_length"):
-        script.main(["train", "--out-dir", str(tmp_path / "x"), *TINY, "--context-length", "100000"])
-    with pytest.raises(SystemExit):
-        script.main(["train", "--positional", "bogus"])
+def _expect_usage_error(script, argv: list[str], message: str, capsys) -> None:
+    """``main(argv)`` exits with status 2 and ``message`` on stderr."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        script.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert "error: " in err and message in err, err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--weight-decay", "-0.1", "must be a finite number in [0.0, inf), got -0.1"),
+        ("--grad-clip", "-1", "must be a finite number in [0.0, inf), got -1"),
+        ("--lr", "0", "must be a finite number in (0.0, inf), got 0"),
+        ("--lr", "nan", "got nan"),
+        ("--min-lr", "inf", "got inf"),
+        ("--beta2", "1", "in [0.0, 1.0), got 1"),
+        ("--dropout", "1.0", "in [0.0, 1.0), got 1.0"),
+        ("--dropout", "-0.1", "got -0.1"),
+        ("--val-fraction", "1.5", "in (0.0, 1.0), got 1.5"),
+        ("--val-fraction", "0", "got 0"),
+        ("--max-steps", "0", "must be an integer >= 1, got 0"),
+        ("--batch-size", "0", "got 0"),
+        ("--grad-accum", "-2", "got -2"),
+        ("--eval-every", "0", "got 0"),
+        ("--eval-iters", "0", "got 0"),
+        ("--log-every", "0", "got 0"),
+        ("--lr-decay-steps", "0", "got 0"),
+        ("--warmup-steps", "-1", "must be an integer >= 0, got -1"),
+        ("--seed", "-1", "got -1"),
+        ("--context-length", "abc", "expected an integer, got 'abc'"),
+        ("--d-model", "0", "got 0"),
+        ("--num-heads", "-1", "got -1"),
+        ("--num-layers", "0", "got 0"),
+        ("--positional", "bogus", "invalid choice: 'bogus'"),
+    ],
+)
+def test_every_numeric_train_flag_is_checked(script, tmp_path, capsys, flag, value, message):
+    out = tmp_path / "never"
+    _expect_usage_error(script, ["train", "--out-dir", str(out), *TINY, flag, value], f"argument {flag}: ", capsys)
+    _expect_usage_error(script, ["train", "--out-dir", str(out), *TINY, flag, value], message, capsys)
+    assert not out.exists()  # rejected before anything was created
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("-n", "-1", "argument -n/--max-new-tokens: must be an integer >= 0, got -1"),
+        ("--num-samples", "0", "argument --num-samples: must be an integer >= 1, got 0"),
+        ("--temperature", "0", "argument --temperature: must be a finite number in (0.0, inf), got 0"),
+        ("--temperature", "nan", "argument --temperature: must be a finite number in (0.0, inf), got nan"),
+        ("--top-k", "0", "argument --top-k: must be an integer >= 1, got 0"),
+        ("--top-p", "0", "argument --top-p: must be a finite number in (0.0, 1.0], got 0"),
+        ("--top-p", "1.5", "argument --top-p: must be a finite number in (0.0, 1.0], got 1.5"),
+    ],
+)
+def test_every_numeric_sample_flag_is_checked(script, tmp_path, capsys, flag, value, message):
+    _expect_usage_error(script, ["sample", "--ckpt", str(tmp_path / "x.pt"), flag, value], message, capsys)
+
+
+def test_bad_arguments_and_out_dirs(script, tmp_path, capsys):
+    _expect_usage_error(script, ["train", "--out-dir", str(tmp_path / "none"), "--resume", *TINY],
+                        "--resume given but there is no checkpoint", capsys)  # fmt: skip
+    _expect_usage_error(script, ["train", "--out-dir", str(tmp_path / "x"), *TINY, "--lr", "0.01", "--min-lr", "0.1"],
+                        "--min-lr (0.1) must not exceed --lr (0.01)", capsys)  # fmt: skip
+    _expect_usage_error(script, ["train", "--out-dir", str(tmp_path / "x"), *TINY, "--context-length", "100000"],
+                        "context_length + 1 = 100001", capsys)  # fmt: skip
+    _expect_usage_error(script, ["train", "--out-dir", str(tmp_path / "x"), *TINY, "--num-heads", "3"],
+                        "invalid model flags", capsys)  # fmt: skip
+    # an out dir that cannot be created (its parent is a file) is reported before step 1
+    (tmp_path / "file").write_text("not a folder")
+    _expect_usage_error(script, ["train", "--out-dir", str(tmp_path / "file" / "run"), *TINY],
+                        "is not a writable folder", capsys)  # fmt: skip
+    _expect_usage_error(script, ["sample", "--ckpt", str(tmp_path / "missing.pt")], "--ckpt: no checkpoint", capsys)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write to read-only folders")
+def test_read_only_out_dir_is_reported_before_step_one(script, tmp_path, capsys):
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(0o500)
+    try:
+        _expect_usage_error(script, ["train", "--out-dir", str(out), *TINY], "is not a writable folder", capsys)
+    finally:
+        out.chmod(0o700)
+
+
+def test_resume_refuses_model_flags_that_differ_from_the_checkpoint(script, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert script.main(["train", "--out-dir", str(out), "--max-steps", "2", *TINY]) == 0
+    before = (out / "ckpt.pt").read_bytes()
+    differ = "--d-model 64 (checkpoint: 16), --norm 'rmsnorm' (checkpoint: 'layernorm')"
+    argv = ["train", "--out-dir", str(out), "--max-steps", "4", "--resume", *TINY, "--d-model", "64"]
+    argv += ["--norm", "rmsnorm"]
+    _expect_usage_error(script, argv, differ, capsys)
+    assert (out / "ckpt.pt").read_bytes() == before
+    # without --resume an existing checkpoint is never overwritten
+    _expect_usage_error(script, ["train", "--out-dir", str(out), "--max-steps", "4", *TINY],
+                        "pass --resume to continue that run", capsys)  # fmt: skip
+    assert (out / "ckpt.pt").read_bytes() == before
+    # model flags left out: the checkpoint's config is used
+    rest = TINY[TINY.index("--batch-size"):]
+    assert script.main(["train", "--out-dir", str(out), "--max-steps", "4", "--resume", *rest]) == 0
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    assert ckpt["step"] == 4 and ckpt["config"]["d_model"] == 16
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 4, b""], ids=["random-bytes", "empty"])
+def test_corrupted_checkpoint_gives_a_clear_message(script, tmp_path, capsys, content):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "ckpt.pt").write_bytes(content)
+    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY],
+                        "corrupted, truncated or of another format", capsys)  # fmt: skip
+    _expect_usage_error(script, ["sample", "--ckpt", str(out / "ckpt.pt")], "corrupted, truncated", capsys)
+
+
+def test_foreign_checkpoints_are_refused_on_resume(script, tmp_path, capsys):
+    out = tmp_path / "run"
+    chars = tc.CharTokenizer(tc.load_text_corpus()).chars
+    save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, tokenizer_chars="abc")
+    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "tokenizer does not match", capsys)
+    save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, tokenizer_chars=chars)
+    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "no usable GPTConfig", capsys)
+
+
+def test_truncate_metrics_keeps_records_up_to_the_step(script, tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = ['{"step": 1, "a": 1}', '{"step": 2, "a": 2}', '{"step": 2, "b": 2}', '{"step": 3, "a": 3}', '{"ste']
+    path.write_text("\n".join(lines))  # the last record was cut by a kill
+    assert script.truncate_metrics(path, 2) == 2
+    assert path.read_text() == "\n".join(lines[:3]) + "\n"
+    assert script.truncate_metrics(path, 2) == 0
+    assert script.truncate_metrics(path, 0) == 3 and path.read_text() == ""
+    assert script.truncate_metrics(tmp_path / "absent.jsonl", 0) == 0
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("pause", ["ckpt.pt:4", "best.pt:4"])
+def test_run_killed_inside_a_save_resumes_bit_exactly(script, tmp_path, pause):
+    """SIGKILL while a checkpoint's temporary file is complete but not yet renamed, then --resume:
+    the final weights, best.pt and metrics.jsonl equal those of a run that was never stopped."""
+    common = ["--max-steps", "6", "--dropout", "0.1", *TINY]
+    assert script.main(["train", "--out-dir", str(tmp_path / "a"), *common]) == 0
+
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "ckpt.pt.stale.tmp").write_text("left by an earlier kill")
+    cmd = [sys.executable, str(SCRIPT), "train", "--out-dir", str(out), "--device", "cpu", *common]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TRAIN_GPT_PAUSE_IN_SAVE=pause)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    marker = out / "paused-in-save"
+    try:
+        while not marker.exists():  # the save is paused until the kill; no wall-clock bound needed
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "ckpt.pt.stale.tmp").exists()  # removed when the run started
+    name = pause.split(":")[0]
+    assert Path(marker.read_text()).parent == out and Path(marker.read_text()).name.startswith(name + ".")
+    assert Path(marker.read_text()).exists()  # the killed save's temporary file is left over
+    # best.pt is saved before ckpt.pt, so either kill leaves the step-2 checkpoint, intact and loadable
+    assert load_checkpoint(out / "ckpt.pt")["step"] == 2
+    assert max(r["step"] for r in _records(out)) == 4  # records past the checkpoint's step
+    marker.unlink()
+
+    resume = ["train", "--out-dir", str(out), "--resume", *common]
+    assert script.main([*resume, "--write-rank-state"]) == 0
+    assert not list(out.glob("*.tmp"))
+    assert _records(out) == _records(tmp_path / "a")  # every record once, values identical
+    keys = [(r["step"], "val_loss" in r) for r in _records(out)]
+    assert len(keys) == len(set(keys))
+    for file in ("ckpt.pt", "best.pt"):
+        a, b = load_checkpoint(tmp_path / "a" / file), load_checkpoint(out / file)
+        assert a["step"] == b["step"]
+        assert state_dict_sha256(a["model"]) == state_dict_sha256(b["model"]), file
+    state = json.loads((out / "rank_state" / "rank0.json").read_text())
+    assert state["weights_sha256"] == state_dict_sha256(load_checkpoint(tmp_path / "a" / "ckpt.pt")["model"])
+    val = [r for r in _records(out) if "val_loss" in r]
+    best = min(val, key=lambda r: r["val_loss"])
+    assert load_checkpoint(out / "best.pt")["step"] == best["step"]
+    assert load_checkpoint(out / "best.pt")["extra"]["val_loss"] == best["val_loss"]
 
 
 def test_learning_rate_schedule(script):

@@ -1,10 +1,24 @@
 import math
+import types
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import transformer_course as tc
+from transformer_course import training
+
+
+# ------------------------------------------------------------------------------- Noam schedule
+def test_noam_closed_form_table():
+    # d_model = 16, warmup = 4: 16^-0.5 = 1/4 and 4^-1.5 = 1/8, so the rate is s/32 while
+    # warming up (s <= 4) and 1/(4 sqrt(s)) afterwards; factor scales it
+    expected = [s / 32 for s in range(1, 5)] + [1 / (4 * math.sqrt(s)) for s in range(5, 10)]
+    got = [tc.noam_lr(s, 16, 4) for s in range(1, 10)]
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert [tc.noam_lr(s, 16, 4, factor=2.5) for s in range(1, 10)] == pytest.approx(
+        [2.5 * e for e in expected], rel=1e-12
+    )
 
 
 def test_noam_peaks_at_warmup():
@@ -15,29 +29,83 @@ def test_noam_peaks_at_warmup():
     assert math.isclose(lrs[15999] / lrs[3999], 0.5)  # 1/sqrt decay
 
 
-def test_noam_scheduler_drives_optimizer():
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((0, 64, 10), "step must be positive, got 0"),
+        ((1, -2, 10), "d_model must be positive, got -2"),
+        ((1, 64, 0), "warmup must be positive, got 0"),
+        ((1.0, 64, 10), "step must be an int, got 1.0"),
+        ((1, 64, 10, 0.0), "factor must be a finite positive number, got 0.0"),
+        ((1, 64, 10, float("nan")), "factor must be a finite positive number, got nan"),
+        ((1, 64, 10, "2"), "factor must be a finite positive number, got '2'"),
+    ],
+)
+def test_noam_rejects_bad_arguments_by_name(args, message):
+    with pytest.raises((ValueError, TypeError), match=f"^{message}$"):
+        tc.noam_lr(*args)
+
+
+@pytest.mark.parametrize("factor", [1.0, 3.0])
+def test_noam_scheduler_drives_optimizer(factor):
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=1.0)
-    sched = tc.noam_scheduler(opt, d_model=64, warmup=10)
+    sched = tc.noam_scheduler(opt, d_model=16, warmup=4, factor=factor)
     seen = []
-    for _ in range(12):
+    for _ in range(9):
         seen.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
-    assert seen == pytest.approx([tc.noam_lr(s, 64, 10) for s in range(1, 13)])
-    with pytest.raises(ValueError, match="warmup must be positive"):
-        tc.noam_lr(1, 64, 0)
+    expected = [s / 32 for s in range(1, 5)] + [1 / (4 * math.sqrt(s)) for s in range(5, 10)]
+    assert seen == pytest.approx([factor * e for e in expected], rel=1e-12)
 
 
+# ----------------------------------------------------------------------------- label smoothing
 def test_smoothed_targets_definition():
     q = tc.smoothed_targets(torch.tensor([1]), num_classes=5, smoothing=0.1)
     torch.testing.assert_close(q, torch.tensor([[0.02, 0.92, 0.02, 0.02, 0.02]]))
-    with pytest.raises(ValueError, match=r"\[0, 5\)"):
-        tc.smoothed_targets(torch.tensor([5]), 5, 0.1)
-    with pytest.raises(ValueError, match="smoothing"):
-        tc.smoothed_targets(torch.tensor([1]), 5, 1.0)
+    # any target shape: (2, 2) targets -> (2, 2, V); eps = 0 gives one-hot rows
+    q = tc.smoothed_targets(torch.tensor([[0, 3], [2, 2]]), num_classes=4, smoothing=0.2)
+    assert q.shape == (2, 2, 4)
+    torch.testing.assert_close(q[0, 1], torch.tensor([0.05, 0.05, 0.05, 0.85]))
+    torch.testing.assert_close(q[1, 0], torch.tensor([0.05, 0.05, 0.85, 0.05]))
+    assert torch.equal(tc.smoothed_targets(torch.tensor([2]), 3, 0.0), torch.tensor([[0.0, 0.0, 1.0]]))
 
 
+@pytest.mark.parametrize(
+    ("targets", "num_classes", "smoothing", "message"),
+    [
+        (torch.tensor([5]), 5, 0.1, r"targets must lie in \[0, 5\), got values 5..5"),
+        (torch.tensor([-1, 2]), 5, 0.1, r"targets must lie in \[0, 5\), got values -1..2"),
+        (torch.tensor([1.0]), 5, 0.1, "targets must be an int64 .* got torch.float32"),
+        (torch.tensor([1]), 0, 0.1, "num_classes must be positive, got 0"),
+        (torch.tensor([1]), 5, 1.0, r"smoothing must be a number in \[0, 1\), got 1.0"),
+        (torch.tensor([1]), 5, -0.1, "smoothing .* got -0.1"),
+        (torch.tensor([1]), 5, float("nan"), "smoothing .* got nan"),
+        (torch.tensor([1]), 5, "0.1", "smoothing .* got '0.1'"),
+    ],
+)
+def test_smoothed_targets_rejects_bad_input_by_name(targets, num_classes, smoothing, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        tc.smoothed_targets(targets, num_classes, smoothing)
+
+
+def test_label_smoothing_loss_closed_forms():
+    # uniform logits: log-softmax is -log V everywhere, so the loss is log V for every eps
+    for eps in (0.0, 0.3):
+        loss = tc.label_smoothing_loss(torch.zeros(3, 4), torch.tensor([0, 1, 3]), eps)
+        assert loss.item() == pytest.approx(math.log(4), rel=1e-6)
+    # V = 2, logits (0, ln 3): probabilities (1/4, 3/4); target 1 with eps = 0.2 -> q = (0.1, 0.9)
+    logits = torch.tensor([[0.0, math.log(3.0)], [0.0, math.log(3.0)]])
+    expected = -(0.1 * math.log(0.25) + 0.9 * math.log(0.75))
+    # the second row is ignored (ignore_index), so the mean is over the first row only
+    loss = tc.label_smoothing_loss(logits, torch.tensor([1, -100]), 0.2)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    loss = tc.label_smoothing_loss(logits, torch.tensor([1, 7]), 0.2, ignore_index=7)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.filterwarnings("error")  # e.g. an implicit softmax dimension
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
 def test_label_smoothing_loss_equals_torch(eps):
     logits = torch.randn(12, 7)
@@ -47,22 +115,106 @@ def test_label_smoothing_loss_equals_torch(eps):
     torch.testing.assert_close(tc.label_smoothing_loss(logits, targets, eps), expected)
 
 
-def test_train_loop_history_and_logging(capsys):
-    torch.manual_seed(0)
-    w = torch.nn.Parameter(torch.tensor([3.0]))
+def test_label_smoothing_loss_rejects_bad_shapes_and_targets():
+    with pytest.raises(ValueError, match=r"^expected .* got logits \(2, 3, 4\), targets \(2,\)$"):
+        tc.label_smoothing_loss(torch.zeros(2, 3, 4), torch.zeros(2, dtype=torch.long), 0.1)
+    with pytest.raises(ValueError, match=r"^expected .* got logits \(2, 4\), targets \(3,\)$"):
+        tc.label_smoothing_loss(torch.zeros(2, 4), torch.zeros(3, dtype=torch.long), 0.1)
+    with pytest.raises(ValueError, match=r"targets must lie in \[0, 4\), got values 1..4"):
+        tc.label_smoothing_loss(torch.zeros(2, 4), torch.tensor([1, 4]), 0.1)
+    with pytest.raises(ValueError, match=r"got values -3..-3"):
+        tc.label_smoothing_loss(torch.zeros(2, 4), torch.tensor([-100, -3]), 0.1)
+
+
+# ---------------------------------------------------------------------------------- train loop
+def _fake_clock(monkeypatch, *readings):
+    ticks = iter(readings)
+    monkeypatch.setattr(training, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+
+
+def test_train_loop_history_and_logging(capsys, monkeypatch):
+    _fake_clock(monkeypatch, 100.0, 102.5)
+    w = torch.nn.Parameter(torch.tensor(3.0))
     opt = torch.optim.SGD([w], lr=0.1)
-    hist = tc.train_loop(lambda step: (w**2).sum(), opt, num_steps=20, log_every=10, grad_clip=10.0)
-    assert hist.steps == list(range(20)) and len(hist.losses) == 20 and hist.lrs[0] == 0.1
-    assert hist.losses[-1] < 0.01 * hist.losses[0]
-    assert hist.seconds > 0
-    out = capsys.readouterr().out
-    assert out.count("step") == 3  # steps 0, 10, 19
+    calls = []
+
+    def loss_fn(step):
+        calls.append(step)
+        return w**2
+
+    hist = tc.train_loop(loss_fn, opt, num_steps=20, log_every=10)
+    assert calls == hist.steps == list(range(20))
+    # plain gradient descent on w^2 with lr 0.1: w <- 0.8 w, so the loss is 9 * 0.64^step
+    assert hist.losses == pytest.approx([9.0 * 0.64**s for s in range(20)], rel=1e-5)
+    assert hist.lrs == [0.1] * 20
+    assert hist.seconds == 2.5  # from the fake clock: end - start
+    lines = capsys.readouterr().out.splitlines()
+    assert [int(line.split()[1]) for line in lines] == [0, 10, 19]  # every 10 steps and the last
+
+
+def test_train_loop_is_silent_by_default(capsys):
+    w = torch.nn.Parameter(torch.tensor(1.0))
+    tc.train_loop(lambda s: w**2, torch.optim.SGD([w], lr=0.1), num_steps=3)
+    assert capsys.readouterr().out == ""
+
+
+def test_train_loop_clips_the_gradient_norm():
+    w = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    # the gradient of (w . (3, 4)) is (3, 4) with norm 5; clipped to norm 1 it is (0.6, 0.8)
+    hist = tc.train_loop(lambda s: (w * torch.tensor([3.0, 4.0])).sum(), torch.optim.SGD([w], lr=1.0), 1, grad_clip=1.0)
+    torch.testing.assert_close(w.detach(), torch.tensor([2.4, 3.2]))
+    assert hist.losses == [25.0]
+
+
+def test_train_loop_steps_the_scheduler_after_recording_the_rate():
+    w = torch.nn.Parameter(torch.tensor(1.0))
+    opt = torch.optim.SGD([w], lr=1.0)
+    hist = tc.train_loop(lambda s: w**2, opt, 6, scheduler=tc.noam_scheduler(opt, d_model=16, warmup=4))
+    assert hist.lrs == pytest.approx([1 / 32, 2 / 32, 3 / 32, 4 / 32, 1 / (4 * math.sqrt(5)), 1 / (4 * math.sqrt(6))])
+
+
+def test_train_loop_sets_gradients_to_none_so_unused_parameters_stay_put():
+    # `b` gets a gradient at step 0 only. With gradients set to None, SGD skips it afterwards;
+    # with zeroed gradients, momentum would keep moving it.
+    a = torch.nn.Parameter(torch.tensor(1.0))
+    b = torch.nn.Parameter(torch.tensor(1.0))
+    opt = torch.optim.SGD([a, b], lr=0.1, momentum=0.9)
+    tc.train_loop(lambda s: a**2 + (b**2 if s == 0 else 0.0), opt, num_steps=3)
+    assert b.item() == pytest.approx(1.0 - 0.1 * 2.0)
+    assert b.grad is None
 
 
 def test_train_loop_rejects_non_finite_loss():
-    w = torch.nn.Parameter(torch.tensor([1.0]))
-    with pytest.raises(FloatingPointError, match="step 0"):
+    w = torch.nn.Parameter(torch.tensor(1.0))
+    with pytest.raises(FloatingPointError, match="loss is nan at step 0"):
         tc.train_loop(lambda s: w * float("nan"), torch.optim.SGD([w], lr=0.1), num_steps=3)
+    with pytest.raises(FloatingPointError, match="loss is inf at step 2"):
+        tc.train_loop(lambda s: w * (float("inf") if s == 2 else 1.0), torch.optim.SGD([w], lr=0.1), num_steps=3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_steps": 0}, "num_steps must be positive, got 0"),
+        ({"num_steps": 2, "log_every": -1}, "log_every must be >= 0, got -1"),
+        ({"num_steps": 2, "log_every": 1.5}, "log_every must be an int, got 1.5"),
+        ({"num_steps": 2, "grad_clip": 0.0}, "grad_clip must be a finite positive number, got 0.0"),
+        ({"num_steps": 2, "grad_clip": float("inf")}, "grad_clip must be a finite positive number, got inf"),
+    ],
+)
+def test_train_loop_rejects_bad_arguments_by_name(kwargs, message):
+    w = torch.nn.Parameter(torch.tensor(1.0))
+    with pytest.raises((ValueError, TypeError), match=f"^{message}$"):
+        tc.train_loop(lambda s: w**2, torch.optim.SGD([w], lr=0.1), **kwargs)
+    assert w.item() == 1.0  # rejected before any step
+
+
+def test_train_loop_rejects_a_non_scalar_loss():
+    w = torch.nn.Parameter(torch.ones(3))
+    with pytest.raises(ValueError, match=r"scalar tensor, got \(3,\) at step 0"):
+        tc.train_loop(lambda s: w * 2, torch.optim.SGD([w], lr=0.1), num_steps=1)
+    with pytest.raises(ValueError, match="scalar tensor, got float at step 0"):
+        tc.train_loop(lambda s: 1.0, torch.optim.SGD([w], lr=0.1), num_steps=1)
 
 
 def test_tiny_transformer_learns_the_copy_task():

@@ -95,6 +95,8 @@ class WordTokenizer:
 
     def encode_batch(self, sentences: Sequence[str], add_bos: bool = False, add_eos: bool = False) -> Tensor:
         """Encode and right-pad with ``pad_id`` into a LongTensor ``(N, T_max)``."""
+        if isinstance(sentences, str) or len(sentences) == 0:
+            raise ValueError(f"sentences must be a non-empty sequence of strings, got {sentences!r}")
         rows = [self.encode(s, add_bos, add_eos) for s in sentences]
         width = max(len(r) for r in rows)
         return torch.tensor([r + [self.pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
@@ -205,8 +207,8 @@ def lm_batch(
 ) -> tuple[Tensor, Tensor]:
     """Random windows for next-token prediction: ``x = data[i : i+T]``, ``y = data[i+1 : i+T+1]``,
     each ``(batch_size, context_length)``."""
-    if data.dim() != 1:
-        raise ValueError(f"data must be a 1-D tensor of ids, got shape {tuple(data.shape)}")
+    if data.dim() != 1 or data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
+        raise ValueError(f"data must be a 1-D integer tensor of ids, got shape {tuple(data.shape)} {data.dtype}")
     check_positive_int("batch_size", batch_size)
     check_positive_int("context_length", context_length)
     if data.numel() <= context_length:

@@ -14,6 +14,25 @@ Resume an interrupted run (the step count, model and optimizer states continue):
 
     python scripts/train_gpt.py train --out-dir runs/gpt --resume
 
+Nothing is lost when a run is killed, even with SIGKILL in the middle of a save:
+
+* ``OUT_DIR/ckpt.pt`` (latest) and ``OUT_DIR/best.pt`` (lowest validation loss; weights only)
+  are written to a temporary file, fsynced and renamed into place (``save_checkpoint``); a
+  start removes the temporary files a killed save left behind;
+* on ``--resume`` the model flags given on the command line must equal the checkpoint's
+  config (only the flags you type are compared; leave them out to take the checkpoint's), and
+  ``OUT_DIR/metrics.jsonl`` is cut back to the checkpoint's step, so a resumed run's log has
+  every step exactly once and equals an uninterrupted run's; a resumed run ends with weights
+  bitwise equal to an uninterrupted one (batches and dropout masks depend only on the seed,
+  rank and step);
+* a run without ``--resume`` refuses an OUT_DIR that already holds a checkpoint;
+* every numeric flag is range-checked, and OUT_DIR must be writable, before any work starts;
+  user errors exit with status 2 and one ``error:`` line.
+
+Test hook: with ``TRAIN_GPT_PAUSE_IN_SAVE=NAME:STEP`` (e.g. ``ckpt.pt:4``) the save of NAME at
+STEP writes its complete temporary file, creates ``OUT_DIR/paused-in-save`` and sleeps, so a
+test can kill the process at the most delicate moment of a save.
+
 Every rank draws its own batches; DDP averages the gradients, so all replicas stay
 identical, and the effective batch is ``batch_size * grad_accum * world_size`` sequences.
 Checkpoints hold only tensors and plain Python values and are read back with
@@ -30,7 +49,9 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -42,16 +63,80 @@ import transformer_course as tc
 from transformer_course.checkpoint import (
     config_from_dict,
     load_checkpoint,
+    remove_temp_files,
     save_checkpoint,
     state_dict_sha256,
 )
 
 CKPT_NAME = "ckpt.pt"
+BEST_NAME = "best.pt"
+METRICS_NAME = "metrics.jsonl"
+PAUSE_ENV = "TRAIN_GPT_PAUSE_IN_SAVE"
+PAUSE_MARKER = "paused-in-save"
+# Model flags and their defaults. Their parser default is None, so that on --resume the flags a
+# user typed can be told apart from defaults and compared with the checkpoint's config.
+MODEL_DEFAULTS = {
+    "context_length": 256,
+    "d_model": 384,
+    "num_heads": 6,
+    "num_layers": 6,
+    "dropout": 0.2,
+    "positional": "learned",
+    "norm": "layernorm",
+    "activation": "gelu",
+}
+
+
+class UsageError(Exception):
+    """A mistake in the command line or the out dir: reported as one line, exit status 2."""
+
+
+# --------------------------------------------------------------------------- flag types
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum`` (argparse names the flag in its error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def float_in(low: float, high: float, *, low_inclusive: bool, high_inclusive: bool) -> Callable[[str], float]:
+    """An argparse type: a finite float in the interval from ``low`` to ``high``."""
+    interval = f"{'[' if low_inclusive else '('}{low}, {high}{']' if high_inclusive else ')'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        above = value >= low if low_inclusive else value > low
+        below = value <= high if high_inclusive else value < high
+        if not (math.isfinite(value) and above and below):
+            raise argparse.ArgumentTypeError(f"must be a finite number in {interval}, got {text}")
+        return value
+
+    return parse
+
+
+POSITIVE_INT = int_at_least(1)
+NON_NEGATIVE_INT = int_at_least(0)
+POSITIVE_FLOAT = float_in(0.0, math.inf, low_inclusive=False, high_inclusive=False)
+NON_NEGATIVE_FLOAT = float_in(0.0, math.inf, low_inclusive=True, high_inclusive=False)
+FRACTION = float_in(0.0, 1.0, low_inclusive=False, high_inclusive=False)
+PROBABILITY_BELOW_ONE = float_in(0.0, 1.0, low_inclusive=True, high_inclusive=False)
 
 
 # --------------------------------------------------------------------------- arguments
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        prog="train_gpt.py",
         description="Train a character-level MiniGPT on the course corpus, or sample from it."
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -59,42 +144,43 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train (single process or under torchrun)")
     t.add_argument("--out-dir", default="runs/gpt", help="checkpoint and log folder")
     t.add_argument("--resume", action="store_true", help="continue from OUT_DIR/ckpt.pt")
-    # model (ignored on --resume: the checkpoint's config is used)
-    t.add_argument("--context-length", type=int, default=256)
-    t.add_argument("--d-model", type=int, default=384)
-    t.add_argument("--num-heads", type=int, default=6)
-    t.add_argument("--num-layers", type=int, default=6)
-    t.add_argument("--dropout", type=float, default=0.2)
+    # model: on --resume the checkpoint's config is used, and a flag given here must equal it
+    d = MODEL_DEFAULTS
+    t.add_argument("--context-length", type=POSITIVE_INT, help=f"default {d['context_length']}")
+    t.add_argument("--d-model", type=POSITIVE_INT, help=f"default {d['d_model']}")
+    t.add_argument("--num-heads", type=POSITIVE_INT, help=f"default {d['num_heads']}")
+    t.add_argument("--num-layers", type=POSITIVE_INT, help=f"default {d['num_layers']}")
+    t.add_argument("--dropout", type=PROBABILITY_BELOW_ONE, help=f"in [0, 1), default {d['dropout']}")
     t.add_argument(
-        "--positional", default="learned", choices=["learned", "sinusoidal", "rope", "none"]
+        "--positional", choices=["learned", "sinusoidal", "rope", "none"], help=f"default {d['positional']}"
     )
-    t.add_argument("--norm", default="layernorm", choices=["layernorm", "rmsnorm"])
-    t.add_argument("--activation", default="gelu", choices=list(tc.ACTIVATIONS))
+    t.add_argument("--norm", choices=["layernorm", "rmsnorm"], help=f"default {d['norm']}")
+    t.add_argument("--activation", choices=list(tc.ACTIVATIONS), help=f"default {d['activation']}")
     # optimisation
-    t.add_argument("--batch-size", type=int, default=64, help="sequences per rank per micro-step")
-    t.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimizer step")
-    t.add_argument("--max-steps", type=int, default=5000, help="train until this step")
-    t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    t.add_argument("--min-lr", type=float, default=1e-4, help="learning rate at the end of decay")
-    t.add_argument("--warmup-steps", type=int, default=100)
+    t.add_argument("--batch-size", type=POSITIVE_INT, default=64, help="sequences per rank per micro-step")
+    t.add_argument("--grad-accum", type=POSITIVE_INT, default=1, help="micro-steps per optimizer step")
+    t.add_argument("--max-steps", type=POSITIVE_INT, default=5000, help="train until this step")
+    t.add_argument("--lr", type=POSITIVE_FLOAT, default=1e-3, help="peak learning rate")
+    t.add_argument("--min-lr", type=NON_NEGATIVE_FLOAT, default=1e-4, help="learning rate at the end of decay")
+    t.add_argument("--warmup-steps", type=NON_NEGATIVE_INT, default=100)
     t.add_argument(
         "--lr-decay-steps",
-        type=int,
+        type=POSITIVE_INT,
         default=None,
         help="cosine decay length (default: --max-steps)",
     )
-    t.add_argument("--weight-decay", type=float, default=0.1)
-    t.add_argument("--beta2", type=float, default=0.99)
-    t.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
+    t.add_argument("--weight-decay", type=NON_NEGATIVE_FLOAT, default=0.1)
+    t.add_argument("--beta2", type=PROBABILITY_BELOW_ONE, default=0.99)
+    t.add_argument("--grad-clip", type=NON_NEGATIVE_FLOAT, default=1.0, help="0 disables clipping")
     # evaluation, logging, checkpoints
-    t.add_argument("--val-fraction", type=float, default=0.1)
+    t.add_argument("--val-fraction", type=FRACTION, default=0.1, help="in (0, 1)")
     t.add_argument(
-        "--eval-every", type=int, default=250, help="evaluate + checkpoint every N steps"
+        "--eval-every", type=POSITIVE_INT, default=250, help="evaluate + checkpoint every N steps"
     )
-    t.add_argument("--eval-iters", type=int, default=50, help="validation batches per evaluation")
-    t.add_argument("--log-every", type=int, default=10)
+    t.add_argument("--eval-iters", type=POSITIVE_INT, default=50, help="validation batches per evaluation")
+    t.add_argument("--log-every", type=POSITIVE_INT, default=10)
     # system
-    t.add_argument("--seed", type=int, default=1337)
+    t.add_argument("--seed", type=NON_NEGATIVE_INT, default=1337)
     t.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     t.add_argument(
         "--dtype",
@@ -111,46 +197,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     s = sub.add_parser("sample", help="generate text from a checkpoint")
-    s.add_argument("--ckpt", required=True, help="path to a ckpt.pt written by train")
+    s.add_argument("--ckpt", required=True, help="path to a ckpt.pt or best.pt written by train")
     s.add_argument("--prompt", default=None, help="start text (default: a newline)")
-    s.add_argument("-n", "--max-new-tokens", type=int, default=300)
-    s.add_argument("--num-samples", type=int, default=1)
-    s.add_argument("--temperature", type=float, default=0.8)
-    s.add_argument("--top-k", type=int, default=None)
-    s.add_argument("--top-p", type=float, default=None)
+    s.add_argument("-n", "--max-new-tokens", type=NON_NEGATIVE_INT, default=300)
+    s.add_argument("--num-samples", type=POSITIVE_INT, default=1)
+    s.add_argument("--temperature", type=POSITIVE_FLOAT, default=0.8)
+    s.add_argument("--top-k", type=POSITIVE_INT, default=None)
+    s.add_argument("--top-p", type=float_in(0.0, 1.0, low_inclusive=False, high_inclusive=True), default=None)
     s.add_argument("--greedy", action="store_true")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     return parser
 
 
-def _check_train_args(args: argparse.Namespace) -> None:
-    positive = [
-        "context_length",
-        "d_model",
-        "num_heads",
-        "num_layers",
-        "batch_size",
-        "grad_accum",
-        "eval_every",
-        "eval_iters",
-        "log_every",
-    ]
-    for name in positive:
-        if getattr(args, name) <= 0:
-            raise ValueError(
-                f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
-            )
-    if args.max_steps < 0 or args.warmup_steps < 0:
-        raise ValueError(
-            f"--max-steps ({args.max_steps}) and --warmup-steps ({args.warmup_steps}) must be >= 0"
-        )
-    if not 0.0 < args.val_fraction < 1.0:
-        raise ValueError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
-    if not 0.0 <= args.dropout < 1.0:
-        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
+def check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Checks that involve two flags (one flag's range is checked by its argparse type)."""
     if args.min_lr > args.lr:
-        raise ValueError(f"--min-lr ({args.min_lr}) must not exceed --lr ({args.lr})")
+        parser.error(f"--min-lr ({args.min_lr}) must not exceed --lr ({args.lr})")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -263,9 +326,96 @@ def log(info: DistInfo, message: str) -> None:
         print(message, flush=True)
 
 
+# --------------------------------------------------------------------------- files
+def prepare_out_dir(out_dir: Path, *, is_main: bool) -> None:
+    """Create OUT_DIR, prove it writable, and (main rank) remove temporary files of killed saves."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-test-"):
+            pass
+    except OSError as error:
+        raise UsageError(f"--out-dir {str(out_dir)!r} is not a writable folder: {error}") from None
+    if is_main:
+        for name in (CKPT_NAME, BEST_NAME):
+            for tmp in remove_temp_files(out_dir / name):
+                print(f"removed {tmp.name}, left by an interrupted save", flush=True)
+
+
+def model_config(args: argparse.Namespace, vocab_size: int) -> tc.GPTConfig:
+    """The config of a new run: the model flags given, MODEL_DEFAULTS for the others."""
+    values = {name: default if getattr(args, name) is None else getattr(args, name)
+              for name, default in MODEL_DEFAULTS.items()}  # fmt: skip
+    try:
+        return tc.GPTConfig(vocab_size=vocab_size, **values)
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"invalid model flags: {error}") from None
+
+
+def check_model_flags_match(args: argparse.Namespace, saved: dict) -> None:
+    """On --resume: every model flag given on the command line must equal the checkpoint's config.
+
+    Flags left out take the checkpoint's values; a flag that differs is an error rather than
+    being ignored (a run that silently trains another model than the one asked for loses the
+    user's intent).
+    """
+    differ = [
+        f"--{name.replace('_', '-')} {getattr(args, name)!r} (checkpoint: {saved.get(name)!r})"
+        for name in MODEL_DEFAULTS
+        if getattr(args, name) is not None and getattr(args, name) != saved.get(name)
+    ]
+    if differ:
+        raise UsageError(
+            "--resume: model flags differ from the checkpoint's config: " + ", ".join(differ)
+            + "; leave them out to continue the checkpoint's model, or train into a new --out-dir"
+        )
+
+
+def truncate_metrics(path: Path, last_step: int) -> int:
+    """Keep the records of ``path`` (JSON lines) with ``step <= last_step``; return how many were cut.
+
+    A run killed after its last checkpoint wrote records for steps it will redo on resume, and
+    maybe half a line; both go, so that the resumed log has every record exactly once. The file
+    is rewritten atomically (temporary file, fsync, rename).
+    """
+    if not path.is_file():
+        return 0
+    kept, cut = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+            keep = isinstance(record, dict) and int(record["step"]) <= last_step
+        except (ValueError, KeyError, TypeError):
+            keep = False
+        if keep:
+            kept.append(line + "\n")
+        else:
+            cut += 1
+    if cut:
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w") as f:
+            f.writelines(kept)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return cut
+
+
+def pause_hook(name: str, step: int, out_dir: Path) -> Callable[[Path], None] | None:
+    """The TRAIN_GPT_PAUSE_IN_SAVE test hook for the save of ``name`` at ``step`` (None if not asked)."""
+    if os.environ.get(PAUSE_ENV) != f"{name}:{step}":
+        return None
+
+    def pause(tmp: Path) -> None:
+        (out_dir / PAUSE_MARKER).write_text(str(tmp))
+        time.sleep(3600)  # until the test kills the process
+
+    return pause
+
+
 # --------------------------------------------------------------------------- train
-def train(args: argparse.Namespace) -> int:
-    _check_train_args(args)
+def train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    check_train_args(parser, args)
+    prepare_out_dir(Path(args.out_dir), is_main=int(os.environ.get("RANK", 0)) == 0)
     info, device = setup_distributed(args.device)
     try:
         return _train(args, info, device)
@@ -277,6 +427,8 @@ def train(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> int:
     out_dir = Path(args.out_dir)
     ckpt_path = out_dir / CKPT_NAME
+    best_path = out_dir / BEST_NAME
+    metrics_path = out_dir / METRICS_NAME
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -290,28 +442,27 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
     resume = None
     if args.resume:
         if not ckpt_path.is_file():
-            raise FileNotFoundError(
-                f"--resume given but there is no checkpoint at {str(ckpt_path)!r}"
-            )
-        resume = load_checkpoint(ckpt_path, map_location="cpu")
+            raise UsageError(f"--resume given but there is no checkpoint at {str(ckpt_path)!r}")
+        try:
+            resume = load_checkpoint(ckpt_path, map_location="cpu")
+        except ValueError as error:
+            raise UsageError(f"--resume: {error}") from None
         if resume["extra"].get("tokenizer_chars") != tok.chars:
-            raise ValueError("the checkpoint's tokenizer does not match the corpus' characters")
-        cfg = config_from_dict(tc.GPTConfig, resume["config"])
+            raise UsageError("--resume: the checkpoint's tokenizer does not match the corpus' characters")
+        try:
+            cfg = config_from_dict(tc.GPTConfig, resume["config"])
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"--resume: the checkpoint holds no usable GPTConfig: {error}") from None
+        check_model_flags_match(args, resume["config"])
     else:
-        cfg = tc.GPTConfig(
-            vocab_size=tok.vocab_size,
-            context_length=args.context_length,
-            d_model=args.d_model,
-            num_heads=args.num_heads,
-            num_layers=args.num_layers,
-            dropout=args.dropout,
-            positional=args.positional,
-            norm=args.norm,
-            activation=args.activation,
-        )
+        if ckpt_path.exists():
+            raise UsageError(
+                f"{str(ckpt_path)!r} exists: pass --resume to continue that run, or choose another --out-dir"
+            )
+        cfg = model_config(args, tok.vocab_size)
     for name, split in (("training", train_data), ("validation", val_data)):
         if len(split) <= cfg.context_length + 1:
-            raise ValueError(
+            raise UsageError(
                 f"the {name} split has {len(split)} tokens, not more than context_length + 1 = "
                 f"{cfg.context_length + 1}; lower --context-length or change --val-fraction"
             )
@@ -347,24 +498,27 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
     )
     if start_step:
         log(info, f"resumed from {ckpt_path} at step {start_step}")
-
-    metrics_path = out_dir / "metrics.jsonl"
     if info.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        cut = truncate_metrics(metrics_path, start_step)
+        if cut:
+            log(info, f"removed {cut} record(s) past step {start_step} from {metrics_path}")
+    if info.enabled:
+        dist.barrier()
 
-    def checkpoint(step: int) -> None:
+    def write_metrics(record: dict) -> None:
         if info.is_main:
-            save_checkpoint(
-                ckpt_path,
-                raw_model,
-                optimizer,
-                step=step,
-                config=cfg,
-                tokenizer_chars=tok.chars,
-                best_val_loss=best_val,
-                world_size=info.world_size,
-                seed=args.seed,
-            )
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def checkpoint(step: int, val_loss: float, improved: bool) -> None:
+        if info.is_main:
+            common = dict(step=step, config=cfg, tokenizer_chars=tok.chars, world_size=info.world_size,
+                          seed=args.seed)  # fmt: skip
+            if improved:  # best.pt first: a kill between the two saves then loses nothing
+                save_checkpoint(best_path, raw_model, None, val_loss=val_loss,
+                                before_replace=pause_hook(BEST_NAME, step, out_dir), **common)  # fmt: skip
+            save_checkpoint(ckpt_path, raw_model, optimizer, best_val_loss=best_val,
+                            before_replace=pause_hook(CKPT_NAME, step, out_dir), **common)  # fmt: skip
         if info.enabled:
             dist.barrier()
 
@@ -415,20 +569,15 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
                 f"step {step:6d} | loss {float(train_loss):.4f} | lr {lr:.2e} | "
                 f"{1000 * dt:.0f} ms/step",
             )
-            if info.is_main:
-                with metrics_path.open("a") as f:
-                    f.write(
-                        json.dumps({"step": step, "train_loss": float(train_loss), "lr": lr}) + "\n"
-                    )
+            write_metrics({"step": step, "train_loss": float(train_loss), "lr": lr})
 
         if step % args.eval_every == 0 or step == args.max_steps:
             val_loss = evaluate(raw_model, val_data, args, cfg.context_length, device, amp)
+            improved = val_loss < best_val
             best_val = min(best_val, val_loss)
             log(info, f"step {step:6d} | val loss {val_loss:.4f} | best {best_val:.4f}")
-            if info.is_main:
-                with metrics_path.open("a") as f:
-                    f.write(json.dumps({"step": step, "val_loss": val_loss}) + "\n")
-            checkpoint(step)
+            write_metrics({"step": step, "val_loss": val_loss})
+            checkpoint(step, val_loss, improved)
 
     if start_step >= args.max_steps:
         log(
@@ -453,13 +602,11 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
 
 # --------------------------------------------------------------------------- sample
 def sample(args: argparse.Namespace) -> int:
-    if args.max_new_tokens < 0 or args.num_samples <= 0:
-        raise ValueError(
-            f"--max-new-tokens ({args.max_new_tokens}) must be >= 0 and "
-            f"--num-samples ({args.num_samples}) positive"
-        )
     device = tc.get_device(args.device)
-    ckpt = load_checkpoint(args.ckpt, map_location="cpu")  # weights_only=True inside
+    try:
+        ckpt = load_checkpoint(args.ckpt, map_location="cpu")  # weights_only=True inside
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(f"--ckpt: {error}") from None
     cfg = config_from_dict(tc.GPTConfig, ckpt["config"])
     tok = tc.CharTokenizer(ckpt["extra"]["tokenizer_chars"])
     model = tc.MiniGPT(cfg)
@@ -471,7 +618,7 @@ def sample(args: argparse.Namespace) -> int:
         prompt = "\n" if "\n" in tok.chars else tok.chars[0]
     unknown = sorted(set(prompt) - set(tok.chars))
     if not prompt or unknown:
-        raise ValueError(
+        raise UsageError(
             f"the prompt must be non-empty and use the training characters; "
             f"unknown characters: {unknown}"
         )
@@ -496,10 +643,14 @@ def sample(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "train":
-        return train(args)
-    return sample(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "train":
+            return train(parser, args)
+        return sample(args)
+    except UsageError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 
 if __name__ == "__main__":

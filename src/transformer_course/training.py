@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from numbers import Real
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.optim.lr_scheduler import LambdaLR
 
-from .utils import check_positive_int
+from .utils import check_int, check_positive_int
 
 __all__ = [
     "noam_lr",
@@ -23,6 +25,11 @@ __all__ = [
 ]
 
 
+def _check_positive_finite(name: str, value: object) -> None:
+    if not isinstance(value, Real) or isinstance(value, bool) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+
+
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     """``factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)`` (Vaswani et al. 2017, eq. 3).
 
@@ -32,6 +39,7 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     check_positive_int("step", step)
     check_positive_int("d_model", d_model)
     check_positive_int("warmup", warmup)
+    _check_positive_finite("factor", factor)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
@@ -51,10 +59,14 @@ def smoothed_targets(targets: Tensor, num_classes: int, smoothing: float) -> Ten
     over **all** ``V`` classes, the true one included, so the true class gets ``1 - ε + ε/V``.
     """
     check_positive_int("num_classes", num_classes)
-    if not 0.0 <= smoothing < 1.0:
-        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+    if not isinstance(smoothing, Real) or isinstance(smoothing, bool) or not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
+    if targets.dtype != torch.long:
+        raise ValueError(f"targets must be an int64 (long) tensor, got {targets.dtype}")
     if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= num_classes):
-        raise ValueError(f"targets must lie in [0, {num_classes}), got {targets.min()}..{targets.max()}")
+        raise ValueError(
+            f"targets must lie in [0, {num_classes}), got values {int(targets.min())}..{int(targets.max())}"
+        )
     onehot = F.one_hot(targets, num_classes).float()
     return onehot * (1.0 - smoothing) + smoothing / num_classes
 
@@ -65,14 +77,18 @@ def label_smoothing_loss(
     """Mean cross-entropy between ``softmax(logits)`` and :func:`smoothed_targets`, skipping
     ``ignore_index``; equal to ``F.cross_entropy(logits, targets, label_smoothing=smoothing)``.
 
-    ``logits (M, V)``, ``targets (M,)``.
+    ``logits (M, V)``, ``targets (M,)``. A target outside ``[0, V)`` other than ``ignore_index``
+    raises ``ValueError``; if every target is ignored the mean is over nothing and the result is
+    NaN, as with ``F.cross_entropy``.
     """
     if logits.dim() != 2 or targets.shape != logits.shape[:1]:
-        raise ValueError(f"expected logits (M, V) and targets (M,), got {tuple(logits.shape)}, {tuple(targets.shape)}")
+        raise ValueError(
+            f"expected logits (M, V) and targets (M,), got logits {tuple(logits.shape)}, targets {tuple(targets.shape)}"
+        )
     keep = targets != ignore_index
     logits, targets = logits[keep], targets[keep]
-    q = smoothed_targets(targets, logits.size(-1), smoothing)
-    return -(q * F.log_softmax(logits, dim=-1)).sum(dim=-1).mean()
+    q = smoothed_targets(targets, logits.size(1), smoothing)
+    return -(q * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
 
 
 @dataclass
@@ -99,14 +115,18 @@ def train_loop(
     steps. Prints a line every ``log_every`` steps (0 = silent). Returns a :class:`TrainHistory`.
     """
     check_positive_int("num_steps", num_steps)
-    if log_every < 0:
-        raise ValueError(f"log_every must be >= 0, got {log_every}")
+    check_int("log_every", log_every, 0)
+    if grad_clip is not None:
+        _check_positive_finite("grad_clip", grad_clip)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     history = TrainHistory()
     start = time.perf_counter()
     for step in range(num_steps):
         optimizer.zero_grad(set_to_none=True)
         loss = compute_loss(step)
+        if not isinstance(loss, Tensor) or loss.dim() != 0:
+            got = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
+            raise ValueError(f"compute_loss must return a scalar tensor, got {got} at step {step}")
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is {loss.item()} at step {step}")
         loss.backward()
