@@ -1,10 +1,9 @@
-"""End-to-end tests of scripts/train_gpt.py: DDP with two CPU processes (gloo), exact resume (also
+"""End-to-end tests of ``python -m transformer_course.train_gpt``: DDP with two CPU processes (gloo), exact resume (also
 after SIGKILL inside a checkpoint save), flag and out-dir checks, and sampling from a checkpoint.
 Tiny model, a few steps each."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -17,10 +16,11 @@ import pytest
 import torch
 
 import transformer_course as tc
+from transformer_course import train_gpt
 from transformer_course.checkpoint import load_checkpoint, save_checkpoint, state_dict_sha256
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "train_gpt.py"
+# The command line that a reader types: ``python -m transformer_course.train_gpt ...``
+MODULE = ["-m", "transformer_course.train_gpt"]
 
 TINY = [
     "--context-length", "16", "--d-model", "16", "--num-heads", "2", "--num-layers", "1",
@@ -31,14 +31,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("train_gpt", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_gpt"] = module  # dataclasses look their module up in sys.modules
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop("train_gpt", None)
+    return train_gpt
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +43,7 @@ def _single_process_env(monkeypatch):
 def _torchrun(out_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(SCRIPT), "train", "--out-dir", str(out_dir), "--device", "cpu",
+        *MODULE, "train", "--out-dir", str(out_dir), "--device", "cpu",
         "--write-rank-state", *TINY, *extra,
     ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -304,7 +297,7 @@ def test_run_killed_inside_a_save_resumes_bit_exactly(script, tmp_path, pause):
     out = tmp_path / "b"
     out.mkdir()
     (out / "ckpt.pt.stale.tmp").write_text("left by an earlier kill")
-    cmd = [sys.executable, str(SCRIPT), "train", "--out-dir", str(out), "--device", "cpu", *common]
+    cmd = [sys.executable, *MODULE, "train", "--out-dir", str(out), "--device", "cpu", *common]
     env = dict(os.environ, OMP_NUM_THREADS="1", TRAIN_GPT_PAUSE_IN_SAVE=pause)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     marker = out / "paused-in-save"

@@ -3,16 +3,16 @@
 
 One CPU or one GPU::
 
-    python scripts/train_gpt.py train --out-dir runs/gpt
-    python scripts/train_gpt.py sample --ckpt runs/gpt/ckpt.pt --prompt "The fox" -n 300
+    python -m transformer_course.train_gpt train --out-dir runs/gpt
+    python -m transformer_course.train_gpt sample --ckpt runs/gpt/ckpt.pt --prompt "The fox" -n 300
 
 Several processes or GPUs (PyTorch DistributedDataParallel; gloo on CPU, nccl on GPU)::
 
-    torchrun --standalone --nproc_per_node 4 scripts/train_gpt.py train --out-dir runs/gpt
+    torchrun --standalone --nproc_per_node 4 -m transformer_course.train_gpt train --out-dir runs/gpt
 
 Resume an interrupted run (the step count, model and optimizer states continue)::
 
-    python scripts/train_gpt.py train --out-dir runs/gpt --resume
+    python -m transformer_course.train_gpt train --out-dir runs/gpt --resume
 
 Nothing is lost when a run is killed, even with SIGKILL in the middle of a save:
 
@@ -136,7 +136,7 @@ PROBABILITY_BELOW_ONE = float_in(0.0, 1.0, low_inclusive=True, high_inclusive=Fa
 # --------------------------------------------------------------------------- arguments
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="train_gpt.py",
+        prog="python -m transformer_course.train_gpt",
         description="Train a character-level MiniGPT on the course corpus, or sample from it."
     )
     sub = parser.add_subparsers(dest="command", required=True)
