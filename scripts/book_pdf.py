@@ -63,7 +63,8 @@ FOOTER = (
 
 
 def build_single_page() -> None:
-    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", ".", "--builder", "singlehtml"]
+    exe = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", ".", "--builder", "singlehtml"]
     cmd += ["-W", "-n", "--keep-going"]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)

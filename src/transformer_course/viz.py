@@ -102,14 +102,13 @@ def cjk_font() -> str | None:
 def use_book_style() -> None:
     """Apply :data:`BOOK_STYLE`; inside IPython, also show inline figures as SVG (sharp at any zoom).
 
-    When a Chinese font is installed (:func:`cjk_font`), it is added to the sans-serif fonts after
-    the default one, so Chinese tick labels render while Latin text keeps its usual font.
+    When a Chinese font is installed (:func:`cjk_font`), it becomes the fallback font family:
+    Latin text keeps the default sans-serif font, Chinese characters come from the fallback.
     """
     plt.rcParams.update(BOOK_STYLE)
     name = cjk_font()
     if name is not None:
-        sans = [f for f in plt.rcParams["font.sans-serif"] if f != name]
-        plt.rcParams["font.sans-serif"] = [*sans[:1], name, *sans[1:]]
+        plt.rcParams["font.family"] = ["sans-serif", name]
     try:
         from IPython import get_ipython
     except ImportError:  # plain Python: rcParams are all there is to set
@@ -141,26 +140,27 @@ def _cell_points(ax: Axes, n: int, axis: str) -> float:
     return length * 72.0 / fig.dpi / max(n, 1)
 
 
-def _label_ticks(ax: Axes, axis: str, labels: Sequence[str], rotate: bool) -> None:
-    """Put ``labels`` on the cells of a heatmap axis, every k-th one where they would overlap.
+def _label_ticks(ax: Axes, axis: str, labels: Sequence[str], rotate: bool, thin: bool = True) -> None:
+    """Put ``labels`` on the cells of a heatmap axis; with ``thin``, only every k-th one where they
+    would overlap.
 
     A label needs about 1.3 times its font size across the axis (rotated x labels and y labels
     stack along the axis one text line each); where the cells are smaller, only every k-th cell is
     labelled.
     """
-    n = len(labels)
     from matplotlib.font_manager import FontProperties
 
+    n = len(labels)
     size = max(FontProperties(size=plt.rcParams[f"{axis}tick.labelsize"]).get_size_in_points(), MIN_FONT_PT)
-    step = max(1, math.ceil(1.3 * size / _cell_points(ax, n, axis)))
+    step = max(1, math.ceil(1.3 * size / _cell_points(ax, n, axis))) if thin else 1
     positions = list(range(0, n, step))
     shown = [labels[i] for i in positions]
     if axis == "x":
         ax.set_xticks(positions, shown, fontsize=size, rotation=90 if rotate else 0)
-        ax.set_xticks(range(n), minor=True)
     else:
         ax.set_yticks(positions, shown, fontsize=size)
-        ax.set_yticks(range(n), minor=True)
+    if step > 1:  # a small tick on every cell, so the reader can still count positions
+        (ax.set_xticks if axis == "x" else ax.set_yticks)(range(n), minor=True)
 
 
 def _heatmap_size(rows: int, cols: int, cell_in: float, max_width: float) -> tuple[float, float]:
@@ -179,25 +179,22 @@ def plot_attention(
     """Heatmap of one attention matrix ``(L, S)``: rows are queries, columns keys, with a colorbar.
 
     Without ``ax``, a new figure is sized for the matrix (at most :data:`MAX_WIDTH_IN` wide) and
-    uses constrained layout (do not call ``tight_layout`` on it). Labels that would overlap are
+    laid out with ``tight_layout`` (calling it again is harmless). Labels that would overlap are
     thinned to every k-th position.
     """
     w = _as_2d("weights", weights)
     _check_labels("query_labels", query_labels, w.size(0))
     _check_labels("key_labels", key_labels, w.size(1))
+    own_figure = ax is None
     if ax is None:
-        _, ax = plt.subplots(figsize=_heatmap_size(w.size(0), w.size(1), 0.45, MAX_WIDTH_IN), layout="constrained")
+        _, ax = plt.subplots(figsize=_heatmap_size(w.size(0), w.size(1), 0.45, MAX_WIDTH_IN))
     im = ax.imshow(w.numpy(), cmap="viridis", vmin=0.0, vmax=max(1e-9, float(w.max())))
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     if title:
         ax.set_title(title)
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="weight")
-    rotate = key_labels is not None and max(map(len, key_labels), default=0) > 2
-    if key_labels is not None:
-        _label_ticks(ax, "x", key_labels, rotate)
-    if query_labels is not None:
-        _label_ticks(ax, "y", query_labels, False)
+    _label_heatmap([ax], query_labels, key_labels, ncols=1, tight=own_figure)
     return ax
 
 
@@ -209,8 +206,8 @@ def plot_attention_heads(
 ) -> Figure:
     """A grid of heatmaps, one per head, from weights ``(H, L, S)``, with one shared colorbar.
 
-    The figure is at most :data:`MAX_WIDTH_IN` wide and uses constrained layout (do not call
-    ``tight_layout`` on it); labels that would overlap are thinned to every k-th position.
+    The figure is at most :data:`MAX_WIDTH_IN` wide and laid out with ``tight_layout`` (calling it
+    again is harmless); labels that would overlap are thinned to every k-th position.
     """
     w = torch.as_tensor(weights).detach().float().cpu()
     if w.dim() != 3:
@@ -218,33 +215,54 @@ def plot_attention_heads(
     _check_labels("query_labels", query_labels, w.size(1))
     _check_labels("key_labels", key_labels, w.size(2))
     H, L, S = w.shape
+    if H == 0:
+        raise ValueError(f"weights must have at least one head, got shape {tuple(w.shape)}")
     ncols = max(1, min(ncols, H))
     nrows = math.ceil(H / ncols)
     panel = min(2.2, (MAX_WIDTH_IN - 1.0) / ncols)  # inches per head, the colorbar takes the rest
-    fig, axes = plt.subplots(
-        nrows,
-        ncols,
-        figsize=(panel * ncols + 1.0, panel * nrows * max(0.5, min(1.5, L / S)) + 0.6),
-        squeeze=False,
-        layout="constrained",
-    )
-    im = None
-    for h, ax in enumerate(axes.flat):
+    longest = max(map(len, key_labels), default=0) if key_labels is not None else 0
+    label_room = 0.09 * longest if longest > 2 else 0.3  # inches under the grid for rotated labels
+    fig = plt.figure(figsize=(panel * ncols + 1.0, panel * nrows * max(0.5, min(1.5, L / S)) + 0.6 + label_room))
+    # the colorbar is a column of the grid, so tight_layout can place it
+    grid = fig.add_gridspec(nrows, ncols + 1, width_ratios=[1.0] * ncols + [0.06])
+    axes = [fig.add_subplot(grid[h // ncols, h % ncols]) for h in range(nrows * ncols)]
+    for h, ax in enumerate(axes):
         if h >= H:
             ax.axis("off")
             continue
         im = ax.imshow(w[h].numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
         ax.set_title(f"head {h}")
-    fig.colorbar(im, ax=axes, shrink=0.8, label="weight")
-    rotate = key_labels is not None and max(map(len, key_labels), default=0) > 2
-    for h, ax in enumerate(axes.flat[:H]):
-        if key_labels is not None:
-            _label_ticks(ax, "x", key_labels, rotate)
-        if query_labels is not None and h % ncols == 0:
-            _label_ticks(ax, "y", query_labels, False)
-        elif query_labels is not None:
-            ax.set_yticks([])
+    fig.colorbar(im, cax=fig.add_subplot(grid[:, -1]), label="weight")
+    _label_heatmap(axes[:H], query_labels, key_labels, ncols=ncols, tight=True)
     return fig
+
+
+def _label_heatmap(
+    axes: Sequence[Axes],
+    query_labels: Sequence[str] | None,
+    key_labels: Sequence[str] | None,
+    ncols: int,
+    tight: bool,
+) -> None:
+    """Tick labels of a grid of heatmaps (``ncols`` per row): key labels under the bottom heatmap
+    of each column, query labels left of the first column. Lays the figure out first when
+    ``tight``, so that the thinning sees the final cell size."""
+    rotate = key_labels is not None and max(map(len, key_labels), default=0) > 2
+    fig = axes[0].figure
+    for pass_ in range(2):  # place every label, lay out, then thin the labels to what fits
+        if tight:
+            fig.tight_layout()
+        for i, ax in enumerate(axes):
+            if key_labels is not None and i + ncols >= len(axes):  # the bottom heatmap of a column
+                _label_ticks(ax, "x", key_labels, rotate, thin=pass_ == 1)
+            elif key_labels is not None:
+                ax.set_xticks([])
+            if query_labels is not None and i % ncols == 0:
+                _label_ticks(ax, "y", query_labels, False, thin=pass_ == 1)
+            elif query_labels is not None:
+                ax.set_yticks([])
+    if tight:
+        fig.tight_layout()
 
 
 def plot_positional_encoding(pe: Tensor, ax: Axes | None = None) -> Axes:

@@ -17,13 +17,16 @@ from bookbrowser import SETTLE_JS, SHOT_DIR, Book
 
 # --------------------------------------------------------------------------- page scripts
 
-# Elements that stick out of the right edge of the window without being inside a box that
-# scrolls or clips (the outermost ones only), and the page's own horizontal overflow.
+# The page's own horizontal overflow, and the elements of the article and its header that stick
+# out of the right edge of the window without being inside a box that scrolls or clips (the
+# outermost ones only). The sidebars are left out: on a phone they are drawers, placed off-screen
+# until opened.
 OVERFLOW_JS = """
 () => {
   const vw = document.documentElement.clientWidth;
   const describe = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") +
-    [...el.classList].slice(0, 3).map((c) => "." + c).join("");
+    [...el.classList].slice(0, 3).map((c) => "." + c).join("") +
+    ` "${el.textContent.replace(/\\s+/g, " ").trim().slice(0, 40)}"`;
   const inBox = (el) => {
     for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
       if (["auto", "scroll", "hidden", "clip"].includes(getComputedStyle(p).overflowX)) return true;
@@ -31,7 +34,7 @@ OVERFLOW_JS = """
     return false;
   };
   const offenders = [];
-  for (const el of document.body.querySelectorAll("*")) {
+  for (const el of document.querySelectorAll(".bd-header-article *, article *")) {
     const r = el.getBoundingClientRect();
     if (r.width === 0 || r.right <= vw + 1 || !el.checkVisibility()) continue;
     if (inBox(el) || offenders.some((o) => o.el.contains(el))) continue;
@@ -51,7 +54,7 @@ CODE_SCROLL_JS = """
   const wide = [...document.querySelectorAll("article div.highlight pre, article .cell_output pre")]
     .filter((pre) => pre.clientWidth > 0 && pre.scrollWidth > pre.clientWidth + 1)
     .map((pre) => {
-      const lines = pre.innerText.split("\\n");
+      const lines = pre.textContent.split("\\n");
       const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), "");
       return `${pre.scrollWidth} px in a ${pre.clientWidth} px box: ${longest.trim().slice(0, 70)}`;
     });
@@ -276,15 +279,17 @@ def test_numbered_by_chapter_with_chinese_labels(book: Book, docname: str, pages
 
 def test_solutions_collapsed_on_screen_expanded_in_print(book: Book, docname: str):
     """Solutions start collapsed on screen; the print style (Ctrl+P, `make pdf`) shows them all."""
-    page = book.visit(docname).page
-    screen = page.evaluate(SOLUTION_VISIBILITY_JS)
-    if not screen:
-        pytest.skip("no solutions on this page")
+    # a fresh tab: other tests open solutions by clicking them
+    page, _ = book.open_page()
     try:
+        page.goto(book.url(docname), wait_until="load")
+        screen = page.evaluate(SOLUTION_VISIBILITY_JS)
         page.emulate_media(media="print")
         printed = page.evaluate(SOLUTION_VISIBILITY_JS)
     finally:
-        page.emulate_media(media="screen")
+        page.close()
+    if not screen:
+        pytest.skip("no solutions on this page")
     assert not [s["id"] for s in screen if s["visible"]], f"{docname}: solutions open on screen"
     hidden = [s["id"] for s in printed if s["visible"] < s["parts"]]
     assert not hidden, f"{docname}: solutions collapsed in print: {hidden}"
