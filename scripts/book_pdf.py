@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 from bookbrowser import CHROMIUM_ARGS, SETTLE_JS, TIMEOUT_MS, toc_pages  # noqa: E402
 
-SINGLE_DIR = ROOT / "_build" / "singlehtml"
-PDF = ROOT / "_build" / "pdf" / "book.pdf"
+BUILD = ROOT / "_build"  # --path-output moves it (as jupyter-book's option does)
+
 CJK_FONT_RE = re.compile(r"CJK|Han|Hei|Song|Ming|Kai|WenQuanYi|PingFang|YaHei", re.I)
 
 # What the printed page must contain, read from the single page in print media: the page
@@ -44,7 +44,15 @@ CONTENT_JS = """
 () => {
   const text = (el) => el.innerText.replace(/\\s+/g, " ").trim();
   return {
-    titles: [...document.querySelectorAll("article h1")].map(text),
+    // the title of each page: the root page's h1, then the first heading after each
+    // <span id="document-DOCNAME"> (the single page's mark where a page begins)
+    titles: [[null, text(document.querySelector("article h1"))], ...[
+      ...document.querySelectorAll('article span[id^="document-"]')].map((span) => {
+        let el = span.nextElementSibling;
+        while (el && el.tagName !== "SECTION") el = el.nextElementSibling;
+        const heading = el ? el.querySelector("h1, h2, h3") : null;
+        return [span.id.slice("document-".length), heading ? text(heading) : null];
+      })],
     captions: [...document.querySelectorAll("article figure figcaption .caption-number")].map(text),
     solutions: [...document.querySelectorAll("article div.solution")].map((el) => {
       const body = [...el.children].filter((c) => !c.classList.contains("admonition-title"));
@@ -62,32 +70,43 @@ FOOTER = (
 )
 
 
-def build_single_page() -> None:
+def build_single_page(path_output: Path | None) -> None:
     exe = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(exe) if exe.exists() else "jupyter-book", "build", ".", "--builder", "singlehtml"]
     cmd += ["-W", "-n", "--keep-going"]
+    if path_output is not None:
+        cmd += ["--path-output", str(path_output)]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
-def single_page() -> Path:
-    page = SINGLE_DIR / f"{toc_pages()[0]}.html"
-    if not page.is_file():
-        raise SystemExit(f"no single-page book at {page}: the singlehtml build failed")
+def single_page(single_dir: Path) -> Path:
+    """The single page, copied to the build's top folder: Sphinx writes it at the root page's
+    path (book/intro.html) but with links relative to the top folder (_static/, _images/)."""
+    built = single_dir / f"{toc_pages()[0]}.html"
+    if not built.is_file():
+        raise SystemExit(f"no single-page book at {built}: the singlehtml build failed")
+    page = single_dir / "book.html"
+    shutil.copyfile(built, page)
     return page
 
 
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # the base class's signature
+        pass
+
+
 def print_pdf(page: Path, out: Path) -> dict:
+    single_dir = page.parent
     from playwright.sync_api import sync_playwright
 
     exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not exe:
         raise SystemExit("Chromium not found: run scripts/install_browser_deps.sh or set CHROMIUM")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(SINGLE_DIR))
-    handler.log_message = lambda *args: None
+    handler = functools.partial(_QuietHandler, directory=str(single_dir))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/{page.relative_to(SINGLE_DIR).as_posix()}"
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/{page.name}"
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         with sync_playwright() as pw:
@@ -144,14 +163,17 @@ def check(pdf: Path, content: dict | None) -> list[str]:
         problems.append(f"fonts not embedded: {not_embedded}")
     cjk = [f["name"] for f in fonts if CJK_FONT_RE.search(f["name"]) and f["emb"] == "yes"]
     if not cjk:
-        problems.append(f"no embedded Chinese font among {[f['name'] for f in fonts]}")
+        named = sorted({f["name"] for f in fonts if f["name"] != "[none]"})
+        problems.append(f"no embedded Chinese font among {named} (and {len(fonts) - len(named)} Type 3 fonts)")
     text = pdf_text(pdf)
     if content is None:
         return problems
     squeeze = functools.partial(re.sub, r"\s+", "")
-    missing_titles = [t for t in content["titles"] if squeeze(t) not in text]
-    if len(content["titles"]) < len(toc_pages()):
-        problems.append(f"the single page has {len(content['titles'])} page titles for {len(toc_pages())} pages")
+    pages = toc_pages()
+    included = {doc for doc, _ in content["titles"][1:]}
+    if set(pages[1:]) - included:
+        problems.append(f"pages missing from the single page: {sorted(set(pages[1:]) - included)}")
+    missing_titles = [t for _, t in content["titles"] if not t or squeeze(t).rstrip("#") not in text]
     if missing_titles:
         problems.append(f"page titles missing from the PDF: {missing_titles}")
     missing_captions = [c for c in content["captions"] if squeeze(c) not in text]
@@ -159,8 +181,9 @@ def check(pdf: Path, content: dict | None) -> list[str]:
         problems.append(f"figure numbers missing from the PDF: {missing_captions}")
     if content["hiddenSolutions"]:
         problems.append(f"{content['hiddenSolutions']} solutions are collapsed in print media")
-    # the first 30 characters of each solution's text (hyphenation and line breaks removed)
-    missing_solutions = [s[:30] for s in content["solutions"] if squeeze(s)[:30] not in text]
+    # each solution's longest run of Chinese text (formulas come out of pdftotext differently)
+    runs = [max(re.findall(r"[\u4e00-\u9fff，、；：]{4,}", s), key=len, default="") for s in content["solutions"]]
+    missing_solutions = [run for run in runs if run and run not in text]
     if missing_solutions:
         problems.append(f"{len(missing_solutions)} solutions missing from the PDF, e.g. {missing_solutions[:3]}")
     return problems
@@ -170,22 +193,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check-only", action="store_true", help="only check an existing PDF")
     parser.add_argument("--skip-build", action="store_true", help="print the existing _build/singlehtml")
-    parser.add_argument("--out", type=Path, default=PDF)
+    parser.add_argument(
+        "--path-output", type=Path, default=None, help="jupyter-book's --path-output (default: the repository)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="the PDF (default: <build>/pdf/book.pdf)")
     args = parser.parse_args()
+    build = (args.path_output / "_build") if args.path_output else BUILD
+    args.out = args.out or build / "pdf" / "book.pdf"
     content = None
     if not args.check_only:
         if not args.skip_build:
-            build_single_page()
-        content = print_pdf(single_page(), args.out)
+            build_single_page(args.path_output)
+        content = print_pdf(single_page(build / "singlehtml"), args.out)
     if not args.out.is_file():
         raise SystemExit(f"no PDF at {args.out}")
     problems = check(args.out, content)
     pages = subprocess.run(["pdfinfo", str(args.out)], capture_output=True, text=True).stdout
     count = re.search(r"^Pages:\s+(\d+)", pages, re.M)
     summary = f"{args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}: "
-    summary += f"{count.group(1) if count else '?'} pages"
+    summary += f"{count.group(1) if count else '?'} PDF pages"
     if content:
-        summary += f", {len(content['titles'])} page titles, {len(content['captions'])} numbered figures, "
+        summary += f", {len(content['titles'])} book pages, {len(content['captions'])} numbered figures, "
         summary += f"{len(content['solutions'])} solutions"
     print(summary)
     for problem in problems:

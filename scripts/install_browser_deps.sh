@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # System packages of the browser tests (`make browser`, the last step of `make test`) and of
 # `make pdf`: Debian's headless Chromium (package chromium; Playwright drives it, no browser
-# download), fonts (fonts-noto-cjk for the Chinese text of the screenshots, the PDF and the
-# figures; fonts-liberation for Latin text) and poppler-utils (pdffonts/pdfinfo/pdftotext, which
+# download), fonts (fonts-noto-cjk for the Chinese text of the screenshots and the figures;
+# fonts-wqy-microhei for the PDF: Chromium embeds this TrueType font as a real font, while it
+# can only draw the CFF-based Noto CJK glyphs as nameless Type 3 outlines; fonts-liberation for
+# Latin text) and poppler-utils (pdffonts/pdfinfo/pdftotext, which
 # check the PDF). Installs with apt-get what is missing (as root, or with sudo).
 #
 # Afterwards matplotlib's font cache is rebuilt when it predates the CJK font: the venv builds
@@ -14,7 +16,7 @@ set -euo pipefail
 
 missing=()
 if command -v dpkg-query >/dev/null 2>&1; then
-  for pkg in chromium fonts-noto-cjk fonts-liberation poppler-utils; do
+  for pkg in chromium fonts-noto-cjk fonts-wqy-microhei fonts-liberation poppler-utils; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
       missing+=("$pkg")
     fi

@@ -12,6 +12,11 @@ Listed in ``_config.yml`` under ``sphinx: local_extensions`` (folder ``book/_ext
   the title of a solution is sphinx-exercise's message "Solution" (its catalogue 1.2.1 lacks
   it), and every ``prf:proof`` box is titled with sphinx-proof's message "Proof" (its
   catalogue 0.4.0 lacks it): the pages would say "Solution" instead of 解答.
+* ``make pdf`` prints the single-page HTML build (builder ``singlehtml``). Sphinx looks up the
+  HTML handlers of extension nodes by builder name, and falls back to the format ("html") only
+  when no extension registered a handler for that name; sphinx-exercise registers
+  ``singlehtml`` handlers, so every other extension's nodes (myst-nb's hidden code cells, ...)
+  would have none there and the build fails. The missing ones are copied from "html".
 * sphinx-proof's ``prf:proof`` directive types "Proof. " in front of the proof's first line,
   untranslated. That text is replaced by the translated label, in bold ("**证明** ...").
 """
@@ -88,9 +93,21 @@ def translate_proof_label(app, doctree: nodes.document) -> None:
         parent[index : index + 1] = [nodes.strong(label, label), nodes.Text(" " + rest)]
 
 
+def inherit_html_handlers(app) -> None:
+    builder = app.builder
+    if builder.format != "html" or builder.name == "html":
+        return
+    handlers = app.registry.translation_handlers
+    if builder.name not in handlers:
+        return  # Sphinx falls back to the "html" handlers by itself
+    for node_name, pair in handlers.get("html", {}).items():
+        handlers[builder.name].setdefault(node_name, pair)
+
+
 def setup(app) -> dict[str, Any]:
     add_missing_translations(app)
     # Late, so that scripts added by other html-page-context handlers are seen too.
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
     app.connect("doctree-read", translate_proof_label)
+    app.connect("builder-inited", inherit_html_handlers)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
