@@ -181,9 +181,15 @@ def check(pdf: Path, content: dict | None) -> list[str]:
         problems.append(f"figure numbers missing from the PDF: {missing_captions}")
     if content["hiddenSolutions"]:
         problems.append(f"{content['hiddenSolutions']} solutions are collapsed in print media")
-    # each solution's longest run of Chinese text (formulas come out of pdftotext differently)
-    runs = [max(re.findall(r"[\u4e00-\u9fff，、；：]{4,}", s), key=len, default="") for s in content["solutions"]]
-    missing_solutions = [run for run in runs if run and run not in text]
+
+    # each solution's first 20 Chinese characters, compared with the Chinese characters of the PDF
+    # only (pdftotext puts the pieces of inline formulas, e.g. subscripts, between the words)
+    def chinese(t: str) -> str:
+        return re.sub(r"[^\u4e00-\u9fff]", "", t)
+
+    pdf_chinese = chinese(text)
+    heads = [chinese(s)[:20] for s in content["solutions"]]
+    missing_solutions = [head for head in heads if head and head not in pdf_chinese]
     if missing_solutions:
         problems.append(f"{len(missing_solutions)} solutions missing from the PDF, e.g. {missing_solutions[:3]}")
     return problems
