@@ -182,14 +182,18 @@ def check(pdf: Path, content: dict | None) -> list[str]:
     if content["hiddenSolutions"]:
         problems.append(f"{content['hiddenSolutions']} solutions are collapsed in print media")
 
-    # each solution's first 20 Chinese characters, compared with the Chinese characters of the PDF
-    # only (pdftotext puts the pieces of inline formulas, e.g. subscripts, between the words)
+    # each solution's runs of Chinese text (>= 4 characters between formulas and code), compared with
+    # the Chinese characters of the PDF only: pdftotext puts the pieces of formulas (subscripts,
+    # display math) between and around the words. At least half of the runs must be there.
     def chinese(t: str) -> str:
         return re.sub(r"[^\u4e00-\u9fff]", "", t)
 
     pdf_chinese = chinese(text)
-    heads = [chinese(s)[:20] for s in content["solutions"]]
-    missing_solutions = [head for head in heads if head and head not in pdf_chinese]
+    missing_solutions = []
+    for solution in content["solutions"]:
+        runs = re.findall(r"[\u4e00-\u9fff]{4,}", solution)
+        if runs and sum(run in pdf_chinese for run in runs) < max(1, len(runs) // 2):
+            missing_solutions.append(runs[0])
     if missing_solutions:
         problems.append(f"{len(missing_solutions)} solutions missing from the PDF, e.g. {missing_solutions[:3]}")
     return problems
