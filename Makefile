@@ -4,6 +4,7 @@
 #   make test        set up .venv, ruff, unit tests, nbval over the book, strict book build,
 #                    browser tests of the built book
 #   make browser     browser tests of the built book (after make book) -> _build/screenshots/
+#   make pdf         the whole book as one PDF (after make book: nothing runs twice) -> _build/pdf/book.pdf
 #   make bench       benchmarks (not part of make test) -> bench/results/
 #   make notebooks   .ipynb copies of the chapters and appendices with code -> _build/notebooks/
 #   make jupyter     run every page as .ipynb in a temp folder outside the repository (nbclient)
@@ -33,10 +34,10 @@ PIP_ARGS ?=
 LINT_PATHS := $(wildcard src tests bench scripts book/_ext conftest.py)
 JB_BUILD   := $(BIN)/jupyter-book build . -W -n --keep-going
 
-.PHONY: help venv book test lint unit nbval jupyter claims browser bench notebooks check-chapter clean distclean
+.PHONY: help venv book test lint unit nbval jupyter claims browser pdf bench notebooks check-chapter clean distclean
 
 help:
-	@sed -n '3,14p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,15p' Makefile | sed 's/^# \{0,1\}//'
 
 # The stamp is rebuilt (pip install re-run) whenever requirements.txt or
 # pyproject.toml is newer than the last successful install.
@@ -90,13 +91,23 @@ browser: $(STAMP)
 	bash scripts/install_browser_deps.sh
 	$(BIN)/pytest -p no:cacheprovider tests/browser
 
+# The whole book as one PDF: the single-page HTML build (it reuses the executed pages of
+# `make book` in _build/.doctrees) printed by the browser tests' Chromium with the book's print
+# style (solutions expanded); then checks that every page, figure number and solution is in
+# the PDF and that the Chinese fonts are embedded (pdffonts). Not part of `make test`.
+pdf: $(STAMP)
+	bash scripts/install_browser_deps.sh
+	$(BIN)/python scripts/book_pdf.py
+
 # Each step stops the run on failure; the strict book build from a clean _build
-# comes next to last, and the browser tests of that build last.
+# comes next to last, and the browser tests of that build last. The browser dependencies
+# are installed before the book build: they bring the Chinese font that figures use.
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval
 	$(MAKE) --no-print-directory jupyter
+	bash scripts/install_browser_deps.sh
 	$(MAKE) --no-print-directory book
 	$(MAKE) --no-print-directory browser
 

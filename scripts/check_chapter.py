@@ -45,6 +45,11 @@ STUB_PREFACE = """\
 
 本页由 `make check-chapter` 生成，只用于单独检查 `{chapter}`。
 完整的前言请用 `make book` 构建。
+
+(chapter-sources)=
+## 章节与原文的对应（占位）
+
+每个笔记本页标题下的运行时间行（book/_ext/book_runtime.py）链接到这里。
 """
 
 

@@ -33,6 +33,8 @@ CHROMIUM_ARGS = [
 # A desktop window: the book navigation (primary sidebar) and the section navigation
 # (secondary sidebar) are both shown at this width.
 VIEWPORT = {"width": 1366, "height": 900}
+# A phone (the width of a common 6.1" phone in CSS pixels): the sidebars become drawers.
+PHONE_VIEWPORT = {"width": 390, "height": 844}
 TIMEOUT_MS = 60_000  # generous: CI machines are small and may be busy
 
 
@@ -78,9 +80,9 @@ def is_notebook_source(docname: str) -> bool:
     return isinstance(meta, dict) and "kernelspec" in meta
 
 
-def screenshot_path(pages: list[str], docname: str) -> Path:
-    """``_build/screenshots/NN-book-name.png``, numbered in reading order."""
-    return SHOT_DIR / f"{pages.index(docname):02d}-{docname.replace('/', '-')}.png"
+def screenshot_path(pages: list[str], docname: str, suffix: str = "") -> Path:
+    """``_build/screenshots/NN-book-name{suffix}.png``, numbered in reading order."""
+    return SHOT_DIR / f"{pages.index(docname):02d}-{docname.replace('/', '-')}{suffix}.png"
 
 
 # --------------------------------------------------------------------------- a watched tab
@@ -185,10 +187,11 @@ class Book:
     following checks; only the latest page stays open (pytest runs the tests of one page
     together, see ``pytest_generate_tests``), so a long book does not pile up tabs."""
 
-    def __init__(self, context, server: str, pages: list[str]):
+    def __init__(self, context, server: str, pages: list[str], shot_suffix: str = ""):
         self.context = context
         self.server = server
         self.pages = pages
+        self.shot_suffix = shot_suffix  # "-phone": the screenshots of the phone viewport
         self._visit: Visit | None = None
 
     def url(self, docname: str) -> str:
@@ -212,7 +215,7 @@ class Book:
             page, traffic = self.open_page()
             response = page.goto(self.url(docname), wait_until="load")
             page.evaluate(SETTLE_JS)
-            shot = screenshot_path(self.pages, docname)
+            shot = screenshot_path(self.pages, docname, self.shot_suffix)
             page.screenshot(path=str(shot), full_page=True, animations="disabled")
             self._visit = Visit(
                 docname=docname,

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bookbrowser import CHROMIUM_ARGS, HTML_DIR, SHOT_DIR, TIMEOUT_MS, VIEWPORT, Book, toc_pages
+from bookbrowser import CHROMIUM_ARGS, HTML_DIR, PHONE_VIEWPORT, SHOT_DIR, TIMEOUT_MS, VIEWPORT, Book, toc_pages
 
 BROWSER_DIR = Path(__file__).resolve().parent
 
@@ -101,14 +101,33 @@ def pages() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def book(browser, server: str, pages: list[str]) -> Iterator[Book]:
-    """The book, opened in a desktop-sized Chinese-locale browser context."""
+def shot_dir() -> Path:
+    """``_build/screenshots``, emptied once per test session."""
     if SHOT_DIR.exists():
         shutil.rmtree(SHOT_DIR)
     SHOT_DIR.mkdir(parents=True)
+    return SHOT_DIR
+
+
+@pytest.fixture(scope="session")
+def book(browser, server: str, pages: list[str], shot_dir: Path) -> Iterator[Book]:
+    """The book, opened in a desktop-sized (1366 px) Chinese-locale browser context."""
     context = browser.new_context(viewport=VIEWPORT, locale="zh-CN", device_scale_factor=1)
     context.set_default_timeout(TIMEOUT_MS)
     try:
         yield Book(context, server, pages)
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="session")
+def phone_book(browser, server: str, pages: list[str], shot_dir: Path) -> Iterator[Book]:
+    """The book on a phone: 390 px wide, touch (screenshots in CSS pixels)."""
+    context = browser.new_context(
+        viewport=PHONE_VIEWPORT, locale="zh-CN", device_scale_factor=1, is_mobile=True, has_touch=True
+    )
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        yield Book(context, server, pages, shot_suffix="-phone")
     finally:
         context.close()

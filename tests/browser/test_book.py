@@ -92,7 +92,7 @@ OPEN_DETAILS_JS = """
 SEARCH_RESULTS_JS = """
 () => [...document.querySelectorAll("#search-results ul.search li > a")].map((a) => a.href)
 """
-# The run-time line at the top of a notebook page (see book/appendix_symbols.md).
+# The run-time line at the top of a notebook page (book/_ext/book_runtime.py).
 RUNTIME_RE = re.compile(r"(\d+(\.\d+)?) 秒")
 
 
@@ -223,14 +223,15 @@ def test_launch_buttons_open_the_page_on_binder(book: Book, docname: str):
 
 
 def test_notebook_page_states_its_run_time(book: Book, docname: str):
-    """A page with code says at its top how long it took to run in this build (glued, measured)."""
+    """A page with code says at its top how long it took to run in this build (myst-nb's execution
+    record, put under the title by book/_ext/book_runtime.py)."""
     if not is_notebook_source(docname):
         pytest.skip("no code on this page")
     page = book.visit(docname).page
     line = page.locator("article .page-runtime")
     assert line.count() == 1, (
-        f"{docname}: no run-time line at the top of the page; add the two hidden timing cells and the "
-        "`:::{container} page-runtime` line of book/appendix_symbols.md"
+        f"{docname}: {line.count()} run-time lines at the top of the page (book/_ext/book_runtime.py adds "
+        "one to every executed notebook page; a page must not write its own `page-runtime` container)"
     )
     expect(line).to_be_visible()
     text = line.inner_text()
