@@ -58,6 +58,7 @@ book: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 
 unit: $(STAMP)
 	$(BIN)/pytest -n $(JOBS) tests

@@ -68,8 +68,7 @@ class JupytextNbFile(IPyNbFile):
             overlap = set(comment_opts) & set(options)
             if overlap:
                 warnings.warn_explicit(
-                    f"Overlapping options from comments and metadata, "
-                    f"using options from comments: {overlap}",
+                    f"Overlapping options from comments and metadata, using options from comments: {overlap}",
                     category=UserWarning,
                     filename=loc,
                     lineno=0,
@@ -78,9 +77,7 @@ class JupytextNbFile(IPyNbFile):
                 warnings.warn_explicit(str(w.message), category=UserWarning, filename=loc, lineno=0)
             options.update(comment_opts)
             options.setdefault("check", self.compare_outputs)
-            yield IPyNbCell.from_parent(
-                self, name=f"Cell {cell_num}", cell_num=cell_num, cell=cell, options=options
-            )
+            yield IPyNbCell.from_parent(self, name=f"Cell {cell_num}", cell_num=cell_num, cell=cell, options=options)
             cell_num += 1
 
 

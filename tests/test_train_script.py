@@ -246,7 +246,7 @@ def test_resume_refuses_model_flags_that_differ_from_the_checkpoint(script, tmp_
                         "pass --resume to continue that run", capsys)  # fmt: skip
     assert (out / "ckpt.pt").read_bytes() == before
     # model flags left out: the checkpoint's config is used
-    rest = TINY[TINY.index("--batch-size"):]
+    rest = TINY[TINY.index("--batch-size") :]
     assert script.main(["train", "--out-dir", str(out), "--max-steps", "4", "--resume", *rest]) == 0
     ckpt = load_checkpoint(out / "ckpt.pt")
     assert ckpt["step"] == 4 and ckpt["config"]["d_model"] == 16

@@ -122,9 +122,7 @@ def config_from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ValueError(
-            f"unknown field(s) {unknown} for {cls.__name__}; known fields: {sorted(names)}"
-        )
+        raise ValueError(f"unknown field(s) {unknown} for {cls.__name__}; known fields: {sorted(names)}")
     return cls(**dict(data))
 
 

@@ -143,13 +143,14 @@ def translation_corpus(seed: int = 0, exclude: Sequence[tuple[str, str]] = ()) -
     (``"他 很 喜欢 茶" -> "He likes tea very much"``), so the alignment is not monotone.
     Pairs in ``exclude`` are removed (e.g. ``[HELD_OUT_PAIR]`` to test generalisation).
     """
-    objects = _CITIES + _SIGHTS + _THINGS + [
-        (f"{c} {s}", f"{ce} {se}") for (c, ce), (s, se) in itertools.product(_CITIES, _SIGHTS)
-    ]
+    objects = (
+        _CITIES
+        + _SIGHTS
+        + _THINGS
+        + [(f"{c} {s}", f"{ce} {se}") for (c, ce), (s, se) in itertools.product(_CITIES, _SIGHTS)]
+    )
     pairs = []
-    for (zs, es, third), (zv, ev, ev3), (zo, eo), very in itertools.product(
-        _SUBJECTS, _VERBS, objects, (False, True)
-    ):
+    for (zs, es, third), (zv, ev, ev3), (zo, eo), very in itertools.product(_SUBJECTS, _VERBS, objects, (False, True)):
         zh = f"{zs} {'很 ' if very else ''}{zv} {zo}"
         en = f"{es[0].upper() + es[1:]} {ev3 if third else ev} {eo}{' very much' if very else ''}"
         pairs.append((zh, en))

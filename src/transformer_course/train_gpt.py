@@ -137,7 +137,7 @@ PROBABILITY_BELOW_ONE = float_in(0.0, 1.0, low_inclusive=True, high_inclusive=Fa
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_course.train_gpt",
-        description="Train a character-level MiniGPT on the course corpus, or sample from it."
+        description="Train a character-level MiniGPT on the course corpus, or sample from it.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -151,9 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-heads", type=POSITIVE_INT, help=f"default {d['num_heads']}")
     t.add_argument("--num-layers", type=POSITIVE_INT, help=f"default {d['num_layers']}")
     t.add_argument("--dropout", type=PROBABILITY_BELOW_ONE, help=f"in [0, 1), default {d['dropout']}")
-    t.add_argument(
-        "--positional", choices=["learned", "sinusoidal", "rope", "none"], help=f"default {d['positional']}"
-    )
+    t.add_argument("--positional", choices=["learned", "sinusoidal", "rope", "none"], help=f"default {d['positional']}")
     t.add_argument("--norm", choices=["layernorm", "rmsnorm"], help=f"default {d['norm']}")
     t.add_argument("--activation", choices=list(tc.ACTIVATIONS), help=f"default {d['activation']}")
     # optimisation
@@ -174,9 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--grad-clip", type=NON_NEGATIVE_FLOAT, default=1.0, help="0 disables clipping")
     # evaluation, logging, checkpoints
     t.add_argument("--val-fraction", type=FRACTION, default=0.1, help="in (0, 1)")
-    t.add_argument(
-        "--eval-every", type=POSITIVE_INT, default=250, help="evaluate + checkpoint every N steps"
-    )
+    t.add_argument("--eval-every", type=POSITIVE_INT, default=250, help="evaluate + checkpoint every N steps")
     t.add_argument("--eval-iters", type=POSITIVE_INT, default=50, help="validation batches per evaluation")
     t.add_argument("--log-every", type=POSITIVE_INT, default=10)
     # system
@@ -192,8 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--write-rank-state",
         action="store_true",
-        help="debug/test: every rank writes OUT_DIR/rank_state/rank<r>.json with "
-        "the SHA-256 of its final weights",
+        help="debug/test: every rank writes OUT_DIR/rank_state/rank<r>.json with the SHA-256 of its final weights",
     )
 
     s = sub.add_parser("sample", help="generate text from a checkpoint")
@@ -249,9 +244,7 @@ def setup_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
             dist.init_process_group("nccl", device_id=device)
         else:
             if device_name == "mps":
-                raise ValueError(
-                    "multi-process training supports cpu (gloo) or cuda (nccl), not mps"
-                )
+                raise ValueError("multi-process training supports cpu (gloo) or cuda (nccl), not mps")
             device = torch.device("cpu")
             dist.init_process_group("gloo")
     else:
@@ -365,7 +358,8 @@ def check_model_flags_match(args: argparse.Namespace, saved: dict) -> None:
     ]
     if differ:
         raise UsageError(
-            "--resume: model flags differ from the checkpoint's config: " + ", ".join(differ)
+            "--resume: model flags differ from the checkpoint's config: "
+            + ", ".join(differ)
             + "; leave them out to continue the checkpoint's model, or train into a new --out-dir"
         )
 
@@ -483,9 +477,7 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
     if args.compile:
         model = torch.compile(model)
     if info.enabled:
-        model = DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     amp = autocast_context(device, args.dtype)
     decay_steps = args.lr_decay_steps if args.lr_decay_steps is not None else args.max_steps
 
@@ -527,9 +519,7 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
     model.train()
     t0 = time.perf_counter()
     while step < args.max_steps:
-        lr = lr_at(
-            step, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup_steps, decay_steps=decay_steps
-        )
+        lr = lr_at(step, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup_steps, decay_steps=decay_steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
         torch.manual_seed(args.seed + 7919 * info.rank + 104729 * step)  # dropout masks
@@ -566,8 +556,7 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
             t0 = time.perf_counter()
             log(
                 info,
-                f"step {step:6d} | loss {float(train_loss):.4f} | lr {lr:.2e} | "
-                f"{1000 * dt:.0f} ms/step",
+                f"step {step:6d} | loss {float(train_loss):.4f} | lr {lr:.2e} | {1000 * dt:.0f} ms/step",
             )
             write_metrics({"step": step, "train_loss": float(train_loss), "lr": lr})
 
@@ -618,10 +607,7 @@ def sample(args: argparse.Namespace) -> int:
         prompt = "\n" if "\n" in tok.chars else tok.chars[0]
     unknown = sorted(set(prompt) - set(tok.chars))
     if not prompt or unknown:
-        raise UsageError(
-            f"the prompt must be non-empty and use the training characters; "
-            f"unknown characters: {unknown}"
-        )
+        raise UsageError(f"the prompt must be non-empty and use the training characters; unknown characters: {unknown}")
     ids = torch.tensor([tok.encode(prompt)] * args.num_samples, dtype=torch.long, device=device)
     ids = ids[:, -cfg.context_length :]
     gen = torch.Generator(device=device).manual_seed(args.seed)

@@ -71,9 +71,7 @@ def smoothed_targets(targets: Tensor, num_classes: int, smoothing: float) -> Ten
     return onehot * (1.0 - smoothing) + smoothing / num_classes
 
 
-def label_smoothing_loss(
-    logits: Tensor, targets: Tensor, smoothing: float, ignore_index: int = -100
-) -> Tensor:
+def label_smoothing_loss(logits: Tensor, targets: Tensor, smoothing: float, ignore_index: int = -100) -> Tensor:
     """Mean cross-entropy between ``softmax(logits)`` and :func:`smoothed_targets`, skipping
     ``ignore_index``; equal to ``F.cross_entropy(logits, targets, label_smoothing=smoothing)``.
 
