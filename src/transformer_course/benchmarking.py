@@ -337,7 +337,7 @@ def machine_info(device: torch.device | str = "cpu") -> dict[str, object]:
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "platform": platform.platform(),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     if hasattr(os, "getloadavg"):
         info["load_average_1min"] = round(os.getloadavg()[0], 2)
