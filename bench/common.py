@@ -51,8 +51,8 @@ def sig(x: float, digits: int = 4) -> float:
 
 
 def save_figure(fig: plt.Figure, path: Path) -> str:
-    """Write a PNG at 200 dpi (sharp on high-density screens) and close the figure; return the file name."""
+    """Write a PNG at 240 dpi (sharp on high-density screens) and close the figure; return the file name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=200, bbox_inches="tight")
+    fig.savefig(path, dpi=240, bbox_inches="tight")
     plt.close(fig)
     return path.name
