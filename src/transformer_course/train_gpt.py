@@ -324,8 +324,7 @@ def prepare_out_dir(out_dir: Path, *, is_main: bool) -> None:
     """Create OUT_DIR, prove it writable, and (main rank) remove temporary files of killed saves."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-test-"):
-            pass
+        tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-test-").close()  # created, then deleted
     except OSError as error:
         raise UsageError(f"--out-dir {str(out_dir)!r} is not a writable folder: {error}") from None
     if is_main:
