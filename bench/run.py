@@ -131,8 +131,8 @@ def summary(results: dict) -> str:
     if "generation" in b:
         for r in b["generation"]["rows"]:
             lines.append(f"generation n={r['new_tokens']}: cache speedup {r['speedup']:.2f}x")
-        check = b["generation"]["generate_check"]
-        lines.append(f"generate() n={check['new_tokens']}: cache speedup {check['speedup']:.2f}x")
+        gen = b["generation"]["generate"]
+        lines.append(f"generate() n={gen['new_tokens']}: cache speedup {gen['speedup']:.2f}x")
         for r in b["generation"].get("past_the_window", {}).get("rows", []):
             lines.append(f"past the window ({r['positional']}, {r['mode']}): cache speedup {r['speedup']:.2f}x")
     if "training" in b:

@@ -31,6 +31,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .models import _check_ids
 from .utils import check_positive_int
 
 __all__ = [
@@ -260,7 +261,7 @@ def matmul_flops(
     return 2 * n**3 / statistics.median(samples["mm"])
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def decode_latencies(
     model: torch.nn.Module,
     prompt: Tensor,
@@ -269,11 +270,16 @@ def decode_latencies(
 ) -> tuple[Tensor, list[float], list[float]]:
     """Greedy decoding with and without the KV cache, timed step by step in lockstep.
 
-    ``model`` is a :class:`~transformer_course.MiniGPT`. At every step the cached forward (the
-    newest token only; the whole prompt at step 0) and the uncached forward (the whole sequence
-    so far, cropped to ``context_length``) are timed back to back, alternating which goes first;
-    both include choosing the next token. Both continue with the cached path's token, so they
-    see the same sequence; it equals ``model.generate(prompt, max_new_tokens, greedy=True)``.
+    ``model`` is a :class:`~transformer_course.MiniGPT`. At every step the cached step (the
+    newest token only; the whole prompt at step 0) and the uncached step (the whole sequence so
+    far) are timed back to back, alternating which goes first. Each is the step of
+    ``model.generate``: inference mode, ``lm_head`` on the last position only, the choice of the
+    next token. Both continue with the cached path's token, so they see the same sequence; it
+    equals ``model.generate(prompt, max_new_tokens, greedy=True)``.
+
+    Running the two back to back costs the cached step some speed: the uncached step before it
+    evicts the weights and the cache from the processor's caches. ``generate`` itself does not
+    alternate, so it is a little faster than these per-step times say.
 
     Returns ``(ids (N, T + max_new_tokens), cached_seconds, uncached_seconds)``, one time per
     step. ``n / sum(seconds[:n])`` is the decoding speed for ``n`` new tokens.
@@ -285,8 +291,19 @@ def decode_latencies(
             f"prompt length {prompt.size(1)} + max_new_tokens {max_new_tokens} exceeds "
             f"context_length={C}; lockstep timing needs the whole sequence in one window"
         )
+    _check_ids("prompt", prompt, model.cfg.vocab_size)
     was_training = model.training
     model.eval()
+    try:
+        ids, cached_s, uncached_s = _lockstep(model, prompt, max_new_tokens, device)
+    finally:
+        model.train(was_training)
+    return ids.clone(), cached_s, uncached_s  # clone: a normal tensor, not an inference-mode one
+
+
+def _lockstep(
+    model: torch.nn.Module, prompt: Tensor, max_new_tokens: int, device: torch.device | str | None
+) -> tuple[Tensor, list[float], list[float]]:
     caches = model.new_caches()
     ids = prompt
     cached_s: list[float] = []
@@ -294,12 +311,12 @@ def decode_latencies(
     for step in range(max_new_tokens):
 
         def cached(ids: Tensor = ids, step: int = step) -> Tensor:
-            logits, _ = model(ids if step == 0 else ids[:, -1:], caches=caches)
-            return logits[:, -1].argmax(dim=-1, keepdim=True)  # (N, V) -> (N, 1)
+            hidden = model._hidden(ids if step == 0 else ids[:, -1:], caches)
+            return model.lm_head(hidden[:, -1]).argmax(dim=-1, keepdim=True)  # (N, V) -> (N, 1)
 
         def uncached(ids: Tensor = ids) -> Tensor:
-            logits, _ = model(ids)
-            return logits[:, -1].argmax(dim=-1, keepdim=True)
+            hidden = model._hidden(ids, None)
+            return model.lm_head(hidden[:, -1]).argmax(dim=-1, keepdim=True)
 
         order = (("cached", cached), ("uncached", uncached))
         if step % 2:
@@ -313,7 +330,6 @@ def decode_latencies(
             if name == "cached":
                 next_id = out
         ids = torch.cat([ids, next_id], dim=1)  # (N, T) -> (N, T + 1)
-    model.train(was_training)
     return ids, cached_s, uncached_s
 
 
