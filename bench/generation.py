@@ -132,7 +132,7 @@ def run(ctx: Context) -> dict:
     log(f"  generate() n={check_n}: speedup {speedup:.2f}")
     speedup_512 = sig(speedup) if check_n == 512 else None
     return {
-        "what": "greedy decoding, batch 1, 16-token prompt; generate() interleaved (target) and lockstep per-step timing (curve)",
+        "what": "greedy decoding, batch 1, 16-token prompt; generate() interleaved (target), lockstep steps (curve)",
         "config": {"num_layers": cfg.num_layers, "d_model": cfg.d_model, "num_heads": cfg.num_heads,
                    "vocab_size": cfg.vocab_size, "context_length": cfg.context_length},
         "parameters": tc.count_parameters(model),
