@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,10 +21,19 @@ def test_causal_mask_rectangular_is_lower_right_aligned():
     assert torch.equal(m, tc.causal_mask(5)[-2:])
 
 
-@pytest.mark.parametrize("L,S", [(0, 3), (3, 2), (-1, None)])
-def test_causal_mask_rejects_bad_sizes(L, S):
-    with pytest.raises(ValueError, match=str(L) if L <= 0 else "S >= L"):
-        tc.causal_mask(L, S)
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"L": 0, "S": 3}, "L must be positive, got 0"),
+        ({"L": -1}, "L must be positive, got -1"),
+        ({"L": 2, "S": 0}, "S must be positive, got 0"),
+        ({"L": 2, "S": 3, "window": 0}, "window must be positive, got 0"),
+        ({"L": 3, "S": 2}, "causal_mask needs S >= L (queries are the last L of S keys), got L=3, S=2"),
+    ],
+)
+def test_causal_mask_rejects_bad_sizes_naming_them(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        tc.causal_mask(**kwargs)
 
 
 def test_causal_mask_rejects_non_int():
@@ -108,3 +119,88 @@ def test_merge_masks_combines_caller_causal_and_window_masks():
     assert torch.equal(window, torch.tensor([[False, False, True, True, True]]))
     with pytest.raises(ValueError, match="needs is_causal=True"):
         tc.merge_masks(None, L, S, window=2)
+
+
+@pytest.mark.parametrize(
+    "convert, message",
+    [
+        (tc.to_torch_mask, "mask must be a tensor, got list"),
+        (lambda m: tc.check_mask(m, (1, 1)), "mask must be a tensor, got list"),
+        (tc.bool_to_additive, "bool_to_additive expects a bool tensor, got list"),
+    ],
+)
+def test_non_tensor_masks_raise_type_error_naming_the_type(convert, message):
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        convert([[True, False]])
+
+
+def test_bad_tokens_and_mask_dtypes_are_named():
+    with pytest.raises(ValueError, match=r"^tokens must be a 2-D tensor \(N, S\), got list$"):
+        tc.padding_mask([[1, 2, 0]], 0)
+    with pytest.raises(TypeError, match=r"^bool_to_additive expects a bool tensor, got torch\.float32$"):
+        tc.bool_to_additive(torch.ones(2, 2))
+
+
+def test_bool_to_additive_dtype_default_and_explicit():
+    m = torch.tensor([[True, False], [False, True]])
+    inf = float("inf")
+    assert tc.bool_to_additive(m).dtype == torch.float32
+    out = tc.bool_to_additive(m, dtype=torch.float64)
+    assert out.dtype == torch.float64
+    assert out.tolist() == [[0.0, -inf], [-inf, 0.0]]
+
+
+def test_masks_are_built_on_the_requested_device():
+    # the meta device has no data, so this checks the device argument on a CPU-only machine
+    assert tc.causal_mask(3, 5, device="meta").device.type == "meta"
+    assert tc.merge_masks(None, 3, 5, is_causal=True, window=2, device="meta").device.type == "meta"
+    assert tc.bool_to_additive(torch.ones(2, 3, dtype=torch.bool, device="meta")).device.type == "meta"
+
+
+@pytest.mark.parametrize("mask_shape", [(3, 6), (2, 3, 5), (1, 1, 1, 3, 5)])
+def test_check_mask_rejects_masks_that_do_not_broadcast_to_the_target(mask_shape):
+    message = f"mask of shape {mask_shape} does not broadcast to (3, 5)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        tc.check_mask(torch.ones(mask_shape, dtype=torch.bool), (3, 5))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_check_mask_names_bad_float_values(bad):
+    mask = torch.zeros(3, 5)
+    mask[1, 2] = mask[2, 0] = bad
+    message = f"float mask holds {bad} at 2 position(s); an additive mask may only hold finite values and -inf"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        tc.check_mask(mask, (3, 5))
+    tc.check_mask(mask, (3, 5), check_values=False)  # the hot-path callers skip the value check
+    tc.check_mask(torch.full((3, 5), -float("inf")), (3, 5))  # -inf is what an additive mask is for
+
+
+def brute_force_causal(L, S, window):
+    """Query i sits at position S - L + i; it sees key j iff j <= S - L + i and (window) S - L + i - j < window."""
+    return torch.tensor(
+        [[j <= S - L + i and (window is None or S - L + i - j < window) for j in range(S)] for i in range(L)]
+    )
+
+
+@pytest.mark.parametrize("L, S", [(1, 1), (1, 4), (2, 4), (3, 3), (4, 6)])
+@pytest.mark.parametrize("window", [None, 1, 2, 3, 4, 6])
+def test_merge_masks_equals_brute_force(L, S, window):
+    expected = brute_force_causal(L, S, window)
+    merged = tc.merge_masks(None, L, S, is_causal=True, window=window)
+    if expected.all():  # nothing hidden: the docstring promises None
+        assert merged is None
+    else:
+        assert torch.equal(merged, expected)
+    pad = torch.rand(2, 1, L, S) > 0.3
+    assert torch.equal(tc.merge_masks(pad, L, S, is_causal=True, window=window), pad & expected)
+    additive = torch.randn(2, 1, L, S)
+    merged = tc.merge_masks(additive, L, S, is_causal=True, window=window)
+    assert torch.equal(merged, torch.where(expected, additive, -float("inf")))
+
+
+def test_merge_masks_window_that_hides_nothing_needs_no_causal_flag():
+    pad = torch.tensor([True, False, True])
+    assert tc.merge_masks(pad, 2, 3, window=3) is pad  # S <= window: the window hides nothing
+    assert tc.merge_masks(None, 1, 3, is_causal=True, window=3) is None
+    with pytest.raises(ValueError, match=r"^a sliding window \(2\) needs is_causal=True$"):
+        tc.merge_masks(pad, 2, 3, window=2)

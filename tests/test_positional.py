@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -18,13 +19,65 @@ def test_sinusoidal_table_matches_formula():
     assert torch.equal(pe[0, 0::2], torch.zeros(8)) and torch.equal(pe[0, 1::2], torch.ones(8))
 
 
-def _closed_form_table(max_len: int, d: int, base: float) -> torch.Tensor:
-    return torch.tensor(
-        [
-            [(math.sin if j % 2 == 0 else math.cos)(p / base ** ((j - j % 2) / d)) for j in range(d)]
-            for p in range(max_len)
-        ]
-    )
+def _closed_form_row(p: int, d: int, base: float) -> list[float]:
+    return [(math.sin if j % 2 == 0 else math.cos)(p / base ** ((j - j % 2) / d)) for j in range(d)]
+
+
+def _closed_form_table(max_len: int, d: int, base: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.tensor([_closed_form_row(p, d, base) for p in range(max_len)], dtype=dtype)
+
+
+@pytest.mark.parametrize("base", [10000.0, 100.0, 1.5])  # any base > 1 works
+def test_sinusoidal_table_is_float32_by_default_and_matches_the_closed_form(base):
+    torch.testing.assert_close(tc.sinusoidal_table(30, 8, base), _closed_form_table(30, 8, base))  # checks dtype too
+
+
+def test_sinusoidal_table_default_base_is_10000():  # float64: tight enough to tell 10000 from, say, 10001
+    f64 = torch.float64
+    torch.testing.assert_close(tc.sinusoidal_table(30, 8, dtype=f64), _closed_form_table(30, 8, 10000.0, f64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_tables_come_in_the_requested_dtype(dtype):
+    assert tc.sinusoidal_table(4, 8, dtype=dtype).dtype == dtype
+    assert tc.relative_position_transform(3, 8, dtype=dtype).dtype == dtype
+
+
+def test_relative_position_transform_is_the_closed_form_block_matrix_in_float32_by_default():
+    k, d = 3, 4
+    expected = torch.zeros(d, d)
+    for i in range(d // 2):
+        phi = k * 10000.0 ** (-2 * i / d)
+        expected[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor(
+            [[math.cos(phi), math.sin(phi)], [-math.sin(phi), math.cos(phi)]]
+        )
+    torch.testing.assert_close(tc.relative_position_transform(k, d), expected)  # checks dtype too
+
+
+_EVEN = "must be even (dimensions come in sin/cos pairs), got 7"
+
+
+@pytest.mark.parametrize(
+    ("make", "args", "message"),
+    [
+        (tc.sinusoidal_table, (0, 8), "max_len must be positive, got 0"),
+        (tc.sinusoidal_table, (10, 0), "d_model must be positive, got 0"),
+        (tc.sinusoidal_table, (10, 7), f"d_model {_EVEN}"),
+        (tc.sinusoidal_table, (10, 8, 1.0), "base must be > 1, got 1.0"),
+        (tc.relative_position_transform, (1, 0), "d_model must be positive, got 0"),
+        (tc.relative_position_transform, (1, 7), f"d_model {_EVEN}"),
+        (tc.SinusoidalPositionalEncoding, (7,), f"d_model {_EVEN}"),
+        (tc.LearnedPositionalEmbedding, (0, 10), "d_model must be positive, got 0"),
+        (tc.LearnedPositionalEmbedding, (8, 0), "max_len must be positive, got 0"),
+        (tc.RotaryEmbedding, (0,), "head_dim must be positive, got 0"),
+        (tc.RotaryEmbedding, (8, 0), "max_len must be positive, got 0"),
+        (tc.RotaryEmbedding, (7,), f"head_dim {_EVEN}"),
+        (tc.RotaryEmbedding, (8, 16, 0.5), "base must be > 1, got 0.5"),
+    ],
+)
+def test_bad_arguments_raise_value_errors_naming_them(make, args, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        make(*args)
 
 
 def test_module_adds_the_closed_form_table_with_default_base_10000_and_offset():
@@ -35,18 +88,52 @@ def test_module_adds_the_closed_form_table_with_default_base_10000_and_offset():
     torch.testing.assert_close(mod(x, offset=3), x + expected)
     other = tc.SinusoidalPositionalEncoding(8, max_len=20, base=100.0)
     torch.testing.assert_close(other(x), x + _closed_form_table(20, 8, 100.0)[:5])
-    with pytest.raises(ValueError, match=r"positions 18\.\.22 exceed"):
-        mod(x, offset=18)
-    with pytest.raises(ValueError, match="d_model=8"):
+
+
+def test_sinusoidal_module_default_table_covers_positions_0_to_4999():
+    mod = tc.SinusoidalPositionalEncoding(8)
+    x = torch.zeros(1, 1, 8)
+    torch.testing.assert_close(mod(x, offset=4999)[0], torch.tensor([_closed_form_row(4999, 8, 10000.0)]))
+    with pytest.raises(ValueError, match=r"^positions 5000\.\.5000 exceed the positional table of length 5000$"):
+        mod(x, offset=5000)
+
+
+@pytest.mark.parametrize(
+    ("cls", "what"),
+    [
+        (tc.SinusoidalPositionalEncoding, "positional table"),
+        (tc.LearnedPositionalEmbedding, "position embedding table"),
+    ],
+)
+def test_additive_modules_reject_positions_past_the_table_and_wrong_widths(cls, what):
+    mod = cls(8, 10)
+    with pytest.raises(ValueError, match=rf"^positions 8\.\.11 exceed the {what} of length 10$"):
+        mod(torch.zeros(2, 4, 8), offset=8)
+    with pytest.raises(ValueError, match=r"^last dim of x must be d_model=8, got \(1, 2, 6\)$"):
         mod(torch.zeros(1, 2, 6))
 
 
-@pytest.mark.parametrize("bad", [7, 15])
-def test_odd_d_model_rejected(bad):
-    with pytest.raises(ValueError, match=f"even.*{bad}"):
-        tc.SinusoidalPositionalEncoding(bad)
-    with pytest.raises(ValueError, match=f"even.*{bad}"):
-        tc.RotaryEmbedding(bad)
+@pytest.mark.parametrize("offset", [-1, 1.5, True])
+@pytest.mark.parametrize("cls", [tc.SinusoidalPositionalEncoding, tc.LearnedPositionalEmbedding, tc.RotaryEmbedding])
+def test_bad_offsets_raise_value_errors_naming_offset(cls, offset):
+    with pytest.raises(ValueError, match=rf"^offset must be a non-negative int, got {re.escape(repr(offset))}$"):
+        cls(8, 16)(torch.zeros(2, 3, 8), offset=offset)
+
+
+def test_fixed_tables_are_buffers_recomputed_on_construction_not_saved_in_the_state_dict():
+    sinusoidal, rope = tc.SinusoidalPositionalEncoding(8, 16), tc.RotaryEmbedding(8, 16)
+    assert set(dict(sinusoidal.named_buffers())) == {"pe"} and set(dict(rope.named_buffers())) == {"cos", "sin"}
+    assert list(sinusoidal.state_dict()) == [] and list(rope.state_dict()) == []
+    assert list(tc.LearnedPositionalEmbedding(8, 16).state_dict()) == ["embedding.weight"]  # trained: saved
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_outputs_keep_the_input_dtype(dtype):
+    x = torch.randn(2, 3, 8).to(dtype)
+    assert tc.SinusoidalPositionalEncoding(8, 16)(x).dtype == dtype
+    for interleaved in (True, False):
+        rope = tc.RotaryEmbedding(8, max_len=16, interleaved=interleaved)
+        assert rope(x).dtype == dtype and rope(x, offset=20).dtype == dtype  # from the table / computed
 
 
 @settings(max_examples=25, deadline=None)
@@ -63,30 +150,69 @@ def test_relative_position_transform_shifts_every_position(k, d):
     torch.testing.assert_close(T @ T.T, torch.eye(d, dtype=torch.float64))
 
 
-def test_learned_positional_embedding():
+def test_learned_positional_embedding_adds_the_rows_of_positions_offset_to_offset_plus_L():
     mod = tc.LearnedPositionalEmbedding(8, max_len=10)
-    x = torch.zeros(3, 4, 8)
-    torch.testing.assert_close(mod(x, offset=2), mod.embedding.weight[2:6].expand(3, 4, 8))
-    with pytest.raises(ValueError, match="exceed"):
-        mod(torch.zeros(1, 11, 8))
+    x = torch.randn(3, 4, 8)
+    rows = mod.embedding.weight
+    torch.testing.assert_close(mod(x), x + torch.stack([rows[p] for p in range(4)]))  # default offset 0
+    torch.testing.assert_close(mod(x, offset=2), x + torch.stack([rows[p] for p in range(2, 6)]))
+
+
+def _rotate_by_loops(x: torch.Tensor, offset: int, base: float, interleaved: bool) -> torch.Tensor:
+    """RoPE of ``x`` (N, L, D) written out pair by pair, with the angle ``(offset + m) base^(-2i/D)``."""
+    D = x.size(-1)
+    expected = torch.empty_like(x)
+    for m in range(x.size(1)):
+        for i in range(D // 2):
+            theta = (offset + m) * base ** (-2 * i / D)
+            a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + D // 2)
+            c, s = math.cos(theta), math.sin(theta)
+            expected[:, m, a] = x[:, m, a] * c - x[:, m, b] * s
+            expected[:, m, b] = x[:, m, a] * s + x[:, m, b] * c
+    return expected
 
 
 @pytest.mark.parametrize("interleaved", [True, False])
 @pytest.mark.parametrize("offset", [0, 5, 30])  # 30 + 3 rows lie past the table of 16: computed on the spot
 def test_rope_equals_the_closed_form_rotation(interleaved, offset):
-    D = 8
-    rope = tc.RotaryEmbedding(D, max_len=16, interleaved=interleaved)
-    x = torch.randn(2, 3, D, dtype=torch.float64)
-    y = rope(x, offset=offset)
-    expected = torch.empty_like(x)
-    for m in range(3):
-        for i in range(D // 2):
-            theta = (offset + m) * 10000.0 ** (-2 * i / D)
-            a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + D // 2)
-            c, s = math.cos(theta), math.sin(theta)
-            expected[:, m, a] = x[:, m, a] * c - x[:, m, b] * s
-            expected[:, m, b] = x[:, m, a] * s + x[:, m, b] * c
-    torch.testing.assert_close(y, expected, atol=1e-6, rtol=1e-6)
+    rope = tc.RotaryEmbedding(8, max_len=16, interleaved=interleaved)
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    expected = _rotate_by_loops(x, offset, 10000.0, interleaved)
+    torch.testing.assert_close(rope(x, offset=offset), expected, atol=1e-6, rtol=1e-6)  # float32 table
+
+
+def test_rope_looks_up_positions_in_its_default_table_of_4096_and_computes_the_rest():
+    rope = tc.RotaryEmbedding(8)
+    x = torch.zeros(2, 8)
+
+    def from_table(offset: int) -> bool:  # a view of the buffers, no recomputation
+        cos, sin = rope._cos_sin(offset, 2, x)
+        table = rope.cos.untyped_storage().data_ptr(), rope.sin.untyped_storage().data_ptr()
+        return (cos.untyped_storage().data_ptr(), sin.untyped_storage().data_ptr()) == table
+
+    assert from_table(0) and from_table(4094)  # positions 4094, 4095: the last rows
+    assert not from_table(4095)  # position 4096 lies past the table
+
+
+def test_rope_past_its_table_computes_on_the_device_of_x():
+    rope = tc.RotaryEmbedding(8, max_len=4)
+    y = rope(torch.empty(2, 3, 8, device="meta"), offset=4)
+    assert y.device.type == "meta" and y.shape == (2, 3, 8)
+
+
+def test_build_positional_passes_max_len_and_base_through_and_defaults_to_base_10000():
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    sinusoidal = tc.build_positional("sinusoidal", 8, 20, base=100.0)
+    torch.testing.assert_close(sinusoidal(x.float(), offset=15), x.float() + _closed_form_table(20, 8, 100.0)[15:])
+    with pytest.raises(ValueError, match="of length 20$"):
+        sinusoidal(x, offset=16)
+    rope = tc.build_positional("rope", 8, 12, base=100.0)
+    assert rope.cos.shape == (12, 4)  # the table covers max_len positions
+    expected = _rotate_by_loops(x, 3, 100.0, interleaved=True)
+    torch.testing.assert_close(rope(x, offset=3), expected, atol=1e-6, rtol=1e-6)  # float32 table
+    # past the table the angles are computed in float64: tight enough to tell base 10000 from, say, 10001
+    default_base = tc.build_positional("rope", 8, 12)
+    torch.testing.assert_close(default_base(x, offset=100), _rotate_by_loops(x, 100, 10000.0, interleaved=True))
 
 
 def test_build_positional_names_each_module():
@@ -136,11 +262,9 @@ def test_rope_interleaved_matches_complex_multiplication():
     torch.testing.assert_close(rope(x).double(), torch.view_as_real(z).reshape(6, 8), atol=1e-5, rtol=1e-5)
 
 
-def test_bad_offsets_rejected():
-    rope = tc.RotaryEmbedding(4, max_len=8)
-    with pytest.raises(ValueError, match="offset"):
-        rope(torch.randn(2, 4), offset=-1)
-    with pytest.raises(ValueError, match="head_dim=4"):
-        rope(torch.randn(2, 6))
-    with pytest.raises(TypeError, match="k must be an int"):
-        tc.relative_position_transform(1.5, 8)
+def test_rope_rejects_wrong_widths_and_the_transform_non_int_offsets():
+    with pytest.raises(ValueError, match=r"^last dim of x must be head_dim=4, got \(2, 6\)$"):
+        tc.RotaryEmbedding(4, max_len=8)(torch.randn(2, 6))
+    for k in (1.5, True):
+        with pytest.raises(TypeError, match=f"^k must be an int, got {k!r}$"):
+            tc.relative_position_transform(k, 8)

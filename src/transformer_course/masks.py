@@ -85,6 +85,14 @@ def bool_to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor
     return out.masked_fill(~mask, float("-inf"))
 
 
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether ``shape`` broadcasts to exactly ``target`` (not to a larger shape)."""
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:  # not broadcastable at all
+        return False
+
+
 def check_mask(mask: Tensor, target_shape: tuple[int, ...], check_values: bool = True) -> None:
     """Raise unless ``mask`` is bool or float and broadcasts to ``target_shape`` (e.g. ``(N, H, L, S)``).
 
@@ -96,11 +104,7 @@ def check_mask(mask: Tensor, target_shape: tuple[int, ...], check_values: bool =
         raise TypeError(f"mask must be a tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise TypeError(f"mask must be bool (True = may attend) or float (additive), got {mask.dtype}")
-    try:
-        shape = torch.broadcast_shapes(tuple(mask.shape), tuple(target_shape))
-    except RuntimeError:
-        shape = None
-    if shape != tuple(target_shape):
+    if not _broadcasts_to(tuple(mask.shape), tuple(target_shape)):
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(target_shape)}")
     if check_values and mask.is_floating_point() and mask.device.type != "meta":
         bad = torch.isnan(mask) | torch.isposinf(mask)
@@ -132,7 +136,8 @@ def merge_masks(
         raise ValueError(f"a sliding window ({window}) needs is_causal=True")
     if not is_causal or (L == 1 and not needs_window):
         return attn_mask  # one query at the last position sees every key: the causal mask is all True
-    structural = causal_mask(L, S, device=device, window=window if needs_window else None)
+    # causal_mask's window hides keys only when S > window, so it can be passed on as it is
+    structural = causal_mask(L, S, device=device, window=window)
     if attn_mask is None:
         return structural
     if attn_mask.dtype == torch.bool:

@@ -84,10 +84,15 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (self.dim,), self.weight, self.eps)
 
 
-def build_norm(name: str, dim: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
-    """``"layernorm"`` -> :class:`LayerNorm` (``bias`` toggles beta), ``"rmsnorm"`` -> :class:`RMSNorm`."""
+def build_norm(name: str, dim: int, eps: float | None = None, bias: bool = True) -> nn.Module:
+    """``"layernorm"`` -> :class:`LayerNorm` (``bias`` toggles beta), ``"rmsnorm"`` -> :class:`RMSNorm`.
+
+    ``eps=None`` keeps the norm's own default: ``1e-5`` for LayerNorm (as ``nn.LayerNorm``),
+    ``1e-6`` for RMSNorm (as LLaMA); any other value is passed on.
+    """
+    kwargs = {} if eps is None else {"eps": eps}
     if name == "layernorm":
-        return LayerNorm(dim, eps=eps, bias=bias)
+        return LayerNorm(dim, bias=bias, **kwargs)
     if name == "rmsnorm":
-        return RMSNorm(dim, eps=eps)
+        return RMSNorm(dim, **kwargs)
     raise ValueError(f"unknown norm {name!r}; expected one of {NORMS}")

@@ -43,7 +43,7 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0, dtype: t
     check_positive_int("max_len", max_len)
     check_positive_int("d_model", d_model)
     _check_even("d_model", d_model)
-    angles = torch.arange(max_len, dtype=torch.float64)[:, None] * _inverse_frequencies(d_model, base)
+    angles = torch.arange(max_len)[:, None] * _inverse_frequencies(d_model, base)  # (max_len, d/2), float64
     pe = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (max_len, d/2, 2): (sin, cos) pairs
     return pe.flatten(1).to(dtype)  # (max_len, d/2, 2) -> (max_len, d_model), interleaved
 
@@ -67,9 +67,13 @@ def relative_position_transform(
     return torch.block_diag(*blocks).to(dtype)
 
 
-def _check_sequence(x: Tensor, offset: int, max_len: int, what: str) -> None:
+def _check_offset(offset: int) -> None:
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+
+
+def _check_sequence(x: Tensor, offset: int, max_len: int, what: str) -> None:
+    _check_offset(offset)
     if offset + x.size(-2) > max_len:
         raise ValueError(f"positions {offset}..{offset + x.size(-2) - 1} exceed the {what} of length {max_len}")
 
@@ -77,8 +81,10 @@ def _check_sequence(x: Tensor, offset: int, max_len: int, what: str) -> None:
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal table to ``x`` of shape ``(N, L, E)``.
 
-    The table is the buffer ``pe`` of shape ``(max_len, d_model)``; ``forward(x, offset)`` adds
-    rows ``offset .. offset + L - 1`` (``offset`` is the number of earlier, cached positions).
+    The table is the buffer ``pe`` of shape ``(max_len, d_model)`` (default ``max_len=5000``,
+    ``base=10000``), recomputed on construction rather than saved in the ``state_dict``;
+    ``forward(x, offset)`` adds rows ``offset .. offset + L - 1`` (``offset`` is the number of
+    earlier, cached positions).
     """
 
     def __init__(self, d_model: int, max_len: int = 5000, base: float = 10000.0) -> None:
@@ -120,6 +126,10 @@ class RotaryEmbedding(nn.Module):
     Pairing: ``interleaved=True`` (default, as in the RoFormer paper and in the sinusoidal table)
     pairs features ``(2i, 2i+1)``; ``interleaved=False`` pairs ``(i, i + head_dim/2)`` (the
     "split halves" layout of GPT-NeoX/Llama code). The two differ by a fixed permutation of features.
+
+    The buffers ``cos`` and ``sin`` of shape ``(max_len, head_dim/2)`` (default ``max_len=4096``)
+    hold the angles of positions ``0 .. max_len - 1``; like the sinusoidal table they are
+    recomputed on construction, not saved in the ``state_dict``.
     """
 
     def __init__(self, head_dim: int, max_len: int = 4096, base: float = 10000.0, interleaved: bool = True) -> None:
@@ -128,7 +138,7 @@ class RotaryEmbedding(nn.Module):
         check_positive_int("max_len", max_len)
         _check_even("head_dim", head_dim)
         self.head_dim, self.max_len, self.interleaved, self.base = head_dim, max_len, interleaved, base
-        angles = torch.arange(max_len, dtype=torch.float64)[:, None] * _inverse_frequencies(head_dim, base)
+        angles = torch.arange(max_len)[:, None] * _inverse_frequencies(head_dim, base)  # (max_len, D/2), float64
         self.register_buffer("cos", angles.cos().float(), persistent=False)  # (max_len, D/2)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
@@ -139,8 +149,7 @@ class RotaryEmbedding(nn.Module):
         """
         if offset + L <= self.max_len:
             return self.cos[offset : offset + L].to(x.dtype), self.sin[offset : offset + L].to(x.dtype)
-        positions = torch.arange(offset, offset + L, dtype=torch.float64)
-        angles = positions[:, None] * _inverse_frequencies(self.head_dim, self.base)  # (L, D/2)
+        angles = torch.arange(offset, offset + L)[:, None] * _inverse_frequencies(self.head_dim, self.base)  # (L, D/2)
         return angles.cos().to(x.device, x.dtype), angles.sin().to(x.device, x.dtype)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
@@ -150,8 +159,7 @@ class RotaryEmbedding(nn.Module):
         """
         if x.size(-1) != self.head_dim:
             raise ValueError(f"last dim of x must be head_dim={self.head_dim}, got {tuple(x.shape)}")
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+        _check_offset(offset)
         cos, sin = self._cos_sin(offset, x.size(-2), x)  # (L, D/2) each
         if self.interleaved:
             x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., L, D/2) each
