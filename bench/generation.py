@@ -13,8 +13,8 @@ greedy decoding. Two measurements:
   position back to back (alternating which goes first), on the same token sequence; so per-token
   latency against position comes out directly, and tokens/second for n new tokens is
   ``n / (time of the first n steps)``, for every n at once. Back to back, each uncached step
-  evicts the cached step's weights from the processor's caches, so these ratios are a little
-  lower than ``generate``'s.
+  evicts the cached step's weights from the processor's caches, so these ratios are lower than
+  ``generate``'s (compare ``rows`` with ``generate`` in the results).
 """
 
 from __future__ import annotations

@@ -279,7 +279,8 @@ def decode_latencies(
 
     Running the two back to back costs the cached step some speed: the uncached step before it
     evicts the weights and the cache from the processor's caches. ``generate`` itself does not
-    alternate, so it is a little faster than these per-step times say.
+    alternate, so its cached steps are faster than these per-step times say, and the ratio of
+    the two modes higher.
 
     Returns ``(ids (N, T + max_new_tokens), cached_seconds, uncached_seconds)``, one time per
     step. ``n / sum(seconds[:n])`` is the decoding speed for ``n`` new tokens.
