@@ -109,7 +109,8 @@ class DecoderLayer(TransformerBlock):
         self.norm3 = build_norm(norm, d_model, eps, bias)
 
     def _cross_attend(self, h: Tensor, memory: Tensor, memory_mask: Tensor | None, need_weights: bool) -> Tensor:
-        return self.cross_attn(h, memory, memory, attn_mask=memory_mask, need_weights=need_weights)[0]
+        # key = memory; value defaults to the key
+        return self.cross_attn(h, memory, attn_mask=memory_mask, need_weights=need_weights)[0]
 
     def forward(
         self,
