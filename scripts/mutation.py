@@ -56,7 +56,28 @@ _PERSISTENT = (
     "register_buffer tests `if persistent:`, so None acts like False (the `is False` check is for ScriptModule); "
     "persistent=True and leaving it out are killed by the state_dict tests"
 )
+_LINEAR_BIAS = "nn.Linear tests `if bias:`, so None acts like False"
 EQUIVALENT: list[tuple[str, str, str, str]] = [
+    (
+        "attention",
+        "masked_softmax",
+        "weights = torch.softmax(scores.masked_fill(dead, 1.0), dim=-1)",
+        "any finite fill works: fully masked rows are zeroed after the softmax, and masked_fill passes no gradient "
+        "to the filled positions",
+    ),
+    (
+        "attention",
+        "AdditiveAttention.__init__",
+        "self.w_query = nn.Linear(query_dim, hidden_dim, bias=None)",
+        _LINEAR_BIAS,
+    ),  # fmt: skip
+    ("attention", "AdditiveAttention.__init__", "self.v = nn.Linear(hidden_dim, 1, bias=None)", _LINEAR_BIAS),
+    (
+        "attention",
+        "AdditiveAttention.__init__",
+        "self.w_key = nn.Linear(key_dim, hidden_dim, )",
+        "bias=True is nn.Linear's default; kept explicit to show which layer has the bias",
+    ),
     ("masks", "bool_to_additive", 'return out.masked_fill(~mask, float("-INF"))', _INF),
     ("masks", "merge_masks", 'return attn_mask.masked_fill(~structural, float("-INF"))', _INF),
     (

@@ -1,5 +1,7 @@
 """The KV cache and cached generation: every cached result is compared with a full recomputation."""
 
+import re
+
 import pytest
 import torch
 
@@ -75,21 +77,97 @@ def test_crop_rewinds_the_cache_to_an_earlier_state():
         caches[0].crop(8)
 
 
+def test_crop_keeps_the_oldest_positions_held_and_rewinds_the_offset():
+    cache = tc.KVCache(window=3)
+    k = torch.randn(1, 2, 10, 4)
+    for t in range(10):
+        cache.update(k[:, :, t : t + 1], -k[:, :, t : t + 1])
+    assert len(cache) == 3 and cache.offset == 10  # positions 7, 8, 9
+    cache.crop(3)  # keeps everything
+    assert len(cache) == 3 and cache.offset == 10
+    cache.crop(1)
+    assert len(cache) == 1 and cache.offset == 8
+    torch.testing.assert_close(cache.keys, k[:, :, 7:8])
+    torch.testing.assert_close(cache.values, -k[:, :, 7:8])
+    for bad in (2, -1, True, 1.0):
+        with pytest.raises(ValueError, match=rf"^length must be an int in \[0, 1\], got {bad!r}$"):
+            cache.crop(bad)
+    cache.crop(0)
+    assert len(cache) == 0 and cache.offset == 7 and cache.nbytes() == 0
+    keys, _ = cache.update(k[:, :, :2], k[:, :, :2])
+    torch.testing.assert_close(keys, k[:, :, :2])
+
+
+def test_kv_cache_defaults_before_the_first_update():
+    cache = tc.KVCache()
+    assert cache.capacity == 0 and cache.window is None
+    assert cache.keys is None and cache.values is None
+    assert len(cache) == 0 and cache.offset == 0 and cache.nbytes() == 0
+
+
+@pytest.mark.parametrize("capacity", [-1, True, 1.5, "4"])
+def test_kv_cache_rejects_a_bad_capacity(capacity):
+    with pytest.raises(ValueError, match=rf"^capacity must be a non-negative int, got {re.escape(repr(capacity))}$"):
+        tc.KVCache(capacity=capacity)
+
+
+@pytest.mark.parametrize("capacity,D", [(0, 3), (0, 4), (1, 3), (3, 2), (8, 4)])
+def test_buffer_is_preallocated_and_doubles_when_full(capacity, D):
+    """One-token updates: the buffer holds the smallest capacity * 2**k >= len positions, reallocated only to grow."""
+    cache = tc.KVCache(capacity=capacity)
+    size, ptr = max(capacity, 1), None
+    for t in range(1, 30):
+        cache.update(torch.randn(2, 3, 1, D), torch.randn(2, 3, 1, D))
+        grown = t > size
+        size = 2 * size if grown else size
+        assert cache._k.size(2) == size and cache._v.size(2) == size  # internal: the buffers
+        assert (cache._k.data_ptr() != ptr) == (t == 1 or grown)  # no reallocation while there is room
+        ptr = cache._k.data_ptr()
+
+
 def test_kv_cache_rejects_mismatched_updates():
     cache = tc.KVCache()
-    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
-    with pytest.raises(ValueError, match="do not match"):
-        cache.update(torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4))
-    with pytest.raises(ValueError, match="equal in shape"):
-        cache.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 5))
-    with pytest.raises(ValueError, match=r"holds torch.float32 on cpu, got torch.float64"):
-        cache.update(torch.randn(1, 2, 1, 4, dtype=torch.float64), torch.randn(1, 2, 1, 4, dtype=torch.float64))
-    with pytest.raises(ValueError, match="got torch.float32 on meta"):  # another device
-        cache.update(torch.empty(1, 2, 1, 4, device="meta"), torch.empty(1, 2, 1, 4, device="meta"))
+    cache.update(torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5))
+    with pytest.raises(
+        ValueError, match=r"^new keys \(2, 1, 1, 5\) do not match cached keys \(N, Hkv, D\) = \(2, 3, 5\)$"
+    ):
+        cache.update(torch.randn(2, 1, 1, 5), torch.randn(2, 1, 1, 5))
+    with pytest.raises(
+        ValueError, match=r"^k and v must be 4-D and equal in shape, got \(2, 3, 1, 5\), \(2, 3, 1, 6\)$"
+    ):
+        cache.update(torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 6))
+    advice = r"; use one dtype and device per cache \(or reset\(\) it\)$"
+    with pytest.raises(ValueError, match=r"^the cache holds torch.float32 on cpu, got torch.float64 on cpu" + advice):
+        cache.update(torch.randn(2, 3, 1, 5, dtype=torch.float64), torch.randn(2, 3, 1, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"^the cache holds torch.float32 on cpu, got torch.float32 on meta" + advice):
+        cache.update(torch.empty(2, 3, 1, 5, device="meta"), torch.empty(2, 3, 1, 5, device="meta"))
     cache.reset()
     assert len(cache) == 0 and cache.nbytes() == 0 and cache.offset == 0
-    with pytest.raises(ValueError, match="window must be positive"):
+    with pytest.raises(ValueError, match=r"^window must be positive, got 0$"):
         tc.KVCache(window=0)
+
+
+@pytest.mark.parametrize("capacity,window", [(0, None), (6, None), (0, 4), (3, 4), (20, 4), (0, 1)])
+def test_cache_holds_exactly_the_positions_appended_last(capacity, window):
+    """Against a plain list of everything appended: without a window all of it; with one, what the next queries see."""
+    g = torch.Generator().manual_seed(0)
+    cache = tc.KVCache(capacity=capacity, window=window)
+    ks, vs, held = [], [], 0
+    for new in [1, 3, 1, 1, 2, 5, 1, 1, 1, 4, 2, 1, 1, 1, 1, 5, 1, 2, 1, 1, 3]:
+        if window is not None and new > window + 1:
+            continue
+        k, v = torch.randn(2, 3, new, 5, generator=g), torch.randn(2, 3, new, 5, generator=g)
+        ks.append(k)
+        vs.append(v)
+        held = (held if window is None else min(held, window - 1)) + new  # the last window - 1 and the new ones
+        keys, values = cache.update(k, v)
+        torch.testing.assert_close(keys, torch.cat(ks, 2)[:, :, -held:], rtol=0, atol=0)
+        torch.testing.assert_close(values, torch.cat(vs, 2)[:, :, -held:], rtol=0, atol=0)
+        assert torch.equal(cache.keys, keys) and torch.equal(cache.values, values)
+        assert len(cache) == held and cache.offset == sum(x.size(2) for x in ks)
+        assert cache.nbytes() == 2 * held * 2 * 3 * 5 * 4
+        if window is not None:  # a rolling buffer of 2 * window positions (or the capacity asked for), never grown
+            assert cache._k.size(2) == max(capacity, 2 * window)
 
 
 def test_float64_input_into_float32_cached_attention_is_refused():
@@ -98,6 +176,10 @@ def test_float64_input_into_float32_cached_attention_is_refused():
     mha(torch.randn(1, 3, 8), is_causal=True, cache=cache)
     with pytest.raises(ValueError, match="float64"):
         mha.double()(torch.randn(1, 1, 8, dtype=torch.float64), is_causal=True, cache=cache)
+    cache = tc.KVCache()  # a new cache takes float64
+    out, _ = mha(torch.randn(1, 3, 8, dtype=torch.float64), is_causal=True, cache=cache)
+    assert out.dtype == cache.keys.dtype == cache.values.dtype == torch.float64
+    assert cache.nbytes() == 2 * 3 * 1 * 2 * 4 * 8  # 2 * len * N * Hkv * D * element_size
 
 
 def _gpt(**kw):

@@ -37,7 +37,7 @@ def masked_softmax(scores: Tensor, attn_mask: Tensor | None = None) -> Tensor:
     if attn_mask is not None:
         check_mask(attn_mask, tuple(scores.shape))
         if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
+            scores = scores.masked_fill(~attn_mask, -math.inf)
         else:
             scores = scores + attn_mask
     dead = torch.isneginf(scores.amax(dim=-1, keepdim=True))  # rows with nothing to attend to
@@ -89,8 +89,7 @@ def scaled_dot_product_attention(
     if is_causal:
         attn_mask = causal_mask(L, S, device=query.device)
     weights = masked_softmax(scores, attn_mask)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
+    weights = F.dropout(weights, p=dropout_p)  # returns `weights` itself when dropout_p == 0
     return torch.matmul(weights, value), weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
 
 
@@ -194,7 +193,7 @@ class KVCache:
         if self._k is not None and start + keep + new <= self._k.size(2):
             self._start = start
             return
-        size = max(self.capacity, 2 * self.window if self.window else 0, keep + new)
+        size = max(self.capacity, 2 * (self.window or 0), keep + new)
         if self._k is not None and self.window is None:
             size = max(size, 2 * self._k.size(2))
         N, Hkv, _, D = like.shape
@@ -351,13 +350,13 @@ class MultiHeadAttention(nn.Module):
             k = self.rotary(k, offset=offset)
         if cache is not None:
             k, v = cache.update(k, v)  # (N, Hkv, S, D): the cached positions, then the new ones
-        S = k.size(-2)
+        S = k.size(2)
         window = cache.window if cache is not None else None
         if attn_mask is not None:
             check_mask(attn_mask, (N, H, L, S), check_values=self.check_values)
         # The fused kernel builds a square causal mask itself; every other case gets one merged mask.
         fused_causal = (
-            is_causal and attn_mask is None and L == S > 1 and not need_weights and (window is None or S <= window)
+            is_causal and attn_mask is None and L == S and not need_weights and (window is None or S <= window)
         )
         if not fused_causal:
             attn_mask = merge_masks(attn_mask, L, S, is_causal=is_causal, window=window, device=q.device)
