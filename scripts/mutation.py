@@ -58,6 +58,19 @@ _PERSISTENT = (
 )
 _LINEAR_BIAS = "nn.Linear tests `if bias:`, so None acts like False"
 EQUIVALENT: list[tuple[str, str, str, str]] = [
+    ("models", "MiniGPT.__init__", "self.lm_head = nn.Linear(E, cfg.vocab_size, bias=None)", _LINEAR_BIAS),
+    (
+        "models",
+        "MiniGPT.forward",
+        "loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), )  # (N*T, V)",
+        "IGNORE_INDEX is -100, F.cross_entropy's default ignore_index",
+    ),
+    (
+        "models",
+        "Transformer.__init__",
+        "TransformerBlock(**layer_args, ) for _ in range(cfg.num_encoder_layers)",
+        "causal=False is TransformerBlock's default",
+    ),
     (
         "attention",
         "masked_softmax",

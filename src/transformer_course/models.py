@@ -240,8 +240,8 @@ class GPTConfig:
             check_positive_int("num_kv_heads", self.num_kv_heads)
             if self.num_heads % self.num_kv_heads:
                 raise ValueError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}")
-        if self.positional == "rope" and (self.d_model // self.num_heads) % 2:
-            raise ValueError(f"rope needs an even head_dim, got {self.d_model // self.num_heads}")
+        if self.positional == "rope" and self.head_dim % 2:
+            raise ValueError(f"rope needs an even head_dim, got {self.head_dim}")
 
     @property
     def head_dim(self) -> int:
@@ -283,18 +283,18 @@ class MiniGPT(nn.Module):
         self.apply(self._init_weights)
         residual_std = 0.02 / math.sqrt(2 * cfg.num_layers)
         for block in self.blocks:
-            nn.init.normal_(block.self_attn.out_proj.weight, mean=0.0, std=residual_std)
-            nn.init.normal_(block.ffn.w2.weight, mean=0.0, std=residual_std)
+            nn.init.normal_(block.self_attn.out_proj.weight, std=residual_std)
+            nn.init.normal_(block.ffn.w2.weight, std=residual_std)
         _attention_modules_skip_value_checks(self)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            nn.init.normal_(module.weight, std=0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            nn.init.normal_(module.weight, std=0.02)
 
     @property
     def rolling_cache(self) -> bool:
@@ -405,9 +405,7 @@ class MiniGPT(nn.Module):
         n = T0  # tokens in `out` so far
         caches = self.new_caches() if use_cache else None
         for step in range(max_new_tokens):
-            if not use_cache:
-                hidden = self._hidden(out[:, max(0, n - C) : n], None)
-            elif step == 0:  # prefill: the prompt's last C tokens
+            if step == 0 or not use_cache:  # the last C tokens (with the cache: the prefill of the prompt)
                 hidden = self._hidden(out[:, max(0, n - C) : n], caches)
             elif len(caches[0]) < C or self.rolling_cache:
                 hidden = self._hidden(out[:, n - 1 : n], caches)
@@ -416,6 +414,6 @@ class MiniGPT(nn.Module):
                     cache.reset()
                 hidden = self._hidden(out[:, n - max(1, C // 2) : n], caches)
             logits = self.lm_head(hidden[:, -1])  # (N, V): the last position only
-            out[:, n : n + 1] = sample_next_token(logits, *sampling)
+            out[:, n] = sample_next_token(logits, *sampling)[:, 0]  # (N, 1) -> (N,)
             n += 1
         return out

@@ -1,0 +1,221 @@
+"""The encoder-decoder Transformer: config checks, agreement with nn.Transformer, masks, weight sharing, decoding."""
+
+import pytest
+import torch
+from torch import nn
+
+import transformer_course as tc
+
+
+def _small_transformer(**kw):
+    args = dict(src_vocab_size=11, tgt_vocab_size=13, d_model=16, num_heads=4, num_encoder_layers=2,
+                num_decoder_layers=2, d_ff=32, dropout=0.0, context_length=32)  # fmt: skip
+    args.update(kw)
+    tc.set_seed(0)
+    return tc.Transformer(tc.TransformerConfig(**args)).eval()
+
+
+def test_transformer_config_defaults_are_the_base_model_of_the_paper():
+    cfg = tc.TransformerConfig(src_vocab_size=100, tgt_vocab_size=100)
+    base = (512, 8, 6, 6, 2048, 0.1, "relu", False, "layernorm", "sinusoidal", True, 0, 1e-5)
+    assert (
+        cfg.d_model, cfg.num_heads, cfg.num_encoder_layers, cfg.num_decoder_layers, cfg.d_ff, cfg.dropout,
+        cfg.activation, cfg.norm_first, cfg.norm, cfg.positional, cfg.final_norm, cfg.pad_id, cfg.eps,
+    ) == base  # fmt: skip
+    assert not cfg.share_embeddings and not cfg.tie_weights and cfg.bias
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["src_vocab_size", "tgt_vocab_size", "num_encoder_layers", "num_decoder_layers", "d_model", "num_heads", "d_ff",
+     "context_length"],
+)  # fmt: skip
+def test_transformer_config_names_the_non_positive_field(field):
+    with pytest.raises(ValueError, match=rf"^{field} must be positive, got 0$"):
+        tc.TransformerConfig(**{"src_vocab_size": 10, "tgt_vocab_size": 10, field: 0})
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(d_model=30, num_heads=4), r"^d_model=30 is not divisible by num_heads=4$"),
+        (dict(activation="tanh"), r"^unknown activation 'tanh'"),
+        (dict(norm="batch"), r"^unknown norm 'batch'"),
+        (dict(positional="rope"), r"^unknown positional encoding 'rope'"),
+        (dict(positional="none"), r"^unknown positional encoding 'none'"),
+        (dict(d_model=15, num_heads=5), r"^sinusoidal positions need an even d_model, got 15$"),
+        (dict(dropout=-0.1), r"^dropout must be in \[0, 1\), got -0.1$"),
+        (dict(dropout=1.0), r"^dropout must be in \[0, 1\), got 1.0$"),
+        (
+            dict(tgt_vocab_size=13, share_embeddings=True),
+            r"^share_embeddings needs equal vocabularies, got src_vocab_size=10, tgt_vocab_size=13$",
+        ),
+    ],
+)
+def test_transformer_config_rejects_bad_values(kwargs, match):
+    args = dict(src_vocab_size=10, tgt_vocab_size=10)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        tc.TransformerConfig(**args)
+
+
+def test_transformer_config_accepts_the_boundaries():
+    cfg = tc.TransformerConfig(src_vocab_size=1, tgt_vocab_size=1, d_model=15, num_heads=5, positional="learned",
+                               dropout=0.0, share_embeddings=True)  # fmt: skip
+    assert cfg.dropout == 0.0 and cfg.d_model == 15
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+@pytest.mark.parametrize("norm_first,activation", [(False, "relu"), (True, "gelu")])
+def test_transformer_equals_nn_transformer_with_copied_weights(norm_first, activation):
+    """Source padding masked in the encoder and the cross-attention, causal target, embeddings
+    scaled by sqrt(d_model) plus the sinusoidal table, norms with cfg.eps (not the default)."""
+    eps = 1e-2
+    ours = _small_transformer(norm_first=norm_first, activation=activation, eps=eps)
+    theirs = nn.Transformer(16, 4, 2, 2, 32, dropout=0.0, activation=activation, layer_norm_eps=eps,
+                            batch_first=True, norm_first=norm_first)  # fmt: skip
+    theirs.train()  # with dropout 0 train mode only turns off the fast path (nested tensors)
+    with torch.no_grad():  # non-trivial norms and biases, so that a skipped one shows
+        for name, p in theirs.named_parameters():
+            if "norm" in name or "bias" in name:
+                p.normal_(0.0, 0.5)
+    tc.load_torch_transformer(ours, theirs)
+    g = torch.Generator().manual_seed(0)
+    src, tgt = torch.randint(1, 11, (3, 7), generator=g), torch.randint(1, 13, (3, 5), generator=g)
+    src[0, 4:], src[1, 6:], tgt[2, 3:] = 0, 0, 0  # pad_id = 0
+    src_x = ours.src_embed.weight[src] * 4.0 + tc.sinusoidal_table(7, 16)  # sqrt(16) = 4
+    tgt_x = ours.tgt_embed.weight[tgt] * 4.0 + tc.sinusoidal_table(5, 16)
+    causal = torch.ones(5, 5, dtype=torch.bool).triu(1)  # True = masked, as nn.Transformer wants
+    masks = dict(tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src == 0, memory_key_padding_mask=src == 0)
+    with torch.no_grad():
+        expected = ours.lm_head(theirs(src_x, tgt_x, **masks))
+        torch.testing.assert_close(ours(src, tgt), expected, atol=1e-5, rtol=1e-5)
+        # decode passes an explicit target mask (here target padding) to every layer
+        memory = ours.encode(src, ours.src_mask(src))
+        hidden = ours.decode(tgt, memory, ours.src_mask(src), tgt_mask=tc.padding_mask(tgt, 0))
+        expected = ours.lm_head(theirs(src_x, tgt_x, tgt_key_padding_mask=tgt == 0, **masks))
+        torch.testing.assert_close(ours.lm_head(hidden), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_transformer_source_padding_is_ignored():
+    model = _small_transformer()
+    src = torch.tensor([[5, 6, 7, 0, 0]])
+    assert torch.equal(model.src_mask(src), torch.tensor([True, True, True, False, False]).view(1, 1, 1, 5))
+    assert _small_transformer(pad_id=None).src_mask(src) is None
+    tgt = torch.tensor([[1, 4, 5]])
+    a = model(src, tgt)
+    b = model(torch.tensor([[5, 6, 7, 0, 0, 0, 0]]), tgt)
+    torch.testing.assert_close(a, b)
+    assert a.shape == (1, 3, 13)
+
+
+def test_transformer_decoder_is_causal():
+    model = _small_transformer()
+    src = torch.randint(3, 11, (2, 6))
+    tgt = torch.randint(3, 13, (2, 5))
+    tgt2 = tgt.clone()
+    tgt2[:, 3:] = torch.randint(3, 13, (2, 2))
+    torch.testing.assert_close(model(src, tgt)[:, :3], model(src, tgt2)[:, :3])
+
+
+def _attention_weights(model):
+    enc = [layer.self_attn.attn_weights for layer in model.encoder_layers]
+    dec = [w for layer in model.decoder_layers for w in (layer.self_attn.attn_weights, layer.cross_attn.attn_weights)]
+    return enc + dec
+
+
+def test_need_weights_reaches_every_attention_layer_and_is_off_by_default():
+    model = _small_transformer()
+    src, tgt = torch.tensor([[5, 6, 7, 0], [4, 3, 2, 1]]), torch.tensor([[1, 4, 5], [1, 2, 3]])
+    model(src, tgt, need_weights=True)
+    shapes = [(2, 4, 4, 4)] * 2 + [(2, 4, 3, 3), (2, 4, 3, 4)] * 2  # encoder self, decoder self and cross
+    assert [tuple(w.shape) for w in _attention_weights(model)] == shapes
+    assert model.decoder_layers[1].cross_attn.attn_weights[0, ..., 3].eq(0).all()  # the padded source token
+    model(src, tgt)
+    assert all(w is None for w in _attention_weights(model))
+    model(src, tgt, need_weights=True)
+    model.decode(tgt, model.encode(src))  # the defaults of encode and decode
+    assert all(w is None for w in _attention_weights(model))
+
+
+def test_greedy_decode_matches_argmax_recomputation():
+    model = _small_transformer()
+    src = torch.randint(3, 11, (2, 6))
+    out = model.greedy_decode(src, bos_id=1, eos_id=2, max_len=8)
+    assert out[:, 0].eq(1).all() and out.size(1) <= 8
+    ys = torch.ones(2, 1, dtype=torch.long)
+    for _ in range(out.size(1) - 1):  # no caching, full recomputation
+        nxt = model(src, ys)[:, -1].argmax(-1, keepdim=True)
+        ys = torch.cat([ys, nxt], 1)
+    done = torch.zeros(2, dtype=torch.bool)
+    for t in range(1, out.size(1)):  # positions after eos are padding
+        keep = ~done
+        assert torch.equal(out[keep, t], ys[keep, t])
+        done |= ys[:, t] == 2
+
+
+def _brute_force_greedy(model, src, bos_id, eos_id, max_len, fill):
+    """Greedy decoding without a cache: the whole target is re-run through forward at every step."""
+    ys = torch.full((src.size(0), 1), bos_id)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len - 1):
+        nxt = model(src, ys)[:, -1].argmax(-1)
+        nxt[done] = fill
+        ys = torch.cat([ys, nxt[:, None]], 1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return ys
+
+
+@pytest.mark.parametrize("pad_id", [0, None])
+def test_greedy_decode_pads_after_eos_and_restores_the_mode(pad_id):
+    model = _small_transformer(pad_id=pad_id)
+    src = torch.randint(1, 11, (3, 6), generator=torch.Generator().manual_seed(1))
+    src[1, 4:] = 0
+    with torch.no_grad():
+        eos_id = int(_brute_force_greedy(model, src, 1, -1, 4, 0)[0, 2])  # what row 0 emits second
+        fill = eos_id if pad_id is None else pad_id
+        expected = _brute_force_greedy(model, src, 1, eos_id, 12, fill)
+    out = model.train().greedy_decode(src, bos_id=1, eos_id=eos_id, max_len=12)
+    assert model.training and torch.equal(out, expected)
+    assert out[0, 2] == eos_id and out[0, 3:].eq(fill).all()
+
+
+def test_weight_sharing_options():
+    model = _small_transformer(src_vocab_size=13, share_embeddings=True, tie_weights=True)
+    assert model.src_embed.weight is model.tgt_embed.weight is model.lm_head.weight
+    assert tc.count_parameters(model) == tc.transformer_parameter_count(model.cfg)
+    plain = _small_transformer(final_norm=False, bias=False)
+    assert isinstance(plain.encoder_norm, nn.Identity) and isinstance(plain.decoder_norm, nn.Identity)
+    assert plain.lm_head.bias is None and plain.src_embed is not plain.tgt_embed
+    assert tc.count_parameters(plain) == tc.transformer_parameter_count(plain.cfg)
+
+
+def test_dropout_reaches_every_layer():
+    model = _small_transformer(dropout=0.3)
+    attention = [m for m in model.modules() if isinstance(m, tc.MultiHeadAttention)]
+    assert {m.p for m in model.modules() if isinstance(m, nn.Dropout)} == {0.3}
+    assert len(attention) == 6 and {m.dropout for m in attention} == {0.3}
+
+
+def test_attention_layers_skip_their_value_checks():
+    """The model checks its token ids; its attention layers only see its own activations."""
+    model = _small_transformer()
+    assert {m.check_values for m in model.modules() if isinstance(m, tc.MultiHeadAttention)} == {False}
+
+
+def test_transformer_rejects_bad_ids_naming_the_argument_and_value():
+    model = _small_transformer()
+    with pytest.raises(ValueError, match=r"^src must lie in \[0, 11\), got 11 \(1 bad\)$"):
+        model(torch.tensor([[0, 11]]), torch.tensor([[1]]))
+    with pytest.raises(ValueError, match=r"^tgt must lie in \[0, 13\), got -1 \(2 bad\)$"):
+        model(torch.tensor([[0, 10]]), torch.tensor([[-1, 1, -3]]))
+    with pytest.raises(ValueError, match=r"^src must be a 2-D LongTensor \(N, T\), got list$"):
+        model.encode([[0, 1]])
+    with pytest.raises(ValueError, match=r"^tgt must be a 2-D LongTensor \(N, T\), got torch.float32 \(1, 2\)$"):
+        model(torch.tensor([[0, 1]]), torch.zeros(1, 2))
+    with pytest.raises(ValueError, match=r"^tgt must be a 2-D LongTensor \(N, T\), got torch.int64 \(2,\)$"):
+        model(torch.tensor([[0, 1]]), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="exceed"):
+        model(torch.randint(0, 11, (1, 40)), torch.tensor([[1]]))
