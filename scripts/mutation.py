@@ -62,13 +62,13 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     (
         "models",
         "MiniGPT.forward",
-        "loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), )  # (N*T, V)",
+        "logits.flatten(0, 1), targets.flatten(), )",
         "IGNORE_INDEX is -100, F.cross_entropy's default ignore_index",
     ),
     (
         "models",
         "Transformer.__init__",
-        "TransformerBlock(**layer_args, ) for _ in range(cfg.num_encoder_layers)",
+        "TransformerBlock(**layer_args, )",
         "causal=False is TransformerBlock's default",
     ),
     (
@@ -96,19 +96,19 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     (
         "positional",
         "relative_position_transform",
-        "blocks = torch.stack([torch.stack([c, s], +1), torch.stack([-s, c], -1)], -2)  # (d/2, 2, 2)",
+        "blocks = torch.stack([torch.stack([c, s], +1), torch.stack([-s, c], -1)], -2)",
         _STACK_1D,
     ),
     (
         "positional",
         "relative_position_transform",
-        "blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], +1)], -2)  # (d/2, 2, 2)",
+        "blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], +1)], -2)",
         _STACK_1D,
     ),
     (
         "positional",
         "RotaryEmbedding.__init__",
-        'self.register_buffer("cos", angles.cos().float(), persistent=None)  # (max_len, D/2)',
+        'self.register_buffer("cos", angles.cos().float(), persistent=None)',
         _PERSISTENT,
     ),
     (
@@ -120,7 +120,7 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     (
         "positional",
         "SinusoidalPositionalEncoding.__init__",
-        'self.register_buffer("pe", sinusoidal_table(max_len, d_model, base), persistent=None)',
+        '"pe", sinusoidal_table(max_len, d_model, base), persistent=None',
         _PERSISTENT,
     ),
 ]

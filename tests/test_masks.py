@@ -94,7 +94,8 @@ def test_check_mask_names_shapes():
     tc.check_mask(torch.ones(2, 1, 1, 5, dtype=torch.bool), (2, 4, 3, 5))
     with pytest.raises(ValueError, match=r"\(3, 5\) does not broadcast to \(2, 4, 3, 6\)"):
         tc.check_mask(torch.ones(3, 5, dtype=torch.bool), (2, 4, 3, 6))
-    with pytest.raises(TypeError, match="int64"):
+    message = r"^mask must be bool \(True = may attend\) or float \(additive\), got torch\.int64$"
+    with pytest.raises(TypeError, match=message):
         tc.check_mask(torch.ones(3, 5, dtype=torch.long), (3, 5))
 
 

@@ -207,7 +207,11 @@ def test_greedy_returns_the_argmax_and_ignores_temperature():
 
 @pytest.mark.parametrize("bad", [0, 0.0, -1.0, float("nan"), float("inf"), float("-inf"), "1.0", None, True])
 def test_bad_temperature_is_named_with_its_value(bad):
-    with pytest.raises(ValueError, match=rf"temperature.*got {re.escape(repr(bad))}$"):
+    message = (
+        r"^temperature must be a finite positive real number \(use greedy=True for argmax\), "
+        rf"got {re.escape(repr(bad))}$"
+    )
+    with pytest.raises(ValueError, match=message):
         sample_next_token(torch.zeros(1, 3), temperature=bad)
 
 

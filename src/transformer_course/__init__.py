@@ -1,8 +1,8 @@
 """transformer_course: the small, tested PyTorch library behind the course book.
 
-Conventions: shapes use N (batch), L (query length), S (key length), E (d_model), H (heads),
-Hkv (key/value heads), D (head_dim), V (vocabulary). Boolean masks are ``True`` where a query
-may attend; float masks are additive (``0`` / ``-inf``).
+Conventions: shapes use N (batch), L (query length), S (key length), E (d_model),
+H (heads), Hkv (key/value heads), D (head_dim), V (vocabulary). Boolean masks are
+``True`` where a query may attend; float masks are additive (``0`` / ``-inf``).
 """
 
 import importlib
@@ -44,10 +44,31 @@ from .efficient_attention import (
 )
 from .feedforward import ACTIVATIONS, FeedForward
 from .interop import load_hf_gpt2, load_torch_mha, load_torch_transformer
-from .masks import bool_to_additive, causal_mask, check_mask, merge_masks, padding_mask, to_torch_mask
+from .masks import (
+    bool_to_additive,
+    causal_mask,
+    check_mask,
+    merge_masks,
+    padding_mask,
+    to_torch_mask,
+)
 from .models import GPTConfig, MiniGPT, Transformer, TransformerConfig
-from .norms import NORMS, LayerNorm, RMSNorm, build_norm, layer_norm_reference, rms_norm_reference
-from .notebook import SEED_ENV, check, check_close, course_seed, setup_chapter, show_source
+from .norms import (
+    NORMS,
+    LayerNorm,
+    RMSNorm,
+    build_norm,
+    layer_norm_reference,
+    rms_norm_reference,
+)
+from .notebook import (
+    SEED_ENV,
+    check,
+    check_close,
+    course_seed,
+    setup_chapter,
+    show_source,
+)
 from .params import (
     count_parameters,
     gpt_flops_per_token,
@@ -66,7 +87,12 @@ from .positional import (
     sinusoidal_table,
 )
 from .sampling import sample_next_token, top_k_filter, top_p_filter
-from .sparsemax import SparsemaxFunction, sparsemax, sparsemax_attention, sparsemax_threshold
+from .sparsemax import (
+    SparsemaxFunction,
+    sparsemax,
+    sparsemax_attention,
+    sparsemax_threshold,
+)
 from .training import (
     TrainHistory,
     label_smoothing_loss,
@@ -79,10 +105,16 @@ from .utils import check_positive_int, get_device, set_seed
 
 __version__ = "0.1.0"
 
-# The plotting helpers load matplotlib, which takes longer to import than the rest of the package
-# together: they are imported on first use (PEP 562), so `import transformer_course` stays light.
-# So are the submodules that only some pages need (`tc.viz`, `tc.benchmarking`, `tc.train_gpt`).
-_LAZY_VIZ = ("plot_attention", "plot_attention_heads", "plot_loss_curves", "plot_positional_encoding")
+# The plotting helpers load matplotlib, which takes longer to import than the rest of
+# the package together: they are imported on first use (PEP 562), so
+# `import transformer_course` stays light. So are the submodules that only some pages
+# need (`tc.viz`, `tc.benchmarking`, `tc.train_gpt`).
+_LAZY_VIZ = (
+    "plot_attention",
+    "plot_attention_heads",
+    "plot_loss_curves",
+    "plot_positional_encoding",
+)
 _LAZY_MODULES = ("viz", "benchmarking", "train_gpt")
 
 
@@ -97,23 +129,27 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm", "build_positional", "causal_mask",
-    "CharTokenizer", "check_mask", "check_positive_int", "config_from_dict", "config_to_dict",
-    "check", "check_close", "copy_task", "count_parameters", "course_seed", "DecoderLayer", "elu_feature_map",
+    "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm",
+    "build_positional", "causal_mask", "CharTokenizer", "check_mask",
+    "check_positive_int", "config_from_dict", "config_to_dict", "check", "check_close",
+    "copy_task", "count_parameters", "course_seed", "DecoderLayer", "elu_feature_map",
     "FeedForward", "generate_text_corpus", "get_device", "gpt_flops_per_token",
     "gpt_parameter_breakdown", "gpt_parameter_count", "GPTConfig", "HELD_OUT_PAIR",
-    "KVCache", "label_smoothing_loss", "layer_norm_reference", "LayerNorm", "LearnedPositionalEmbedding",
-    "linear_attention", "linear_attention_recurrent", "linear_attention_weights", "lm_batch",
-    "load_checkpoint", "load_hf_gpt2", "load_text_corpus", "load_torch_mha", "load_torch_transformer",
-    "local_attention", "low_rank_attention", "masked_softmax", "merge_masks", "MiniGPT", "MultiHeadAttention",
-    "noam_lr", "noam_scheduler", "NORMS", "padding_mask", "plot_attention", "plot_attention_heads",
-    "plot_loss_curves", "plot_positional_encoding", "POSITIONAL_ENCODINGS",
-    "relative_position_transform", "rms_norm_reference", "RMSNorm", "RotaryEmbedding", "sample_next_token",
-    "save_checkpoint", "scaled_dot_product_attention", "SEED_ENV", "set_seed", "setup_chapter", "show_source",
-    "sinusoidal_table",
-    "SinusoidalPositionalEncoding", "sliding_window_mask", "smoothed_targets", "sparsemax",
-    "sparsemax_attention", "sparsemax_threshold", "SparsemaxFunction", "state_dict_sha256",
-    "to_torch_mask", "top_k_filter", "top_p_filter", "train_loop", "TrainHistory", "Transformer", "TransformerBlock",
-    "transformer_parameter_breakdown", "transformer_parameter_count", "TransformerConfig",
-    "translation_corpus", "unwrap_model", "WordTokenizer",
+    "KVCache", "label_smoothing_loss", "layer_norm_reference", "LayerNorm",
+    "LearnedPositionalEmbedding", "linear_attention", "linear_attention_recurrent",
+    "linear_attention_weights", "lm_batch", "load_checkpoint", "load_hf_gpt2",
+    "load_text_corpus", "load_torch_mha", "load_torch_transformer", "local_attention",
+    "low_rank_attention", "masked_softmax", "merge_masks", "MiniGPT",
+    "MultiHeadAttention", "noam_lr", "noam_scheduler", "NORMS", "padding_mask",
+    "plot_attention", "plot_attention_heads", "plot_loss_curves",
+    "plot_positional_encoding", "POSITIONAL_ENCODINGS", "relative_position_transform",
+    "rms_norm_reference", "RMSNorm", "RotaryEmbedding", "sample_next_token",
+    "save_checkpoint", "scaled_dot_product_attention", "SEED_ENV", "set_seed",
+    "setup_chapter", "show_source", "sinusoidal_table", "SinusoidalPositionalEncoding",
+    "sliding_window_mask", "smoothed_targets", "sparsemax", "sparsemax_attention",
+    "sparsemax_threshold", "SparsemaxFunction", "state_dict_sha256", "to_torch_mask",
+    "top_k_filter", "top_p_filter", "train_loop", "TrainHistory", "Transformer",
+    "TransformerBlock", "transformer_parameter_breakdown",
+    "transformer_parameter_count", "TransformerConfig", "translation_corpus",
+    "unwrap_model", "WordTokenizer",
 ]  # fmt: skip

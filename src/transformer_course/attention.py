@@ -1,8 +1,9 @@
 """Attention: the explicit scaled dot-product reference, additive (Bahdanau) attention,
 the KV cache and multi-head attention with grouped key/value heads.
 
-Masks follow the package convention (see :mod:`transformer_course.masks`): a boolean mask is
-``True`` where a query may attend; a float mask is added to the scores (``0`` / ``-inf``).
+Masks follow the package convention (see :mod:`transformer_course.masks`): a boolean
+mask is ``True`` where a query may attend; a float mask is added to the scores (``0`` /
+``-inf``).
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ def masked_softmax(scores: Tensor, attn_mask: Tensor | None = None) -> Tensor:
     """Softmax over the last dimension of ``scores`` after applying ``attn_mask``.
 
     ``attn_mask`` is bool (``True`` = may attend) or additive float, broadcastable to
-    ``scores``. A row in which every position is masked gets **all-zero weights** (instead of
-    the ``NaN`` that ``softmax`` of a row of ``-inf`` produces): a query that may attend to
-    nothing reads nothing.
+    ``scores``. A row in which every position is masked gets **all-zero weights**
+    (instead of the ``NaN`` that ``softmax`` of a row of ``-inf`` produces): a query
+    that may attend to nothing reads nothing.
     """
     if attn_mask is not None:
         check_mask(attn_mask, tuple(scores.shape))
@@ -40,7 +41,8 @@ def masked_softmax(scores: Tensor, attn_mask: Tensor | None = None) -> Tensor:
             scores = scores.masked_fill(~attn_mask, -math.inf)
         else:
             scores = scores + attn_mask
-    dead = torch.isneginf(scores.amax(dim=-1, keepdim=True))  # rows with nothing to attend to
+    # rows with nothing to attend to
+    dead = torch.isneginf(scores.amax(dim=-1, keepdim=True))
     weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1)
     return weights.masked_fill(dead, 0.0)
 
@@ -56,28 +58,33 @@ def scaled_dot_product_attention(
 ) -> tuple[Tensor, Tensor]:
     """softmax(Q Kᵀ · scale + mask) V, written out; returns ``(output, weights)``.
 
-    Shapes: ``query (..., L, D)``, ``key (..., S, D)``, ``value (..., S, Dv)``; leading batch
-    dimensions broadcast. Output ``(..., L, Dv)``, weights ``(..., L, S)``.
+    Shapes: ``query (..., L, D)``, ``key (..., S, D)``, ``value (..., S, Dv)``; leading
+    batch dimensions broadcast. Output ``(..., L, Dv)``, weights ``(..., L, S)``.
 
-    * ``attn_mask``: bool (``True`` = may attend) or additive float, broadcastable to ``(..., L, S)``.
+    * ``attn_mask``: bool (``True`` = may attend) or additive float, broadcastable to
+      ``(..., L, S)``.
     * ``is_causal``: :func:`~transformer_course.causal_mask` ``(L, S)``, aligned to the
-      **lower-right** corner (the queries are the last ``L`` of ``S`` positions), as everywhere in
-      this package. ``F.scaled_dot_product_attention(is_causal=True)`` aligns to the top-left
-      instead; the two agree when ``L == S``.
+      **lower-right** corner (the queries are the last ``L`` of ``S`` positions), as
+      everywhere in this package. ``F.scaled_dot_product_attention(is_causal=True)``
+      aligns to the top-left instead; the two agree when ``L == S``.
     * ``scale`` defaults to ``1/sqrt(D)``.
-    * ``dropout_p`` is applied to the weights whenever it is positive (as in ``F``'s function);
-      the returned weights are the ones that multiplied ``value``.
+    * ``dropout_p`` is applied to the weights whenever it is positive (as in ``F``'s
+      function); the returned weights are the ones that multiplied ``value``.
     * A fully masked query row yields zero weights and a zero output row, not ``NaN``.
     """
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise ValueError(
-            "query, key and value need at least 2 dims (..., length, features), got shapes "
-            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+            "query, key and value need at least 2 dims (..., length, features), "
+            f"got shapes {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
         )
     if query.size(-1) != key.size(-1):
-        raise ValueError(f"query and key feature sizes differ: {query.size(-1)} vs {key.size(-1)}")
+        raise ValueError(
+            f"query and key feature sizes differ: {query.size(-1)} vs {key.size(-1)}"
+        )
     if key.size(-2) != value.size(-2):
-        raise ValueError(f"key and value lengths differ: {key.size(-2)} vs {value.size(-2)}")
+        raise ValueError(
+            f"key and value lengths differ: {key.size(-2)} vs {value.size(-2)}"
+        )
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     if is_causal and attn_mask is not None:
@@ -85,20 +92,24 @@ def scaled_dot_product_attention(
     L, S = query.size(-2), key.size(-2)
     if scale is None:
         scale = 1.0 / math.sqrt(query.size(-1))
-    scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., L, D) @ (..., D, S) -> (..., L, S)
+    # (..., L, D) @ (..., D, S) -> (..., L, S)
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scale
     if is_causal:
         attn_mask = causal_mask(L, S, device=query.device)
     weights = masked_softmax(scores, attn_mask)
-    weights = F.dropout(weights, p=dropout_p)  # returns `weights` itself when dropout_p == 0
-    return torch.matmul(weights, value), weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
+    # returns `weights` itself when dropout_p == 0
+    weights = F.dropout(weights, p=dropout_p)
+    # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
+    return torch.matmul(weights, value), weights
 
 
 class AdditiveAttention(nn.Module):
-    """Additive attention of Bahdanau et al. (2015): ``score(q, k) = vᵀ tanh(W_q q + W_k k)``.
+    """Additive attention of Bahdanau et al. (2015):
+    ``score(q, k) = vᵀ tanh(W_q q + W_k k)``.
 
-    ``forward(query (N, L, Dq), key (N, S, Dk), value (N, S, Dv), attn_mask=None)`` returns
-    ``(output (N, L, Dv), weights (N, L, S))``; ``attn_mask`` (bool, ``True`` = may attend, or
-    additive float) broadcasts to ``(N, L, S)``.
+    ``forward(query (N, L, Dq), key (N, S, Dk), value (N, S, Dv), attn_mask=None)``
+    returns ``(output (N, L, Dv), weights (N, L, S))``; ``attn_mask`` (bool, ``True`` =
+    may attend, or additive float) broadcasts to ``(N, L, S)``.
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
@@ -119,31 +130,39 @@ class AdditiveAttention(nn.Module):
                 f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
             )
         if key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in (N, S)")
+            raise ValueError(
+                f"key {tuple(key.shape)} and value {tuple(value.shape)} "
+                "differ in (N, S)"
+            )
         # (N, L, 1, hidden) + (N, 1, S, hidden) -> (N, L, S, hidden) -> (N, L, S)
-        hidden = torch.tanh(self.w_query(query)[:, :, None, :] + self.w_key(key)[:, None, :, :])
+        hidden = torch.tanh(
+            self.w_query(query)[:, :, None, :] + self.w_key(key)[:, None, :, :]
+        )
         scores = self.v(hidden).squeeze(-1)
         weights = masked_softmax(scores, attn_mask)
-        return torch.bmm(weights, value), weights  # (N, L, S) @ (N, S, Dv) -> (N, L, Dv)
+        # (N, L, S) @ (N, S, Dv) -> (N, L, Dv)
+        return torch.bmm(weights, value), weights
 
 
 class KVCache:
-    """Keys and values of the positions already processed, in preallocated buffers ``(N, Hkv, capacity, D)``.
+    """Keys and values of the positions already processed, in preallocated buffers
+    ``(N, Hkv, capacity, D)``.
 
-    :meth:`update` writes the new positions' keys/values after the cached ones and returns views
-    of everything cached (no ``torch.cat`` per step); the buffers are allocated on the first update
-    (``capacity`` positions, or more when needed) and doubled when full, so appending costs
-    amortised O(new positions).
+    :meth:`update` writes the new positions' keys/values after the cached ones and
+    returns views of everything cached (no ``torch.cat`` per step); the buffers are
+    allocated on the first update (``capacity`` positions, or more when needed) and
+    doubled when full, so appending costs amortised O(new positions).
 
-    ``window`` makes the cache roll (sliding-window attention): it keeps only what the next
-    queries may see, the last ``window - 1`` positions plus the new ones, and the attention masks
-    keys more than ``window - 1`` positions back. The buffer then holds ``2 * window`` positions
-    and is compacted once every ``window`` or so steps.
+    ``window`` makes the cache roll (sliding-window attention): it keeps only what the
+    next queries may see, the last ``window - 1`` positions plus the new ones, and the
+    attention masks keys more than ``window - 1`` positions back. The buffer then holds
+    ``2 * window`` positions and is compacted once every ``window`` or so steps.
 
-    ``offset`` counts every position ever appended (the absolute position of the next one, for
-    rotary embeddings); ``len(cache)`` is the number of positions held. The first update fixes the
-    dtype and device: a later one with another dtype or device raises ``ValueError`` (a float64
-    input would otherwise be silently rounded into a float32 cache).
+    ``offset`` counts every position ever appended (the absolute position of the next
+    one, for rotary embeddings); ``len(cache)`` is the number of positions held. The
+    first update fixes the dtype and device: a later one with another dtype or device
+    raises ``ValueError`` (a float64 input would otherwise be silently rounded into a
+    float32 cache).
     """
 
     def __init__(self, capacity: int = 0, window: int | None = None) -> None:
@@ -163,22 +182,30 @@ class KVCache:
 
     @property
     def keys(self) -> Tensor | None:
-        """The cached keys ``(N, Hkv, len, D)`` (a view of the buffer), or ``None`` before the first update."""
+        """The cached keys ``(N, Hkv, len, D)`` (a view of the buffer), or ``None``
+        before the first update.
+        """
         return None if self._k is None else self._k[:, :, self._start : self._end]
 
     @property
     def values(self) -> Tensor | None:
-        """The cached values ``(N, Hkv, len, D)`` (a view of the buffer), or ``None`` before the first update."""
+        """The cached values ``(N, Hkv, len, D)`` (a view of the buffer), or ``None``
+        before the first update.
+        """
         return None if self._v is None else self._v[:, :, self._start : self._end]
 
     def _check(self, k: Tensor, v: Tensor) -> None:
         if k.shape != v.shape or k.dim() != 4:
-            raise ValueError(f"k and v must be 4-D and equal in shape, got {tuple(k.shape)}, {tuple(v.shape)}")
+            raise ValueError(
+                "k and v must be 4-D and equal in shape, "
+                f"got {tuple(k.shape)}, {tuple(v.shape)}"
+            )
         if self._k is None:
             return
         if k.dtype != self._k.dtype or k.device != self._k.device:
             raise ValueError(
-                f"the cache holds {self._k.dtype} on {self._k.device}, got {k.dtype} on {k.device}; "
+                f"the cache holds {self._k.dtype} on {self._k.device}, "
+                f"got {k.dtype} on {k.device}; "
                 "use one dtype and device per cache (or reset() it)"
             )
         if self._k.shape[:2] != k.shape[:2] or self._k.size(-1) != k.size(-1):
@@ -188,7 +215,9 @@ class KVCache:
             )
 
     def _make_room(self, keep: int, new: int, like: Tensor) -> None:
-        """Ensure the buffer holds the last ``keep`` positions followed by room for ``new`` more."""
+        """Ensure the buffer holds the last ``keep`` positions followed by room for
+        ``new`` more.
+        """
         start = self._end - keep
         if self._k is not None and start + keep + new <= self._k.size(2):
             self._start = start
@@ -205,10 +234,11 @@ class KVCache:
         self._k, self._v, self._start, self._end = k, v, 0, keep
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append ``k``, ``v`` of shape ``(N, Hkv, S_new, D)``; return the cached keys and values.
+        """Append ``k``, ``v`` of shape ``(N, Hkv, S_new, D)``; return the cached keys
+        and values.
 
-        Keys come first in the result and old positions before new ones: ``(keys, values)``, each
-        ``(N, Hkv, len, D)``.
+        Keys come first in the result and old positions before new ones:
+        ``(keys, values)``, each ``(N, Hkv, len, D)``.
         """
         self._check(k, v)
         new = k.size(2)
@@ -218,16 +248,25 @@ class KVCache:
         self._v[:, :, self._end : self._end + new] = v
         self._end += new
         self.offset += new
-        return self._k[:, :, self._start : self._end], self._v[:, :, self._start : self._end]
+        return (
+            self._k[:, :, self._start : self._end],
+            self._v[:, :, self._start : self._end],
+        )
 
     def crop(self, length: int) -> None:
         """Keep the oldest ``length`` of the positions held and forget the newer ones.
 
-        Rewinds the cache, e.g. to reject drafted tokens (speculative decoding) or to repeat a
-        decoding step from the same state.
+        Rewinds the cache, e.g. to reject drafted tokens (speculative decoding) or to
+        repeat a decoding step from the same state.
         """
-        if not isinstance(length, int) or isinstance(length, bool) or not 0 <= length <= len(self):
-            raise ValueError(f"length must be an int in [0, {len(self)}], got {length!r}")
+        if (
+            not isinstance(length, int)
+            or isinstance(length, bool)
+            or not 0 <= length <= len(self)
+        ):
+            raise ValueError(
+                f"length must be an int in [0, {len(self)}], got {length!r}"
+            )
         removed = len(self) - length
         self._end -= removed
         self.offset -= removed
@@ -237,38 +276,54 @@ class KVCache:
         self._start = self._end = self.offset = 0
 
     def nbytes(self) -> int:
-        """Bytes of the cached keys and values (the positions held, not the spare capacity)."""
+        """Bytes of the cached keys and values (the positions held, not the
+        spare capacity).
+        """
         if self._k is None:
             return 0
-        return 2 * len(self) * self._k.size(0) * self._k.size(1) * self._k.size(3) * self._k.element_size()
+        return (
+            2
+            * len(self)
+            * self._k.size(0)
+            * self._k.size(1)
+            * self._k.size(3)
+            * self._k.element_size()
+        )
 
 
 def _check_finite(name: str, x: Tensor) -> None:
-    if x.device.type == "meta":  # shapes only (e.g. counting parameters or FLOPs): no values to check
+    # shapes only (e.g. counting parameters or FLOPs): no values to check
+    if x.device.type == "meta":
         return
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} holds NaN or infinite values ({int((~torch.isfinite(x)).sum())} of {x.numel()})")
+        raise ValueError(
+            f"{name} holds NaN or infinite values "
+            f"({int((~torch.isfinite(x)).sum())} of {x.numel()})"
+        )
 
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with optional grouped/multi-query key-value heads.
 
-    ``num_kv_heads`` (Hkv) defaults to ``num_heads`` (H); ``Hkv = 1`` is multi-query attention,
-    ``1 < Hkv < H`` grouped-query attention: query head ``h`` uses key/value head
-    ``h // (H // Hkv)``. ``rotary`` (a :class:`RotaryEmbedding` of size ``head_dim``) rotates
-    queries and keys by their absolute positions, counted from ``cache.offset``.
+    ``num_kv_heads`` (Hkv) defaults to ``num_heads`` (H); ``Hkv = 1`` is multi-query
+    attention, ``1 < Hkv < H`` grouped-query attention: query head ``h`` uses key/value
+    head ``h // (H // Hkv)``. ``rotary`` (a :class:`RotaryEmbedding` of size
+    ``head_dim``) rotates queries and keys by their absolute positions, counted from
+    ``cache.offset``.
 
-    ``forward(query, key=None, value=None, attn_mask=None, is_causal=False, need_weights=False,
-    cache=None)`` returns ``(output (N, L, E), weights)``. With ``need_weights`` the explicit
-    reference computes the per-head ``weights (N, H, L, S)``, which are also kept in
-    ``self.attn_weights``; otherwise ``weights`` and ``self.attn_weights`` are ``None`` and the
-    fused ``F.scaled_dot_product_attention`` runs. ``attn_mask`` is bool (``True`` = may attend)
-    or additive float, broadcastable to ``(N, H, L, S)``; ``is_causal`` means
+    ``forward(query, key=None, value=None, attn_mask=None, is_causal=False,
+    need_weights=False, cache=None)`` returns ``(output (N, L, E), weights)``. With
+    ``need_weights`` the explicit reference computes the per-head
+    ``weights (N, H, L, S)``, which are also kept in ``self.attn_weights``; otherwise
+    ``weights`` and ``self.attn_weights`` are ``None`` and the fused
+    ``F.scaled_dot_product_attention`` runs. ``attn_mask`` is bool (``True`` = may
+    attend) or additive float, broadcastable to ``(N, H, L, S)``; ``is_causal`` means
     ``causal_mask(L, S)`` (lower-right aligned, right for cached decoding).
 
-    ``check_values`` (default ``True``) rejects NaN/infinite inputs and float masks holding NaN or
-    ``+inf``. That reads every value (a host synchronisation on an accelerator); the models turn it
-    off in their layers, which only ever see their own activations, and check token ids instead.
+    ``check_values`` (default ``True``) rejects NaN/infinite inputs and float masks
+    holding NaN or ``+inf``. That reads every value (a host synchronisation on an
+    accelerator); the models turn it off in their layers, which only ever see their own
+    activations, and check token ids instead.
     """
 
     def __init__(
@@ -286,9 +341,13 @@ class MultiHeadAttention(nn.Module):
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check_positive_int("num_kv_heads", num_kv_heads)
         if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}"
+            )
         if num_heads % num_kv_heads:
-            raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
+            raise ValueError(
+                f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}"
+            )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model = d_model
@@ -296,7 +355,9 @@ class MultiHeadAttention(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.head_dim = d_model // num_heads
         if rotary is not None and rotary.head_dim != self.head_dim:
-            raise ValueError(f"rotary.head_dim={rotary.head_dim} != head_dim={self.head_dim}")
+            raise ValueError(
+                f"rotary.head_dim={rotary.head_dim} != head_dim={self.head_dim}"
+            )
         self.dropout = dropout
         kv_dim = num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -309,15 +370,20 @@ class MultiHeadAttention(nn.Module):
 
     def _split_heads(self, x: Tensor, heads: int) -> Tensor:
         N, T, _ = x.shape
-        return x.view(N, T, heads, self.head_dim).transpose(1, 2)  # (N, T, heads*D) -> (N, heads, T, D)
+        # (N, T, heads*D) -> (N, heads, T, D)
+        return x.view(N, T, heads, self.head_dim).transpose(1, 2)
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dim() != 3 or x.size(-1) != self.d_model:
-                raise ValueError(f"{name} must have shape (N, T, {self.d_model}), got {tuple(x.shape)}")
+                raise ValueError(
+                    f"{name} must have shape (N, T, {self.d_model}), "
+                    f"got {tuple(x.shape)}"
+                )
         if key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0):
             raise ValueError(
-                f"batch/length mismatch: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+                f"batch/length mismatch: query {tuple(query.shape)}, "
+                f"key {tuple(key.shape)}, value {tuple(value.shape)}"
             )
         if self.check_values:
             _check_finite("query", query)
@@ -342,35 +408,54 @@ class MultiHeadAttention(nn.Module):
         N, L, E = query.shape
         H, Hkv = self.num_heads, self.num_kv_heads
         q = self._split_heads(self.q_proj(query), H)  # (N, L, E) -> (N, H, L, D)
-        k = self._split_heads(self.k_proj(key), Hkv)  # (N, S_new, Hkv*D) -> (N, Hkv, S_new, D)
+        # (N, S_new, Hkv*D) -> (N, Hkv, S_new, D)
+        k = self._split_heads(self.k_proj(key), Hkv)
         v = self._split_heads(self.v_proj(value), Hkv)
         if self.rotary is not None:
             offset = cache.offset if cache is not None else 0
             q = self.rotary(q, offset=offset)
             k = self.rotary(k, offset=offset)
         if cache is not None:
-            k, v = cache.update(k, v)  # (N, Hkv, S, D): the cached positions, then the new ones
+            # (N, Hkv, S, D): the cached positions, then the new ones
+            k, v = cache.update(k, v)
         S = k.size(2)
         window = cache.window if cache is not None else None
         if attn_mask is not None:
             check_mask(attn_mask, (N, H, L, S), check_values=self.check_values)
-        # The fused kernel builds a square causal mask itself; every other case gets one merged mask.
+        # The fused kernel builds a square causal mask itself;
+        # every other case gets one merged mask.
         fused_causal = (
-            is_causal and attn_mask is None and L == S and not need_weights and (window is None or S <= window)
+            is_causal
+            and attn_mask is None
+            and L == S
+            and not need_weights
+            and (window is None or S <= window)
         )
         if not fused_causal:
-            attn_mask = merge_masks(attn_mask, L, S, is_causal=is_causal, window=window, device=q.device)
+            attn_mask = merge_masks(
+                attn_mask, L, S, is_causal=is_causal, window=window, device=q.device
+            )
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             if Hkv != H:  # each key/value head serves H // Hkv consecutive query heads
-                k = k.repeat_interleave(H // Hkv, dim=1)  # (N, Hkv, S, D) -> (N, H, S, D)
+                # (N, Hkv, S, D) -> (N, H, S, D)
+                k = k.repeat_interleave(H // Hkv, dim=1)
                 v = v.repeat_interleave(H // Hkv, dim=1)
-            out, weights = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p=dropout_p)
+            out, weights = scaled_dot_product_attention(
+                q, k, v, attn_mask, dropout_p=dropout_p
+            )
         else:
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=fused_causal, enable_gqa=Hkv != H
+                q,
+                k,
+                v,
+                attn_mask=attn_mask,
+                dropout_p=dropout_p,
+                is_causal=fused_causal,
+                enable_gqa=Hkv != H,
             )
             weights = None
         self.attn_weights = weights
-        out = out.transpose(1, 2).reshape(N, L, E)  # (N, H, L, D) -> (N, L, H, D) -> (N, L, E)
+        # (N, H, L, D) -> (N, L, H, D) -> (N, L, E)
+        out = out.transpose(1, 2).reshape(N, L, E)
         return self.out_proj(out), weights

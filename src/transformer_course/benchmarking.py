@@ -1,17 +1,20 @@
-"""Small, tested helpers for measuring time and memory (used by ``bench/`` and the appendix).
+"""Small, tested helpers for measuring time and memory (used by ``bench/`` and the
+appendix).
 
 Timing follows three rules that make numbers from a busy laptop comparable:
 
-* competitors are measured **side by side in one process**, interleaved ``A B C, B C A, ...``
-  (the starting competitor rotates every round, so none is always first after a pause);
-* each sample is the mean of ``number`` calls, and the accelerator is synchronised before the
-  clock is read;
-* results are reported as **medians and ratios**, never as absolute claims from separate runs.
+* competitors are measured **side by side in one process**, interleaved
+  ``A B C, B C A, ...`` (the starting competitor rotates every round, so none is always
+  first after a pause);
+* each sample is the mean of ``number`` calls, and the accelerator is synchronised
+  before the clock is read;
+* results are reported as **medians and ratios**, never as absolute claims from
+  separate runs.
 
-Memory is measured without the operating system: :func:`peak_tensor_bytes` follows every tensor
-storage that the dispatcher creates while a function runs (any device), :func:`saved_tensor_bytes`
-adds up the tensors that autograd keeps for the backward pass, and :func:`cuda_peak_bytes` reads
-the CUDA caching allocator's own peak counter.
+Memory is measured without the operating system: :func:`peak_tensor_bytes` follows
+every tensor storage that the dispatcher creates while a function runs (any device),
+:func:`saved_tensor_bytes` adds up the tensors that autograd keeps for the backward
+pass, and :func:`cuda_peak_bytes` reads the CUDA caching allocator's own peak counter.
 """
 
 from __future__ import annotations
@@ -61,7 +64,9 @@ def synchronize(device: torch.device | str | None = None) -> None:
 
 def _check_fns(fns: Mapping[str, Callable[[], object]]) -> None:
     if not isinstance(fns, Mapping) or not fns:
-        raise ValueError(f"fns must be a non-empty mapping name -> callable, got {fns!r}")
+        raise ValueError(
+            f"fns must be a non-empty mapping name -> callable, got {fns!r}"
+        )
     for name, fn in fns.items():
         if not callable(fn):
             raise TypeError(f"fns[{name!r}] is not callable: {fn!r}")
@@ -76,10 +81,11 @@ def time_interleaved(
 ) -> dict[str, list[float]]:
     """Time several zero-argument functions side by side; return seconds per call.
 
-    Each of ``warmup`` untimed rounds and ``repeats`` timed rounds calls every function once
-    (``number`` times when timed), in the order ``A B C`` for round 0, ``B C A`` for round 1,
-    and so on. A sample is the mean time of one call over ``number`` calls, measured with
-    :func:`time.perf_counter` after :func:`synchronize`; ``number`` may differ per function.
+    Each of ``warmup`` untimed rounds and ``repeats`` timed rounds calls every function
+    once (``number`` times when timed), in the order ``A B C`` for round 0, ``B C A``
+    for round 1, and so on. A sample is the mean time of one call over ``number``
+    calls, measured with :func:`time.perf_counter` after :func:`synchronize`;
+    ``number`` may differ per function.
 
     Returns ``{name: [repeats samples in seconds]}`` in the order of ``fns``.
     """
@@ -112,9 +118,12 @@ def medians(samples: Mapping[str, Iterable[float]]) -> dict[str, float]:
 
 
 def calibrate_number(
-    fn: Callable[[], object], min_seconds: float = 0.02, device: torch.device | str | None = None
+    fn: Callable[[], object],
+    min_seconds: float = 0.02,
+    device: torch.device | str | None = None,
 ) -> int:
-    """How many calls of ``fn`` last at least ``min_seconds`` (a power of two, at least 1).
+    """How many calls of ``fn`` last at least ``min_seconds`` (a power of two, at
+    least 1).
 
     Tiny functions are called several times per sample so that timer resolution and the
     Python overhead of the timing loop do not dominate.
@@ -134,7 +143,8 @@ def calibrate_number(
 
 
 class _LiveTensorTracker(TorchDispatchMode):
-    """Counts the bytes of tensor storages created by dispatched operators while they live."""
+    """Counts the bytes of tensor storages created by dispatched operators while they
+    live."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -144,7 +154,8 @@ class _LiveTensorTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for ref in [r for r in self.live if r.expired()]:  # storages freed since the last op
+        # storages freed since the last op
+        for ref in [r for r in self.live if r.expired()]:
             self.current -= self.live.pop(ref)
         for t in tree_flatten(out)[0]:
             if isinstance(t, Tensor) and t.device.type != "meta":
@@ -158,12 +169,14 @@ class _LiveTensorTracker(TorchDispatchMode):
 
 
 def peak_tensor_bytes(fn: Callable[[], object]) -> int:
-    """Peak bytes of tensors created while ``fn()`` runs (including its backward, if it calls one).
+    """Peak bytes of tensors created while ``fn()`` runs (including its backward, if it
+    calls one).
 
-    Every operator goes through PyTorch's dispatcher; a :class:`TorchDispatchMode` records the
-    storage of each new output tensor and notices when it has been freed. The peak of the live
-    total is the memory the computation needed beyond its inputs, on any device. Scratch
-    buffers that a kernel allocates internally (below the dispatcher) are not seen.
+    Every operator goes through PyTorch's dispatcher; a :class:`TorchDispatchMode`
+    records the storage of each new output tensor and notices when it has been freed.
+    The peak of the live total is the memory the computation needed beyond its inputs,
+    on any device. Scratch buffers that a kernel allocates internally (below the
+    dispatcher) are not seen.
     """
     tracker = _LiveTensorTracker()
     with tracker:
@@ -172,11 +185,12 @@ def peak_tensor_bytes(fn: Callable[[], object]) -> int:
 
 
 def saved_tensor_bytes(fn: Callable[[], object], exclude: Iterable[Tensor] = ()) -> int:
-    """Bytes of the distinct storages that autograd saves for backward while ``fn()`` runs.
+    """Bytes of the distinct storages that autograd saves for backward while ``fn()``
+    runs.
 
-    Uses :func:`torch.autograd.graph.saved_tensors_hooks`. Storages shared by several saved
-    tensors (views) count once; storages of the tensors in ``exclude`` (typically the inputs,
-    which exist anyway) do not count.
+    Uses :func:`torch.autograd.graph.saved_tensors_hooks`. Storages shared by several
+    saved tensors (views) count once; storages of the tensors in ``exclude`` (typically
+    the inputs, which exist anyway) do not count.
     """
     excluded = {t.untyped_storage().data_ptr() for t in exclude}
     saved: dict[int, int] = {}
@@ -192,8 +206,11 @@ def saved_tensor_bytes(fn: Callable[[], object], exclude: Iterable[Tensor] = ())
     return sum(saved.values())
 
 
-def cuda_peak_bytes(fn: Callable[[], object], device: torch.device | str = "cuda") -> int:
-    """Peak CUDA memory allocated while ``fn()`` runs, above what was allocated before it."""
+def cuda_peak_bytes(
+    fn: Callable[[], object], device: torch.device | str = "cuda"
+) -> int:
+    """Peak CUDA memory allocated while ``fn()`` runs, above what was allocated before
+    it."""
     if not torch.cuda.is_available():
         raise ValueError("cuda_peak_bytes needs CUDA, which is not available")
     torch.cuda.synchronize(device)
@@ -215,9 +232,11 @@ class _OpRecorder(TorchDispatchMode):
 
 
 def dispatched_ops(fn: Callable[[], object]) -> list[str]:
-    """Names of the ATen operators that ``fn()`` dispatches, in call order (e.g. ``aten.mm.default``).
+    """Names of the ATen operators that ``fn()`` dispatches, in call order (e.g.
+    ``aten.mm.default``).
 
-    Shows, for instance, which kernel ``F.scaled_dot_product_attention`` chose on this machine.
+    Shows, for instance, which kernel ``F.scaled_dot_product_attention`` chose on this
+    machine.
     """
     recorder = _OpRecorder()
     with recorder:
@@ -232,9 +251,13 @@ def fit_power_law(x: Iterable[float], y: Iterable[float]) -> tuple[float, float]
     """
     xs, ys = [float(v) for v in x], [float(v) for v in y]
     if len(xs) != len(ys) or len(xs) < 2:
-        raise ValueError(f"need at least 2 (x, y) pairs of equal length, got {len(xs)} and {len(ys)}")
+        raise ValueError(
+            f"need at least 2 (x, y) pairs of equal length, got {len(xs)} and {len(ys)}"
+        )
     if min(xs) <= 0 or min(ys) <= 0:
-        raise ValueError(f"x and y must be positive for a log-log fit, got x={xs}, y={ys}")
+        raise ValueError(
+            f"x and y must be positive for a log-log fit, got x={xs}, y={ys}"
+        )
     lx, ly = [math.log(v) for v in xs], [math.log(v) for v in ys]
     mx, my = statistics.fmean(lx), statistics.fmean(ly)
     sxx = sum((a - mx) ** 2 for a in lx)
@@ -250,14 +273,18 @@ def matmul_flops(
     dtype: torch.dtype = torch.float32,
     repeats: int = 5,
 ) -> float:
-    """Measured FLOP/s of an ``n × n`` by ``n × n`` matmul (``2 n³`` FLOPs), median of ``repeats``.
+    """Measured FLOP/s of an ``n × n`` by ``n × n`` matmul (``2 n³`` FLOPs), median of
+    ``repeats``.
 
-    The denominator of model FLOP utilisation (MFU) on machines without a datasheet peak.
+    The denominator of model FLOP utilisation (MFU) on machines without a datasheet
+    peak.
     """
     check_positive_int("n", n)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    samples = time_interleaved({"mm": lambda: torch.mm(a, b)}, repeats=repeats, warmup=1, device=device)
+    samples = time_interleaved(
+        {"mm": lambda: torch.mm(a, b)}, repeats=repeats, warmup=1, device=device
+    )
     return 2 * n**3 / statistics.median(samples["mm"])
 
 
@@ -270,27 +297,29 @@ def decode_latencies(
 ) -> tuple[Tensor, list[float], list[float]]:
     """Greedy decoding with and without the KV cache, timed step by step in lockstep.
 
-    ``model`` is a :class:`~transformer_course.MiniGPT`. At every step the cached step (the
-    newest token only; the whole prompt at step 0) and the uncached step (the whole sequence so
-    far) are timed back to back, alternating which goes first. Each is the step of
-    ``model.generate``: inference mode, ``lm_head`` on the last position only, the choice of the
-    next token. Both continue with the cached path's token, so they see the same sequence; it
-    equals ``model.generate(prompt, max_new_tokens, greedy=True)``.
+    ``model`` is a :class:`~transformer_course.MiniGPT`. At every step the cached step
+    (the newest token only; the whole prompt at step 0) and the uncached step (the whole
+    sequence so far) are timed back to back, alternating which goes first. Each is the
+    step of ``model.generate``: inference mode, ``lm_head`` on the last position only,
+    the choice of the next token. Both continue with the cached path's token, so they
+    see the same sequence; it equals
+    ``model.generate(prompt, max_new_tokens, greedy=True)``.
 
-    Running the two back to back costs the cached step some speed: the uncached step before it
-    evicts the weights and the cache from the processor's caches. ``generate`` itself does not
-    alternate, so its cached steps are faster than these per-step times say, and the ratio of
-    the two modes higher.
+    Running the two back to back costs the cached step some speed: the uncached step
+    before it evicts the weights and the cache from the processor's caches. ``generate``
+    itself does not alternate, so its cached steps are faster than these per-step times
+    say, and the ratio of the two modes higher.
 
-    Returns ``(ids (N, T + max_new_tokens), cached_seconds, uncached_seconds)``, one time per
-    step. ``n / sum(seconds[:n])`` is the decoding speed for ``n`` new tokens.
+    Returns ``(ids (N, T + max_new_tokens), cached_seconds, uncached_seconds)``, one
+    time per step. ``n / sum(seconds[:n])`` is the decoding speed for ``n`` new tokens.
     """
     check_positive_int("max_new_tokens", max_new_tokens)
     C = model.cfg.context_length
     if prompt.size(1) + max_new_tokens > C:
         raise ValueError(
-            f"prompt length {prompt.size(1)} + max_new_tokens {max_new_tokens} exceeds "
-            f"context_length={C}; lockstep timing needs the whole sequence in one window"
+            f"prompt length {prompt.size(1)} + max_new_tokens {max_new_tokens} "
+            f"exceeds context_length={C}; lockstep timing needs the whole sequence in "
+            "one window"
         )
     _check_ids("prompt", prompt, model.cfg.vocab_size)
     was_training = model.training
@@ -299,11 +328,15 @@ def decode_latencies(
         ids, cached_s, uncached_s = _lockstep(model, prompt, max_new_tokens, device)
     finally:
         model.train(was_training)
-    return ids.clone(), cached_s, uncached_s  # clone: a normal tensor, not an inference-mode one
+    # clone: a normal tensor, not an inference-mode one
+    return ids.clone(), cached_s, uncached_s
 
 
 def _lockstep(
-    model: torch.nn.Module, prompt: Tensor, max_new_tokens: int, device: torch.device | str | None
+    model: torch.nn.Module,
+    prompt: Tensor,
+    max_new_tokens: int,
+    device: torch.device | str | None,
 ) -> tuple[Tensor, list[float], list[float]]:
     caches = model.new_caches()
     ids = prompt
@@ -313,7 +346,8 @@ def _lockstep(
 
         def cached(ids: Tensor = ids, step: int = step) -> Tensor:
             hidden = model._hidden(ids if step == 0 else ids[:, -1:], caches)
-            return model.lm_head(hidden[:, -1]).argmax(dim=-1, keepdim=True)  # (N, V) -> (N, 1)
+            # (N, V) -> (N, 1)
+            return model.lm_head(hidden[:, -1]).argmax(dim=-1, keepdim=True)
 
         def uncached(ids: Tensor = ids) -> Tensor:
             hidden = model._hidden(ids, None)
@@ -327,7 +361,9 @@ def _lockstep(
             start = time.perf_counter()
             out = fn()
             synchronize(device)
-            (cached_s if name == "cached" else uncached_s).append(time.perf_counter() - start)
+            (cached_s if name == "cached" else uncached_s).append(
+                time.perf_counter() - start
+            )
             if name == "cached":
                 next_id = out
         ids = torch.cat([ids, next_id], dim=1)  # (N, T) -> (N, T + 1)
@@ -344,7 +380,8 @@ def _cpu_model() -> str:
 
 
 def machine_info(device: torch.device | str = "cpu") -> dict[str, object]:
-    """Where a measurement came from: CPU model, cores, threads, torch version, date, accelerator."""
+    """Where a measurement came from: CPU model, cores, threads, torch version, date,
+    accelerator."""
     device = torch.device(device)
     info: dict[str, object] = {
         "device": device.type,

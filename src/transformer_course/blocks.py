@@ -1,9 +1,10 @@
-"""Transformer layers: :class:`TransformerBlock` (self-attention then FFN; the encoder layer with
-``causal=False``, the GPT block with ``causal=True``) and :class:`DecoderLayer` (the same plus
-cross-attention over the encoder output). Both support Post-LN (``norm_first=False``, the 2017
-paper) and Pre-LN (``norm_first=True``, GPT-2). Masks are bool (``True`` = may attend) or additive
-float and broadcast to ``(N, H, L, S)``. With ``need_weights=True`` each attention module keeps its
-per-head weights in its ``attn_weights`` attribute (``block.self_attn.attn_weights``,
+"""Transformer layers: :class:`TransformerBlock` (self-attention then FFN; the encoder
+layer with ``causal=False``, the GPT block with ``causal=True``) and
+:class:`DecoderLayer` (the same plus cross-attention over the encoder output). Both
+support Post-LN (``norm_first=False``, the 2017 paper) and Pre-LN (``norm_first=True``,
+GPT-2). Masks are bool (``True`` = may attend) or additive float and broadcast to
+``(N, H, L, S)``. With ``need_weights=True`` each attention module keeps its per-head
+weights in its ``attn_weights`` attribute (``block.self_attn.attn_weights``,
 ``layer.cross_attn.attn_weights``)."""
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ __all__ = ["TransformerBlock", "DecoderLayer"]
 class TransformerBlock(nn.Module):
     """Self-attention then FFN, each wrapped in a residual connection and a norm.
 
-    ``causal=False`` (default) is the encoder layer of the 2017 paper (with its defaults:
-    ReLU, Post-LN, like ``nn.TransformerEncoderLayer``); ``causal=True`` masks future positions,
-    as in the GPT block (use ``norm_first=True``, ``activation="gelu_tanh"`` for GPT-2).
-    ``num_kv_heads`` enables grouped/multi-query attention, ``rotary`` rotary position embeddings,
-    and ``forward(..., cache=KVCache())`` incremental (cached) decoding.
+    ``causal=False`` (default) is the encoder layer of the 2017 paper (with its
+    defaults: ReLU, Post-LN, like ``nn.TransformerEncoderLayer``); ``causal=True`` masks
+    future positions, as in the GPT block (use ``norm_first=True``,
+    ``activation="gelu_tanh"`` for GPT-2). ``num_kv_heads`` enables grouped/multi-query
+    attention, ``rotary`` rotary position embeddings, and
+    ``forward(..., cache=KVCache())`` incremental (cached) decoding.
     """
 
     def __init__(
@@ -47,7 +49,12 @@ class TransformerBlock(nn.Module):
         self.norm_first = norm_first
         self.causal = causal
         self.self_attn = MultiHeadAttention(
-            d_model, num_heads, num_kv_heads=num_kv_heads, dropout=dropout, bias=bias, rotary=rotary
+            d_model,
+            num_heads,
+            num_kv_heads=num_kv_heads,
+            dropout=dropout,
+            bias=bias,
+            rotary=rotary,
         )
         self.ffn = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias)
         self.norm1 = build_norm(norm, d_model, eps, bias)
@@ -56,13 +63,26 @@ class TransformerBlock(nn.Module):
 
     @classmethod
     def gpt(cls, d_model: int, num_heads: int, d_ff: int, **kwargs) -> TransformerBlock:
-        """The GPT(-2) block: ``causal=True``, ``norm_first=True`` (Pre-LN), ``activation="gelu"``
-        unless ``kwargs`` say otherwise; every other argument as in the constructor."""
+        """The GPT(-2) block: ``causal=True``, ``norm_first=True`` (Pre-LN),
+        ``activation="gelu"`` unless ``kwargs`` say otherwise; every other argument as
+        in the constructor."""
         kwargs = {"causal": True, "norm_first": True, "activation": "gelu", **kwargs}
         return cls(d_model, num_heads, d_ff, **kwargs)
 
-    def _attend(self, h: Tensor, attn_mask: Tensor | None, need_weights: bool, cache: KVCache | None) -> Tensor:
-        return self.self_attn(h, attn_mask=attn_mask, is_causal=self.causal, need_weights=need_weights, cache=cache)[0]
+    def _attend(
+        self,
+        h: Tensor,
+        attn_mask: Tensor | None,
+        need_weights: bool,
+        cache: KVCache | None,
+    ) -> Tensor:
+        return self.self_attn(
+            h,
+            attn_mask=attn_mask,
+            is_causal=self.causal,
+            need_weights=need_weights,
+            cache=cache,
+        )[0]
 
     def forward(
         self,
@@ -72,7 +92,9 @@ class TransformerBlock(nn.Module):
         cache: KVCache | None = None,
     ) -> Tensor:
         if self.norm_first:  # Pre-LN: x + F(LN(x))
-            x = x + self.drop(self._attend(self.norm1(x), attn_mask, need_weights, cache))
+            x = x + self.drop(
+                self._attend(self.norm1(x), attn_mask, need_weights, cache)
+            )
             return x + self.drop(self.ffn(self.norm2(x)))
         # Post-LN: LN(x + F(x))
         x = self.norm1(x + self.drop(self._attend(x, attn_mask, need_weights, cache)))
@@ -80,12 +102,13 @@ class TransformerBlock(nn.Module):
 
 
 class DecoderLayer(TransformerBlock):
-    """Masked self-attention, cross-attention over the encoder output (``memory``), then FFN.
+    """Masked self-attention, cross-attention over the encoder output
+    (``memory``), then FFN.
 
-    A :class:`TransformerBlock` (``causal=True`` by default) with a cross-attention sublayer in
-    the middle. The norms are numbered in sublayer order, as in ``nn.TransformerDecoderLayer``:
-    ``norm1`` self-attention, ``norm2`` cross-attention, ``norm3`` FFN. ``cache`` (a
-    :class:`KVCache`) makes the self-attention incremental.
+    A :class:`TransformerBlock` (``causal=True`` by default) with a cross-attention
+    sublayer in the middle. The norms are numbered in sublayer order, as in
+    ``nn.TransformerDecoderLayer``: ``norm1`` self-attention, ``norm2`` cross-attention,
+    ``norm3`` FFN. ``cache`` (a :class:`KVCache`) makes the self-attention incremental.
     """
 
     def __init__(
@@ -102,15 +125,21 @@ class DecoderLayer(TransformerBlock):
         causal: bool = True,
     ) -> None:
         super().__init__(
-            d_model, num_heads, d_ff, dropout=dropout, activation=activation, norm_first=norm_first,
-            norm=norm, bias=bias, eps=eps, causal=causal,
+            d_model, num_heads, d_ff, dropout=dropout, activation=activation,
+            norm_first=norm_first, norm=norm, bias=bias, eps=eps, causal=causal,
         )  # fmt: skip
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.cross_attn = MultiHeadAttention(
+            d_model, num_heads, dropout=dropout, bias=bias
+        )
         self.norm3 = build_norm(norm, d_model, eps, bias)
 
-    def _cross_attend(self, h: Tensor, memory: Tensor, memory_mask: Tensor | None, need_weights: bool) -> Tensor:
+    def _cross_attend(
+        self, h: Tensor, memory: Tensor, memory_mask: Tensor | None, need_weights: bool
+    ) -> Tensor:
         # key = memory; value defaults to the key
-        return self.cross_attn(h, memory, attn_mask=memory_mask, need_weights=need_weights)[0]
+        return self.cross_attn(
+            h, memory, attn_mask=memory_mask, need_weights=need_weights
+        )[0]
 
     def forward(
         self,
@@ -122,10 +151,16 @@ class DecoderLayer(TransformerBlock):
         cache: KVCache | None = None,
     ) -> Tensor:
         if self.norm_first:  # Pre-LN: x + F(LN(x)) for each sublayer
-            x = x + self.drop(self._attend(self.norm1(x), attn_mask, need_weights, cache))
-            x = x + self.drop(self._cross_attend(self.norm2(x), memory, memory_mask, need_weights))
+            x = x + self.drop(
+                self._attend(self.norm1(x), attn_mask, need_weights, cache)
+            )
+            x = x + self.drop(
+                self._cross_attend(self.norm2(x), memory, memory_mask, need_weights)
+            )
             return x + self.drop(self.ffn(self.norm3(x)))
         # Post-LN: LN(x + F(x)) for each sublayer
         x = self.norm1(x + self.drop(self._attend(x, attn_mask, need_weights, cache)))
-        x = self.norm2(x + self.drop(self._cross_attend(x, memory, memory_mask, need_weights)))
+        x = self.norm2(
+            x + self.drop(self._cross_attend(x, memory, memory_mask, need_weights))
+        )
         return self.norm3(x + self.drop(self.ffn(x)))

@@ -13,7 +13,9 @@ rebuilt with :func:`config_from_dict`.
 
 Typical use::
 
-    save_checkpoint(path, model, optimizer, step=step, config=cfg, tokenizer_chars=tok.chars)
+    save_checkpoint(
+        path, model, optimizer, step=step, config=cfg, tokenizer_chars=tok.chars
+    )
     ckpt = load_checkpoint(path)                       # plain dict
     cfg = config_from_dict(GPTConfig, ckpt["config"])
     model = MiniGPT(cfg)
@@ -54,7 +56,8 @@ T = TypeVar("T")
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
-    """Return the module inside ``DistributedDataParallel`` / ``torch.compile`` wrappers.
+    """Return the module inside ``DistributedDataParallel`` / ``torch.compile``
+    wrappers.
 
     ``DistributedDataParallel`` keeps the model in ``.module`` and ``torch.compile`` in
     ``._orig_mod``; their state dicts carry ``module.`` / ``_orig_mod.`` prefixes that a
@@ -102,7 +105,9 @@ def config_to_dict(config: Any) -> dict[str, Any]:
         TypeError: if ``config`` is not a dataclass instance or holds non-plain values.
     """
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
-        raise TypeError(f"config must be a dataclass instance, got {type(config).__name__}")
+        raise TypeError(
+            f"config must be a dataclass instance, got {type(config).__name__}"
+        )
     data = dataclasses.asdict(config)
     _check_plain(data, "config")
     return data
@@ -122,23 +127,30 @@ def config_from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ValueError(f"unknown field(s) {unknown} for {cls.__name__}; known fields: {sorted(names)}")
+        raise ValueError(
+            f"unknown field(s) {unknown} for {cls.__name__}; "
+            f"known fields: {sorted(names)}"
+        )
     return cls(**dict(data))
 
 
 def state_dict_sha256(state_dict: Mapping[str, torch.Tensor]) -> str:
     """SHA-256 of a state dict: names, dtypes, shapes and exact values (bitwise).
 
-    Two models have the same hash iff their state dicts are bitwise identical (up to hash
-    collisions). Used to check that data-parallel replicas stay in sync.
+    Two models have the same hash iff their state dicts are bitwise identical (up to
+    hash collisions). Used to check that data-parallel replicas stay in sync.
     """
     if not isinstance(state_dict, Mapping):
-        raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
+        raise TypeError(
+            f"state_dict must be a mapping, got {type(state_dict).__name__}"
+        )
     digest = hashlib.sha256()
     for name in sorted(state_dict):
         tensor = state_dict[name]
         if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"state_dict[{name!r}] is {type(tensor).__name__}, not a tensor")
+            raise TypeError(
+                f"state_dict[{name!r}] is {type(tensor).__name__}, not a tensor"
+            )
         t = tensor.detach().to("cpu").contiguous()
         digest.update(name.encode())
         digest.update(f"{t.dtype}{tuple(t.shape)}".encode())
@@ -159,21 +171,24 @@ def save_checkpoint(
 ) -> Path:
     """Save model (and optimizer) state, step, config and extra plain values atomically.
 
-    The file is written to a temporary name ``<name>.<random>.tmp`` in the same folder, flushed
-    and ``fsync``-ed, renamed over ``path`` with ``os.replace`` (atomic), and the folder is
-    ``fsync``-ed so that the rename itself is durable. A save that is interrupted, even by
-    SIGKILL or a power cut, leaves the previous ``path`` intact; at worst a temporary file
-    remains, which :func:`remove_temp_files` deletes.
+    The file is written to a temporary name ``<name>.<random>.tmp`` in the same folder,
+    flushed and ``fsync``-ed, renamed over ``path`` with ``os.replace`` (atomic), and
+    the folder is ``fsync``-ed so that the rename itself is durable. A save that is
+    interrupted, even by SIGKILL or a power cut, leaves the previous ``path`` intact; at
+    worst a temporary file remains, which :func:`remove_temp_files` deletes.
 
     Args:
         path: destination file; parent folders are created.
         model: the model; DDP / compile wrappers are removed (:func:`unwrap_model`).
         optimizer: optional optimizer whose ``state_dict()`` is stored.
         step: number of optimisation steps done (``>= 0``).
-        config: a dataclass instance (stored via :func:`config_to_dict`), a mapping, or None.
-        before_replace: optional callable, given the complete, fsynced temporary file just before
-            it replaces ``path`` (used by tests to interrupt a save at its most delicate moment).
-        **extra: further plain values, e.g. ``tokenizer_chars="abc"``, ``best_val_loss=1.2``.
+        config: a dataclass instance (stored via :func:`config_to_dict`), a mapping, or
+            None.
+        before_replace: optional callable, given the complete, fsynced temporary file
+            just before it replaces ``path`` (used by tests to interrupt a save at its
+            most delicate moment).
+        **extra: further plain values, e.g. ``tokenizer_chars="abc"``,
+            ``best_val_loss=1.2``.
 
     Returns:
         The path written.
@@ -217,7 +232,8 @@ def save_checkpoint(
 
 
 def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (POSIX); a no-op where folders cannot be opened."""
+    """Make a rename in ``folder`` durable (POSIX); a no-op where folders cannot be
+    opened."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:  # e.g. Windows
@@ -229,10 +245,12 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def remove_temp_files(path: str | os.PathLike[str]) -> list[Path]:
-    """Delete the temporary files that interrupted :func:`save_checkpoint` calls for ``path`` left.
+    """Delete the temporary files that interrupted :func:`save_checkpoint` calls for
+    ``path`` left.
 
-    Only files named ``<name of path>.*.tmp`` in its folder are touched. Call it when no save to
-    ``path`` is in progress (e.g. when a training run starts). Returns the files removed.
+    Only files named ``<name of path>.*.tmp`` in its folder are touched. Call it when no
+    save to ``path`` is in progress (e.g. when a training run starts). Returns the files
+    removed.
     """
     path = Path(path)
     removed = sorted(path.parent.glob(f"{glob.escape(path.name)}.*.tmp"))
@@ -249,7 +267,8 @@ def load_checkpoint(
     map_location: str | torch.device = "cpu",
     strict: bool = True,
 ) -> dict[str, Any]:
-    """Load a checkpoint with ``torch.load(weights_only=True)``; optionally restore states.
+    """Load a checkpoint with ``torch.load(weights_only=True)``; optionally restore
+    states.
 
     Args:
         path: file written by :func:`save_checkpoint`.
@@ -259,7 +278,8 @@ def load_checkpoint(
         strict: passed to ``load_state_dict`` of the model.
 
     Returns:
-        The checkpoint dictionary (keys ``format, step, model, optimizer, config, extra``).
+        The checkpoint dictionary (keys
+        ``format, step, model, optimizer, config, extra``).
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
@@ -273,21 +293,30 @@ def load_checkpoint(
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except OSError:
         raise
-    except Exception as error:  # the unpickler's and zip reader's errors vary with the damage
-        # torch's own message (kept in the chain) may suggest weights_only=False: not for a
-        # file that is damaged or foreign
+    except Exception as error:
+        # the unpickler's and zip reader's errors vary with the damage; torch's own
+        # message (kept in the chain) may suggest weights_only=False: not for a file
+        # that is damaged or foreign
         raise ValueError(
-            f"{str(path)!r} is not a readable {FORMAT!r} checkpoint: torch.load(weights_only=True) "
-            f"raised {type(error).__name__}; the file is corrupted, truncated or of another format"
+            f"{str(path)!r} is not a readable {FORMAT!r} checkpoint: "
+            f"torch.load(weights_only=True) raised {type(error).__name__}; "
+            "the file is corrupted, truncated or of another format"
         ) from error
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise ValueError(f"{str(path)!r} is not a {FORMAT!r} checkpoint (found {found!r})")
-    missing = [key for key in _KEYS if key not in ckpt]
-    if missing or not isinstance(ckpt["step"], int) or not isinstance(ckpt["model"], Mapping):
         raise ValueError(
-            f"{str(path)!r} is a damaged {FORMAT!r} checkpoint: missing keys {missing}, "
-            f"step {ckpt.get('step')!r}, model of type {type(ckpt.get('model')).__name__}"
+            f"{str(path)!r} is not a {FORMAT!r} checkpoint (found {found!r})"
+        )
+    missing = [key for key in _KEYS if key not in ckpt]
+    if (
+        missing
+        or not isinstance(ckpt["step"], int)
+        or not isinstance(ckpt["model"], Mapping)
+    ):
+        raise ValueError(
+            f"{str(path)!r} is a damaged {FORMAT!r} checkpoint: "
+            f"missing keys {missing}, step {ckpt.get('step')!r}, "
+            f"model of type {type(ckpt.get('model')).__name__}"
         )
     if model is not None:
         unwrap_model(model).load_state_dict(ckpt["model"], strict=strict)

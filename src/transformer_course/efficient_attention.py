@@ -3,15 +3,16 @@
 Three ways to avoid the (L, S) matrix of exact softmax attention:
 
 * kernelised **linear attention** (Katharopoulos et al., 2020, "Transformers are RNNs",
-  arXiv:2006.16236): the similarity exp(q . k / sqrt(D)) is replaced by phi(q) . phi(k) with the
-  feature map phi(x) = elu(x) + 1, so that phi(Q) (phi(K)^T V) costs O(L D Dv) instead of O(L S D);
-  the causal version is a recurrence (an RNN) over prefix sums;
-* **sliding-window (local) attention** (as in Longformer, arXiv:2004.05150): query i only sees keys
-  j with |i - j| <= window; ``local_attention`` computes it in O(L * window * D) without an
-  (L, L) matrix, and ``sliding_window_mask`` gives the same pattern as a boolean mask for exact
-  attention;
-* **low-rank attention** (Linformer, arXiv:2006.04768): keys and values are projected along the
-  sequence axis from length S to k, so the weights are (L, k) instead of (L, S).
+  arXiv:2006.16236): the similarity exp(q . k / sqrt(D)) is replaced by phi(q) . phi(k)
+  with the feature map phi(x) = elu(x) + 1, so that phi(Q) (phi(K)^T V) costs O(L D Dv)
+  instead of O(L S D); the causal version is a recurrence (an RNN) over prefix sums;
+* **sliding-window (local) attention** (as in Longformer, arXiv:2004.05150): query i
+  only sees keys j with |i - j| <= window; ``local_attention`` computes it in
+  O(L * window * D) without an (L, L) matrix, and ``sliding_window_mask`` gives the
+  same pattern as a boolean mask for exact attention;
+* **low-rank attention** (Linformer, arXiv:2006.04768): keys and values are projected
+  along the sequence axis from length S to k, so the weights are (L, k) instead of
+  (L, S).
 
 Shapes use PyTorch's letters: query (..., L, D), key (..., S, D), value (..., S, Dv).
 Boolean masks follow ``F.scaled_dot_product_attention``: True = may attend.
@@ -42,7 +43,8 @@ FeatureMap = Callable[[Tensor], Tensor]
 
 
 def elu_feature_map(x: Tensor) -> Tensor:
-    """The feature map phi(x) = elu(x) + 1 of Katharopoulos et al. (2020); strictly positive."""
+    """The feature map phi(x) = elu(x) + 1 of Katharopoulos et al. (2020);
+    strictly positive."""
     return F.elu(x) + 1.0
 
 
@@ -50,25 +52,34 @@ def _check_tensor(name: str, x: object, min_dim: int = 2) -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() < min_dim:
-        raise ValueError(f"{name} must have at least {min_dim} dims, got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have at least {min_dim} dims, got shape {tuple(x.shape)}"
+        )
     return x
 
 
-def _check_qkv(query: object, key: object, value: object) -> tuple[Tensor, Tensor, Tensor]:
+def _check_qkv(
+    query: object, key: object, value: object
+) -> tuple[Tensor, Tensor, Tensor]:
     q = _check_tensor("query", query)
     k = _check_tensor("key", key)
     v = _check_tensor("value", value)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"query and key must share the last dim D, got query {tuple(q.shape)} and key {tuple(k.shape)}"
+            "query and key must share the last dim D, "
+            f"got query {tuple(q.shape)} and key {tuple(k.shape)}"
         )
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"key and value must share the length S, got key {tuple(k.shape)} and value {tuple(v.shape)}")
+        raise ValueError(
+            "key and value must share the length S, "
+            f"got key {tuple(k.shape)} and value {tuple(v.shape)}"
+        )
     try:
         torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError as err:
         raise ValueError(
-            f"batch dims of query {tuple(q.shape)}, key {tuple(k.shape)} and value {tuple(v.shape)} do not broadcast"
+            f"batch dims of query {tuple(q.shape)}, key {tuple(k.shape)} "
+            f"and value {tuple(v.shape)} do not broadcast"
         ) from err
     return q, k, v
 
@@ -76,7 +87,8 @@ def _check_qkv(query: object, key: object, value: object) -> tuple[Tensor, Tenso
 def _check_causal_lengths(q: Tensor, k: Tensor) -> None:
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(
-            f"causal linear/local attention needs L == S (self-attention), got L={q.shape[-2]} and S={k.shape[-2]}"
+            "causal linear/local attention needs L == S (self-attention), "
+            f"got L={q.shape[-2]} and S={k.shape[-2]}"
         )
 
 
@@ -86,25 +98,30 @@ def linear_attention_weights(
     feature_map: FeatureMap = elu_feature_map,
     causal: bool = False,
 ) -> Tensor:
-    """The (L, S) weight matrix that linear attention uses implicitly (quadratic reference).
+    """The (L, S) weight matrix that linear attention uses implicitly
+    (quadratic reference).
 
-    A[i, j] = phi(q_i) . phi(k_j) / sum_j' phi(q_i) . phi(k_j'), the sum running over j' <= i
-    when ``causal`` (then L must equal S). Rows are non-negative and sum to one when phi > 0.
+    A[i, j] = phi(q_i) . phi(k_j) / sum_j' phi(q_i) . phi(k_j'), the sum running over
+    j' <= i when ``causal`` (then L must equal S). Rows are non-negative and sum to one
+    when phi > 0.
 
     Args:
         query: (..., L, D).
         key: (..., S, D).
-        feature_map: phi, applied elementwise to the last dim; must return positive values.
+        feature_map: phi, applied elementwise to the last dim; must return positive
+            values.
         causal: if True, query i only weighs keys j <= i.
 
     Returns:
-        weights (..., L, S). ``linear_attention(q, k, v) == weights @ v`` up to rounding.
+        weights (..., L, S). ``linear_attention(q, k, v) == weights @ v`` up to
+        rounding.
     """
     q = _check_tensor("query", query)
     k = _check_tensor("key", key)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"query and key must share the last dim D, got query {tuple(q.shape)} and key {tuple(k.shape)}"
+            "query and key must share the last dim D, "
+            f"got query {tuple(q.shape)} and key {tuple(k.shape)}"
         )
     # (..., L, D) @ (..., D, S) -> (..., L, S)
     sim = feature_map(q) @ feature_map(k).transpose(-2, -1)
@@ -125,13 +142,14 @@ def linear_attention(
     eps: float = 1e-6,
     chunk_size: int = 64,
 ) -> Tensor:
-    """Kernelised linear attention of Katharopoulos et al. (2020), without an (L, S) matrix.
+    """Kernelised linear attention of Katharopoulos et al. (2020),
+    without an (L, S) matrix.
 
     out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps),
     with the sums over all j (non-causal) or over j <= i (causal; needs L == S).
     The non-causal form costs O(L D Dv) instead of the O(L S D) of softmax attention.
-    The causal form is computed chunk by chunk: inside a chunk of ``chunk_size`` positions the
-    masked (C, C) kernel matrix is used, across chunks the running sums
+    The causal form is computed chunk by chunk: inside a chunk of ``chunk_size``
+    positions the masked (C, C) kernel matrix is used, across chunks the running sums
     sum_j phi(k_j) v_j^T and sum_j phi(k_j) of all earlier chunks (the RNN state of
     :func:`linear_attention_recurrent`); cost O(L C D + L D Dv), memory linear in L.
 
@@ -141,8 +159,10 @@ def linear_attention(
         value: (..., S, Dv).
         feature_map: phi; the default elu(x) + 1 is strictly positive.
         causal: if True, output i only depends on positions j <= i (L must equal S).
-        eps: added to the normaliser for numerical safety (>= 0; 0 gives the exact ratio).
-        chunk_size: C, positions per chunk of the causal form (>= 1); does not change the result.
+        eps: added to the normaliser for numerical safety (>= 0; 0 gives the exact
+            ratio).
+        chunk_size: C, positions per chunk of the causal form (>= 1); does not change
+            the result.
 
     Returns:
         output (..., L, Dv).
@@ -163,8 +183,9 @@ def linear_attention(
     L, C = q.shape[-2], chunk_size
     nc = -(-L // C)  # number of chunks, ceil(L / C)
     extra = nc * C - L
-    # padded keys/values are 0 (they add nothing); padded query rows are 1 (finite, discarded)
-    pq = F.pad(phi_q, (0, 0, 0, extra), value=1.0).unflatten(-2, (nc, C))  # (..., nc, C, D)
+    # padded query rows are 1 (finite, discarded): (..., nc, C, D)
+    pq = F.pad(phi_q, (0, 0, 0, extra), value=1.0).unflatten(-2, (nc, C))
+    # padded keys/values are 0 (they add nothing)
     pk = F.pad(phi_k, (0, 0, 0, extra)).unflatten(-2, (nc, C))  # (..., nc, C, D)
     pv = F.pad(v, (0, 0, 0, extra)).unflatten(-2, (nc, C))  # (..., nc, C, Dv)
     # inside each chunk: the masked kernel matrix
@@ -172,13 +193,15 @@ def linear_attention(
     a = (pq @ pk.transpose(-2, -1)).masked_fill(~tril, 0.0)  # (..., nc, C, C)
     num = a @ pv  # (..., nc, C, Dv)
     den = a.sum(dim=-1, keepdim=True)  # (..., nc, C, 1)
-    # across chunks: state of all earlier chunks (exclusive prefix sum over the chunk axis)
-    kv = pk.transpose(-2, -1) @ pv  # (..., nc, D, C) @ (..., nc, C, Dv) -> (..., nc, D, Dv)
+    # across chunks: state of all earlier chunks (exclusive prefix sum over chunks)
+    # (..., nc, D, C) @ (..., nc, C, Dv) -> (..., nc, D, Dv)
+    kv = pk.transpose(-2, -1) @ pv
     kv_before = torch.cumsum(kv, dim=-3) - kv  # (..., nc, D, Dv)
     z = pk.sum(dim=-2)  # (..., nc, D)
     z_before = torch.cumsum(z, dim=-2) - z  # (..., nc, D)
     num = num + pq @ kv_before  # (..., nc, C, D) @ (..., nc, D, Dv) -> (..., nc, C, Dv)
-    den = den + pq @ z_before.unsqueeze(-1)  # (..., nc, C, D) @ (..., nc, D, 1) -> (..., nc, C, 1)
+    # (..., nc, C, D) @ (..., nc, D, 1) -> (..., nc, C, 1)
+    den = den + pq @ z_before.unsqueeze(-1)
     out = num / (den + eps)  # (..., nc, C, Dv)
     return out.flatten(-3, -2)[..., :L, :]  # (..., nc * C, Dv) -> (..., L, Dv)
 
@@ -194,7 +217,8 @@ def linear_attention_recurrent(
 
     state_i = state_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i),
     out_i = phi(q_i)^T state_i / (phi(q_i)^T z_i + eps).
-    Equals ``linear_attention(..., causal=True)``; meant for reading and testing, not speed.
+    Equals ``linear_attention(..., causal=True)``;
+    meant for reading and testing, not speed.
 
     Args:
         query: (..., L, D).
@@ -225,12 +249,15 @@ def linear_attention_recurrent(
     return torch.stack(outputs, dim=-2)  # L x (..., Dv) -> (..., L, Dv)
 
 
-def sliding_window_mask(L: int, window: int, causal: bool = False, device: torch.device | str | None = None) -> Tensor:
+def sliding_window_mask(
+    L: int, window: int, causal: bool = False, device: torch.device | str | None = None
+) -> Tensor:
     """Boolean (L, L) band mask, True = may attend.
 
     Query i may attend key j iff |i - j| <= window (non-causal), or i - window <= j <= i
-    (causal). ``window`` is the one-sided half-width: each query sees at most 2 * window + 1
-    keys (window + 1 when causal). Use it as ``attn_mask`` of scaled dot-product attention.
+    (causal). ``window`` is the one-sided half-width: each query sees at most
+    2 * window + 1 keys (window + 1 when causal). Use it as ``attn_mask`` of scaled
+    dot-product attention.
     """
     check_int("L", L, 1)
     check_int("window", window, 0)
@@ -252,17 +279,19 @@ def local_attention(
 ) -> Tensor:
     """Sliding-window softmax attention computed block by block, in O(L * window * D).
 
-    Same result as exact attention with ``attn_mask=sliding_window_mask(L, window, causal)``,
-    but no (L, L) matrix is formed. The sequence is cut into blocks of B = max(window, 1)
-    positions; a query in block c can only see keys in blocks c - 1, c, c + 1 (because
-    window <= B), so each block computes a (B, 3B) score matrix, masked to the exact band.
+    Same result as exact attention with
+    ``attn_mask=sliding_window_mask(L, window, causal)``, but no (L, L) matrix is
+    formed. The sequence is cut into blocks of B = max(window, 1) positions; a query in
+    block c can only see keys in blocks c - 1, c, c + 1 (because window <= B), so each
+    block computes a (B, 3B) score matrix, masked to the exact band.
     Self-attention only: L must equal S.
 
     Args:
         query: (..., L, D).
         key: (..., L, D).
         value: (..., L, Dv).
-        window: one-sided half-width (>= 0): query i sees keys j with |i - j| <= window.
+        window: one-sided half-width (>= 0): query i sees keys j with
+            |i - j| <= window.
         causal: if True, query i only sees keys i - window .. i.
         scale: score scale, default 1 / sqrt(D).
 
@@ -271,7 +300,10 @@ def local_attention(
     """
     q, k, v = _check_qkv(query, key, value)
     if q.shape[-2] != k.shape[-2]:
-        raise ValueError(f"local_attention needs L == S (self-attention), got L={q.shape[-2]} and S={k.shape[-2]}")
+        raise ValueError(
+            "local_attention needs L == S (self-attention), "
+            f"got L={q.shape[-2]} and S={k.shape[-2]}"
+        )
     check_int("window", window, 0)
     L, D = q.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
@@ -279,16 +311,19 @@ def local_attention(
     nb = -(-L // B)  # number of blocks, ceil(L / B)
     extra = nb * B - L  # padding that makes L a multiple of B
     q_blocks = F.pad(q, (0, 0, 0, extra)).unflatten(-2, (nb, B))  # (..., nb, B, D)
-    # one zero block before and after, then overlapping windows of 3 blocks with stride B
+    # one zero block before and after, then overlapping windows of 3 blocks, stride B
     k_pad = F.pad(k, (0, 0, B, extra + B))  # (..., (nb + 2) * B, D)
     v_pad = F.pad(v, (0, 0, B, extra + B))  # (..., (nb + 2) * B, Dv)
-    k_blocks = k_pad.unfold(-2, 3 * B, B)  # (..., nb, D, 3B): keys of blocks c-1, c, c+1
+    k_blocks = k_pad.unfold(-2, 3 * B, B)  # (..., nb, D, 3B): blocks c-1, c, c+1
     v_blocks = v_pad.unfold(-2, 3 * B, B).transpose(-2, -1)  # (..., nb, 3B, Dv)
-    scores = (q_blocks @ k_blocks) * scale  # (..., nb, B, D) @ (..., nb, D, 3B) -> (..., nb, B, 3B)
+    # (..., nb, B, D) @ (..., nb, D, 3B) -> (..., nb, B, 3B)
+    scores = (q_blocks @ k_blocks) * scale
     c = torch.arange(nb, device=q.device).view(nb, 1, 1)
-    i = c * B + torch.arange(B, device=q.device).view(1, B, 1)  # (nb, B, 1) query positions
-    j = (c - 1) * B + torch.arange(3 * B, device=q.device).view(1, 1, 3 * B)  # key positions
-    allowed = ((i - j).abs() <= window) & (j >= 0) & (j < L)  # (nb, B, 3B); j = i always allowed
+    # query positions i (nb, B, 1) and key positions j (nb, 1, 3B)
+    i = c * B + torch.arange(B, device=q.device).view(1, B, 1)
+    j = (c - 1) * B + torch.arange(3 * B, device=q.device).view(1, 1, 3 * B)
+    # (nb, B, 3B); j = i always allowed
+    allowed = ((i - j).abs() <= window) & (j >= 0) & (j < L)
     if causal:
         allowed = allowed & (j <= i)
     allowed = allowed | (i >= L)  # padded query rows (discarded) read the zero padding
@@ -306,10 +341,11 @@ def low_rank_attention(
     proj_v: Tensor | None = None,
     scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Linformer-style attention: keys and values projected along the length axis, S -> k.
+    """Linformer-style attention: keys and values projected along the length
+    axis, S -> k.
 
-    K' = E K, V' = F V with E = ``proj_k`` (k, S) and F = ``proj_v`` (k, S; defaults to E,
-    the shared projection of the Linformer paper); out = softmax(Q K'^T * scale) V'.
+    K' = E K, V' = F V with E = ``proj_k`` (k, S) and F = ``proj_v`` (k, S; defaults to
+    E, the shared projection of the Linformer paper); out = softmax(Q K'^T * scale) V'.
     With E = F = identity (k = S) this is exact attention.
 
     Args:
@@ -331,10 +367,14 @@ def low_rank_attention(
         if p.dim() != 2 or p.shape[1] != S:
             raise ValueError(f"{name} must have shape (k, S={S}), got {tuple(p.shape)}")
     if proj_k.shape[0] != proj_v.shape[0]:
-        raise ValueError(f"proj_k and proj_v must have the same k, got {tuple(proj_k.shape)} and {tuple(proj_v.shape)}")
+        raise ValueError(
+            "proj_k and proj_v must have the same k, "
+            f"got {tuple(proj_k.shape)} and {tuple(proj_v.shape)}"
+        )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     k_low = proj_k @ k  # (k, S) @ (..., S, D) -> (..., k, D)
     v_low = proj_v @ v  # (k, S) @ (..., S, Dv) -> (..., k, Dv)
-    scores = (q @ k_low.transpose(-2, -1)) * scale  # (..., L, D) @ (..., D, k) -> (..., L, k)
+    # (..., L, D) @ (..., D, k) -> (..., L, k)
+    scores = (q @ k_low.transpose(-2, -1)) * scale
     weights = torch.softmax(scores, dim=-1)
     return weights @ v_low, weights  # (..., L, Dv), (..., L, k)

@@ -15,27 +15,40 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu")
 _GATED = {"swiglu": F.silu, "geglu": F.gelu}
 # "gelu" is the exact x·Φ(x); "gelu_tanh" is GPT-2's approximation
 # 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))), fused by PyTorch.
-_PLAIN = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh")}
+_PLAIN = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+}
 
 
 class FeedForward(nn.Module):
     """``FFN(x) = w2(act(w1 x))``, applied to every position independently.
 
-    ``act`` is ``relu``, ``gelu`` (exact) or ``gelu_tanh`` (the tanh approximation of GPT-2).
+    ``act`` is ``relu``, ``gelu`` (exact) or ``gelu_tanh`` (the tanh
+    approximation of GPT-2).
 
     Gated variants (Shazeer 2020) add a second input projection ``w3``:
-    ``swiglu``: ``w2(silu(w1 x) * w3 x)``, ``geglu``: ``w2(gelu(w1 x) * w3 x)``. At equal ``d_ff``
-    they have 1.5x the weights of the plain FFN; use ``d_ff ≈ 2/3 · 4 · d_model`` to match budgets.
+    ``swiglu``: ``w2(silu(w1 x) * w3 x)``, ``geglu``: ``w2(gelu(w1 x) * w3 x)``. At
+    equal ``d_ff`` they have 1.5x the weights of the plain FFN; use
+    ``d_ff ≈ 2/3 · 4 · d_model`` to match budgets.
     """
 
     def __init__(
-        self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias: bool = True
+        self,
+        d_model: int,
+        d_ff: int,
+        activation: str = "relu",
+        dropout: float = 0.0,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("d_ff", d_ff)
         if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; expected one of {ACTIVATIONS}")
+            raise ValueError(
+                f"unknown activation {activation!r}; expected one of {ACTIVATIONS}"
+            )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.activation = activation

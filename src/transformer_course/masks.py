@@ -1,9 +1,11 @@
 """Attention masks.
 
-Convention used everywhere in this package (the one of ``F.scaled_dot_product_attention``):
+Convention used everywhere in this package (the one of
+``F.scaled_dot_product_attention``):
 
 * a **boolean** mask is ``True`` where a query **may attend** to a key;
-* a **float** mask is **added** to the scores: ``0`` keeps a position, ``-inf`` removes it.
+* a **float** mask is **added** to the scores: ``0`` keeps a position, ``-inf`` removes
+  it.
 
 ``nn.MultiheadAttention`` and ``nn.Transformer`` use the opposite boolean convention
 (``True`` = blocked); :func:`to_torch_mask` is the one place that converts.
@@ -27,23 +29,31 @@ __all__ = [
 
 
 def causal_mask(
-    L: int, S: int | None = None, device: torch.device | str | None = None, window: int | None = None
+    L: int,
+    S: int | None = None,
+    device: torch.device | str | None = None,
+    window: int | None = None,
 ) -> Tensor:
     """Boolean causal mask of shape ``(L, S)``; ``True`` = may attend.
 
-    The mask is aligned to the lower-right corner: query ``i`` (the ``i``-th of the last ``L``
-    positions of a sequence of length ``S``) may see key ``j`` iff ``j <= i + (S - L)``.
-    For ``L == S`` this is the usual lower-triangular matrix; for ``L < S`` it is what
-    incremental decoding with a KV cache needs (the new queries sit at the end). This is the one
-    meaning of "causal" (and of ``is_causal=True``) everywhere in the package.
+    The mask is aligned to the lower-right corner: query ``i`` (the ``i``-th of the last
+    ``L`` positions of a sequence of length ``S``) may see key ``j`` iff
+    ``j <= i + (S - L)``. For ``L == S`` this is the usual lower-triangular matrix; for
+    ``L < S`` it is what incremental decoding with a KV cache needs (the new queries sit
+    at the end). This is the one meaning of "causal" (and of ``is_causal=True``)
+    everywhere in the package.
 
-    ``window`` (sliding-window attention) also hides keys more than ``window - 1`` positions back:
-    query ``i`` sees ``i + (S - L) - window < j <= i + (S - L)``, at most ``window`` keys.
+    ``window`` (sliding-window attention) also hides keys more than ``window - 1``
+    positions back: query ``i`` sees ``i + (S - L) - window < j <= i + (S - L)``, at
+    most ``window`` keys.
     """
     L = check_positive_int("L", L)
     S = L if S is None else check_positive_int("S", S)
     if S < L:
-        raise ValueError(f"causal_mask needs S >= L (queries are the last L of S keys), got L={L}, S={S}")
+        raise ValueError(
+            "causal_mask needs S >= L (queries are the last L of S keys), "
+            f"got L={L}, S={S}"
+        )
     mask = torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=S - L)
     if window is not None:
         check_positive_int("window", window)
@@ -52,21 +62,26 @@ def causal_mask(
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """Key-padding mask of shape ``(N, 1, 1, S)`` from token ids ``(N, S)``; ``True`` = real token.
+    """Key-padding mask of shape ``(N, 1, 1, S)`` from token ids ``(N, S)``;
+    ``True`` = real token.
 
-    The two singleton dimensions broadcast over heads and queries, so the result can be combined
-    with a causal mask by ``&``: ``padding_mask(t, 0) & causal_mask(S)`` has shape ``(N, 1, S, S)``.
+    The two singleton dimensions broadcast over heads and queries, so the result can be
+    combined with a causal mask by ``&``: ``padding_mask(t, 0) & causal_mask(S)`` has
+    shape ``(N, 1, S, S)``.
     """
     if not isinstance(tokens, Tensor) or tokens.dim() != 2:
-        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        shape = (
+            tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        )
         raise ValueError(f"tokens must be a 2-D tensor (N, S), got {shape}")
     return (tokens != pad_id)[:, None, None, :]
 
 
 def to_torch_mask(mask: Tensor) -> Tensor:
-    """Convert our boolean mask (``True`` = may attend) to the ``nn.MultiheadAttention`` /
-    ``nn.Transformer`` convention (``True`` = not allowed). Float (additive) masks mean the same
-    thing in both APIs and are returned unchanged."""
+    """Convert our boolean mask (``True`` = may attend) to the
+    ``nn.MultiheadAttention`` / ``nn.Transformer`` convention (``True`` = not allowed).
+    Float (additive) masks mean the same thing in both APIs and are returned
+    unchanged."""
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a tensor, got {type(mask).__name__}")
     if mask.dtype == torch.bool:
@@ -77,7 +92,8 @@ def to_torch_mask(mask: Tensor) -> Tensor:
 
 
 def bool_to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """Boolean mask (``True`` = may attend) to an additive float mask (``0`` / ``-inf``)."""
+    """Boolean mask (``True`` = may attend) to an additive float mask
+    (``0`` / ``-inf``)."""
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
         raise TypeError(f"bool_to_additive expects a bool tensor, got {got}")
@@ -93,25 +109,35 @@ def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
         return False
 
 
-def check_mask(mask: Tensor, target_shape: tuple[int, ...], check_values: bool = True) -> None:
-    """Raise unless ``mask`` is bool or float and broadcasts to ``target_shape`` (e.g. ``(N, H, L, S)``).
+def check_mask(
+    mask: Tensor, target_shape: tuple[int, ...], check_values: bool = True
+) -> None:
+    """Raise unless ``mask`` is bool or float and broadcasts to ``target_shape``
+    (e.g. ``(N, H, L, S)``).
 
-    With ``check_values`` a float mask holding ``NaN`` or ``+inf`` raises ``ValueError`` (either
-    would turn the softmax into ``NaN``); this reads the mask's values, a host synchronisation
-    on an accelerator, so callers on a hot path (every layer, every decoding step) skip it.
+    With ``check_values`` a float mask holding ``NaN`` or ``+inf`` raises ``ValueError``
+    (either would turn the softmax into ``NaN``); this reads the mask's values, a host
+    synchronisation on an accelerator, so callers on a hot path (every layer, every
+    decoding step) skip it.
     """
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(f"mask must be bool (True = may attend) or float (additive), got {mask.dtype}")
+        raise TypeError(
+            "mask must be bool (True = may attend) or float (additive), "
+            f"got {mask.dtype}"
+        )
     if not _broadcasts_to(tuple(mask.shape), tuple(target_shape)):
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(target_shape)}")
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to "
+            f"{tuple(target_shape)}"
+        )
     if check_values and mask.is_floating_point() and mask.device.type != "meta":
         bad = torch.isnan(mask) | torch.isposinf(mask)
         if bool(bad.any()):
             raise ValueError(
-                f"float mask holds {mask[bad][0].item()} at {int(bad.sum())} position(s); an additive mask "
-                "may only hold finite values and -inf"
+                f"float mask holds {mask[bad][0].item()} at {int(bad.sum())} "
+                "position(s); an additive mask may only hold finite values and -inf"
             )
 
 
@@ -123,20 +149,23 @@ def merge_masks(
     window: int | None = None,
     device: torch.device | str | None = None,
 ) -> Tensor | None:
-    """One mask for ``L`` queries (the last ``L`` of ``S`` positions) and ``S`` keys, or ``None``.
+    """One mask for ``L`` queries (the last ``L`` of ``S`` positions) and ``S`` keys,
+    or ``None``.
 
-    Combines the caller's ``attn_mask`` (bool or additive float, any shape broadcastable to
-    ``(..., L, S)``) with the causal mask (``is_causal``) and a sliding ``window``
-    (see :func:`causal_mask`). A bool ``attn_mask`` stays bool (``&``); a float one stays float
-    (``-inf`` where the structural mask hides a key). Returns ``None`` when nothing is hidden,
-    e.g. for one query at the last position that may see all ``S <= window`` keys.
+    Combines the caller's ``attn_mask`` (bool or additive float, any shape broadcastable
+    to ``(..., L, S)``) with the causal mask (``is_causal``) and a sliding ``window``
+    (see :func:`causal_mask`). A bool ``attn_mask`` stays bool (``&``); a float one
+    stays float (``-inf`` where the structural mask hides a key). Returns ``None`` when
+    nothing is hidden, e.g. for one query at the last position that may see all
+    ``S <= window`` keys.
     """
     needs_window = window is not None and S > window
     if needs_window and not is_causal:  # the package only slides a causal window
         raise ValueError(f"a sliding window ({window}) needs is_causal=True")
     if not is_causal or (L == 1 and not needs_window):
-        return attn_mask  # one query at the last position sees every key: the causal mask is all True
-    # causal_mask's window hides keys only when S > window, so it can be passed on as it is
+        # one query at the last position sees every key: the causal mask is all True
+        return attn_mask
+    # causal_mask's window hides keys only when S > window, so it is passed on as it is
     structural = causal_mask(L, S, device=device, window=window)
     if attn_mask is None:
         return structural

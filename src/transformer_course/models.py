@@ -1,7 +1,8 @@
-"""Complete models: the encoder-decoder Transformer of Vaswani et al. (2017) and a decoder-only
-MiniGPT in the style of GPT-2 / nanoGPT. Both configs share their names: ``d_model``,
-``num_heads``, ``d_ff``, ``dropout``, ``context_length``, ``activation``, ``norm``, ``norm_first``,
-``positional``, ``tie_weights``, ``bias``, ``eps``; both models call their output layer ``lm_head``."""
+"""Complete models: the encoder-decoder Transformer of Vaswani et al. (2017) and a
+decoder-only MiniGPT in the style of GPT-2 / nanoGPT. Both configs share their names:
+``d_model``, ``num_heads``, ``d_ff``, ``dropout``, ``context_length``, ``activation``,
+``norm``, ``norm_first``, ``positional``, ``tie_weights``, ``bias``, ``eps``; both
+models call their output layer ``lm_head``."""
 
 from __future__ import annotations
 
@@ -23,31 +24,45 @@ from .utils import check_positive_int
 
 __all__ = ["TransformerConfig", "Transformer", "GPTConfig", "MiniGPT"]
 
-IGNORE_INDEX = -100  # targets equal to this are skipped by the loss (F.cross_entropy's default)
+# targets equal to this are skipped by the loss (F.cross_entropy's default)
+IGNORE_INDEX = -100
 
 
-def _check_common(cfg: TransformerConfig | GPTConfig, positional_choices: tuple[str, ...]) -> None:
+def _check_common(
+    cfg: TransformerConfig | GPTConfig, positional_choices: tuple[str, ...]
+) -> None:
     check_positive_int("d_model", cfg.d_model)
     check_positive_int("num_heads", cfg.num_heads)
     check_positive_int("d_ff", cfg.d_ff)
     check_positive_int("context_length", cfg.context_length)
     if cfg.d_model % cfg.num_heads:
-        raise ValueError(f"d_model={cfg.d_model} is not divisible by num_heads={cfg.num_heads}")
+        raise ValueError(
+            f"d_model={cfg.d_model} is not divisible by num_heads={cfg.num_heads}"
+        )
     if not 0.0 <= cfg.dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
     if cfg.activation not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {cfg.activation!r}; expected one of {ACTIVATIONS}")
+        raise ValueError(
+            f"unknown activation {cfg.activation!r}; expected one of {ACTIVATIONS}"
+        )
     if cfg.norm not in NORMS:
         raise ValueError(f"unknown norm {cfg.norm!r}; expected one of {NORMS}")
     if cfg.positional not in positional_choices:
-        raise ValueError(f"unknown positional encoding {cfg.positional!r}; expected one of {positional_choices}")
+        raise ValueError(
+            f"unknown positional encoding {cfg.positional!r}; "
+            f"expected one of {positional_choices}"
+        )
     if cfg.positional == "sinusoidal" and cfg.d_model % 2:
-        raise ValueError(f"sinusoidal positions need an even d_model, got {cfg.d_model}")
+        raise ValueError(
+            f"sinusoidal positions need an even d_model, got {cfg.d_model}"
+        )
 
 
 @dataclass
 class TransformerConfig:
-    """Hyper-parameters of the encoder-decoder model; the defaults are the paper's base model."""
+    """Hyper-parameters of the encoder-decoder model; the defaults are the
+    paper's base model.
+    """
 
     src_vocab_size: int
     tgt_vocab_size: int
@@ -57,12 +72,14 @@ class TransformerConfig:
     num_decoder_layers: int = 6
     d_ff: int = 2048
     dropout: float = 0.1
-    context_length: int = 512  # longest source or target sequence (rows of the position tables)
+    # longest source or target sequence (rows of the position tables)
+    context_length: int = 512
     activation: str = "relu"
     norm_first: bool = False
     norm: str = "layernorm"
     positional: str = "sinusoidal"
-    share_embeddings: bool = False  # one table for source and target tokens (shared vocabulary)
+    # one table for source and target tokens (shared vocabulary)
+    share_embeddings: bool = False
     tie_weights: bool = False  # lm_head reuses the target embedding matrix
     final_norm: bool = True  # a norm after each stack, as nn.Transformer has
     bias: bool = True
@@ -78,14 +95,23 @@ class TransformerConfig:
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "share_embeddings needs equal vocabularies, got "
-                f"src_vocab_size={self.src_vocab_size}, tgt_vocab_size={self.tgt_vocab_size}"
+                f"src_vocab_size={self.src_vocab_size}, "
+                f"tgt_vocab_size={self.tgt_vocab_size}"
             )
 
 
-def _check_ids(name: str, ids: Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
-    """Type, shape and range of token ids: one pass and one host synchronisation, at the API boundary."""
+def _check_ids(
+    name: str, ids: Tensor, vocab_size: int, ignore_index: int | None = None
+) -> None:
+    """Type, shape and range of token ids: one pass and one host synchronisation, at
+    the API boundary.
+    """
     if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
-        desc = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
+        desc = (
+            f"{ids.dtype} {tuple(ids.shape)}"
+            if isinstance(ids, Tensor)
+            else type(ids).__name__
+        )
         raise ValueError(f"{name} must be a 2-D LongTensor (N, T), got {desc}")
     if ids.device.type == "meta":  # shapes only: no values to check
         return
@@ -93,25 +119,32 @@ def _check_ids(name: str, ids: Tensor, vocab_size: int, ignore_index: int | None
     if ignore_index is not None:
         bad &= ids != ignore_index
     if bool(bad.any()):
-        allowed = f"[0, {vocab_size})" + ("" if ignore_index is None else f" or {ignore_index}")
-        raise ValueError(f"{name} must lie in {allowed}, got {ids[bad][0].item()} ({int(bad.sum())} bad)")
+        allowed = f"[0, {vocab_size})" + (
+            "" if ignore_index is None else f" or {ignore_index}"
+        )
+        raise ValueError(
+            f"{name} must lie in {allowed}, "
+            f"got {ids[bad][0].item()} ({int(bad.sum())} bad)"
+        )
 
 
 def _attention_modules_skip_value_checks(model: nn.Module) -> None:
-    """A model checks its token ids; its attention layers only see its own activations."""
+    """A model checks its token ids; its attention layers only see its
+    own activations.
+    """
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             module.check_values = False
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) + positions, an encoder
-    stack of :class:`TransformerBlock` (``causal=False``), a decoder stack of :class:`DecoderLayer`
-    and a linear output layer (``lm_head``).
+    """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) + positions, an
+    encoder stack of :class:`TransformerBlock` (``causal=False``), a decoder stack of
+    :class:`DecoderLayer` and a linear output layer (``lm_head``).
 
-    ``forward(src (N, S), tgt (N, L))`` returns logits ``(N, L, tgt_vocab_size)``; source padding
-    (``cfg.pad_id``) is masked in the encoder and in the cross-attention, and the target
-    self-attention is causal.
+    ``forward(src (N, S), tgt (N, L))`` returns logits ``(N, L, tgt_vocab_size)``;
+    source padding (``cfg.pad_id``) is masked in the encoder and in the cross-attention,
+    and the target self-attention is causal.
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -119,20 +152,31 @@ class Transformer(nn.Module):
         self.cfg = cfg
         E = cfg.d_model
         self.src_embed = nn.Embedding(cfg.src_vocab_size, E)
-        self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab_size, E)
+        self.tgt_embed = (
+            self.src_embed
+            if cfg.share_embeddings
+            else nn.Embedding(cfg.tgt_vocab_size, E)
+        )
         self.src_pos = build_positional(cfg.positional, E, cfg.context_length)
         self.tgt_pos = build_positional(cfg.positional, E, cfg.context_length)
         self.dropout = nn.Dropout(cfg.dropout)
         layer_args = dict(
             d_model=E, num_heads=cfg.num_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
-            activation=cfg.activation, norm_first=cfg.norm_first, norm=cfg.norm, bias=cfg.bias,
-            eps=cfg.eps,
+            activation=cfg.activation, norm_first=cfg.norm_first, norm=cfg.norm,
+            bias=cfg.bias, eps=cfg.eps,
         )  # fmt: skip
         self.encoder_layers = nn.ModuleList(
-            TransformerBlock(**layer_args, causal=False) for _ in range(cfg.num_encoder_layers)
+            TransformerBlock(**layer_args, causal=False)
+            for _ in range(cfg.num_encoder_layers)
         )
-        self.decoder_layers = nn.ModuleList(DecoderLayer(**layer_args) for _ in range(cfg.num_decoder_layers))
-        norm = (lambda: build_norm(cfg.norm, E, cfg.eps, cfg.bias)) if cfg.final_norm else nn.Identity
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(**layer_args) for _ in range(cfg.num_decoder_layers)
+        )
+        norm = (
+            (lambda: build_norm(cfg.norm, E, cfg.eps, cfg.bias))
+            if cfg.final_norm
+            else nn.Identity
+        )
         self.encoder_norm = norm()
         self.decoder_norm = norm()
         self.lm_head = nn.Linear(E, cfg.tgt_vocab_size, bias=cfg.bias)
@@ -141,13 +185,19 @@ class Transformer(nn.Module):
         _attention_modules_skip_value_checks(self)
 
     def src_mask(self, src: Tensor) -> Tensor | None:
-        """Key-padding mask ``(N, 1, 1, S)`` of the source, or ``None`` when ``pad_id`` is None."""
+        """Key-padding mask ``(N, 1, 1, S)`` of the source, or ``None`` when ``pad_id``
+        is None.
+        """
         return None if self.cfg.pad_id is None else padding_mask(src, self.cfg.pad_id)
 
-    def encode(self, src: Tensor, src_mask: Tensor | None = None, need_weights: bool = False) -> Tensor:
+    def encode(
+        self, src: Tensor, src_mask: Tensor | None = None, need_weights: bool = False
+    ) -> Tensor:
         """Source ids ``(N, S)`` -> memory ``(N, S, E)``."""
         _check_ids("src", src, self.cfg.src_vocab_size)
-        x = self.dropout(self.src_pos(self.src_embed(src) * math.sqrt(self.cfg.d_model)))
+        x = self.dropout(
+            self.src_pos(self.src_embed(src) * math.sqrt(self.cfg.d_model))
+        )
         for layer in self.encoder_layers:
             x = layer(x, attn_mask=src_mask, need_weights=need_weights)
         return self.encoder_norm(x)
@@ -161,9 +211,11 @@ class Transformer(nn.Module):
         need_weights: bool = False,
         caches: list[KVCache] | None = None,
     ) -> Tensor:
-        """Target ids ``(N, L)`` and memory ``(N, S, E)`` -> decoder states ``(N, L, E)``.
+        """Target ids ``(N, L)`` and memory ``(N, S, E)`` -> decoder states
+        ``(N, L, E)``.
 
-        With ``caches`` (one :class:`KVCache` per layer) ``tgt`` holds only the new positions.
+        With ``caches`` (one :class:`KVCache` per layer) ``tgt`` holds only the new
+        positions.
         """
         _check_ids("tgt", tgt, self.cfg.tgt_vocab_size)
         offset = caches[0].offset if caches else 0
@@ -171,21 +223,25 @@ class Transformer(nn.Module):
         x = self.dropout(self.tgt_pos(x, offset=offset))
         for i, layer in enumerate(self.decoder_layers):
             x = layer(
-                x, memory, attn_mask=tgt_mask, memory_mask=src_mask, need_weights=need_weights,
-                cache=caches[i] if caches else None,
+                x, memory, attn_mask=tgt_mask, memory_mask=src_mask,
+                need_weights=need_weights, cache=caches[i] if caches else None,
             )  # fmt: skip
         return self.decoder_norm(x)
 
     def forward(self, src: Tensor, tgt: Tensor, need_weights: bool = False) -> Tensor:
         src_mask = self.src_mask(src)
         memory = self.encode(src, src_mask, need_weights=need_weights)
-        return self.lm_head(self.decode(tgt, memory, src_mask, need_weights=need_weights))
+        return self.lm_head(
+            self.decode(tgt, memory, src_mask, need_weights=need_weights)
+        )
 
     @torch.no_grad()
-    def greedy_decode(self, src: Tensor, bos_id: int, eos_id: int, max_len: int) -> Tensor:
-        """Greedy decoding with a KV cache: returns ``(N, T)`` ids starting with ``bos_id``,
-        ``T <= max_len``; after a sequence emits ``eos_id`` it is padded with ``cfg.pad_id``
-        (or ``eos_id`` when ``pad_id`` is None)."""
+    def greedy_decode(
+        self, src: Tensor, bos_id: int, eos_id: int, max_len: int
+    ) -> Tensor:
+        """Greedy decoding with a KV cache: returns ``(N, T)`` ids starting with
+        ``bos_id``, ``T <= max_len``; after a sequence emits ``eos_id`` it is padded
+        with ``cfg.pad_id`` (or ``eos_id`` when ``pad_id`` is None)."""
         check_positive_int("max_len", max_len)
         was_training = self.training
         self.eval()
@@ -193,7 +249,9 @@ class Transformer(nn.Module):
             src_mask = self.src_mask(src)
             memory = self.encode(src, src_mask)
             caches = [KVCache(capacity=max_len) for _ in self.decoder_layers]
-            ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+            ys = torch.full(
+                (src.size(0), 1), bos_id, dtype=torch.long, device=src.device
+            )
             done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
             fill = eos_id if self.cfg.pad_id is None else self.cfg.pad_id
             for _ in range(max_len - 1):
@@ -239,7 +297,10 @@ class GPTConfig:
         if self.num_kv_heads is not None:
             check_positive_int("num_kv_heads", self.num_kv_heads)
             if self.num_heads % self.num_kv_heads:
-                raise ValueError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}")
+                raise ValueError(
+                    f"num_heads={self.num_heads} is not divisible by "
+                    f"num_kv_heads={self.num_kv_heads}"
+                )
         if self.positional == "rope" and self.head_dim % 2:
             raise ValueError(f"rope needs an even head_dim, got {self.head_dim}")
 
@@ -249,12 +310,14 @@ class GPTConfig:
 
 
 class MiniGPT(nn.Module):
-    """Decoder-only language model (GPT-2 layout): token embedding + positions, ``num_layers``
-    causal :class:`TransformerBlock`s, a final norm (Pre-LN only) and the ``lm_head``.
+    """Decoder-only language model (GPT-2 layout): token embedding + positions,
+    ``num_layers`` causal :class:`TransformerBlock`s, a final norm (Pre-LN only) and the
+    ``lm_head``.
 
-    Initialisation follows GPT-2: every weight ~ N(0, 0.02²), biases 0, and the two projections
-    that write into the residual stream (``self_attn.out_proj``, ``ffn.w2``) use std
-    ``0.02 / sqrt(2 · num_layers)`` so the residual sum keeps its scale with depth.
+    Initialisation follows GPT-2: every weight ~ N(0, 0.02²), biases 0, and the two
+    projections that write into the residual stream (``self_attn.out_proj``,
+    ``ffn.w2``) use std ``0.02 / sqrt(2 · num_layers)`` so the residual sum keeps its
+    scale with depth.
     """
 
     def __init__(self, cfg: GPTConfig) -> None:
@@ -265,18 +328,26 @@ class MiniGPT(nn.Module):
         rotary = None
         self.pos: nn.Module | None = None
         if cfg.positional == "rope":
-            rotary = build_positional("rope", cfg.head_dim, cfg.context_length, base=cfg.rope_base)
+            rotary = build_positional(
+                "rope", cfg.head_dim, cfg.context_length, base=cfg.rope_base
+            )
         else:
             self.pos = build_positional(cfg.positional, E, cfg.context_length)
         self.drop = nn.Dropout(cfg.dropout)
         block_args = dict(
-            dropout=cfg.dropout, activation=cfg.activation, norm_first=cfg.norm_first, norm=cfg.norm,
-            bias=cfg.bias, eps=cfg.eps, num_kv_heads=cfg.num_kv_heads, rotary=rotary,
+            dropout=cfg.dropout, activation=cfg.activation, norm_first=cfg.norm_first,
+            norm=cfg.norm, bias=cfg.bias, eps=cfg.eps, num_kv_heads=cfg.num_kv_heads,
+            rotary=rotary,
         )  # fmt: skip
         self.blocks = nn.ModuleList(
-            TransformerBlock.gpt(E, cfg.num_heads, cfg.d_ff, **block_args) for _ in range(cfg.num_layers)
+            TransformerBlock.gpt(E, cfg.num_heads, cfg.d_ff, **block_args)
+            for _ in range(cfg.num_layers)
         )
-        self.norm_f = build_norm(cfg.norm, E, cfg.eps, cfg.bias) if cfg.norm_first else nn.Identity()
+        self.norm_f = (
+            build_norm(cfg.norm, E, cfg.eps, cfg.bias)
+            if cfg.norm_first
+            else nn.Identity()
+        )
         self.lm_head = nn.Linear(E, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
             self.lm_head.weight = self.tok_emb.weight
@@ -298,20 +369,29 @@ class MiniGPT(nn.Module):
 
     @property
     def rolling_cache(self) -> bool:
-        """Whether generation past the context window can roll the KV cache (no absolute positions)."""
+        """Whether generation past the context window can roll the KV cache
+        (no absolute positions).
+        """
         return self.cfg.positional in ("rope", "none")
 
     def new_caches(self) -> list[KVCache]:
-        """One empty :class:`KVCache` per block, with room for ``context_length`` positions.
+        """One empty :class:`KVCache` per block, with room for
+        ``context_length`` positions.
 
-        Without absolute positions (``rope``, ``none``) the caches roll: they keep the last
-        ``context_length`` positions, so decoding can go on past the window (sliding-window attention).
+        Without absolute positions (``rope``, ``none``) the caches roll: they keep the
+        last ``context_length`` positions, so decoding can go on past the window
+        (sliding-window attention).
         """
         C = self.cfg.context_length
         window = C if self.rolling_cache else None
         return [KVCache(capacity=C, window=window) for _ in self.blocks]
 
-    def _hidden(self, input_ids: Tensor, caches: list[KVCache] | None, need_weights: bool = False) -> Tensor:
+    def _hidden(
+        self,
+        input_ids: Tensor,
+        caches: list[KVCache] | None,
+        need_weights: bool = False,
+    ) -> Tensor:
         """Final hidden states ``(N, T, E)``, after the final norm; no input checks."""
         x = self.tok_emb(input_ids)  # (N, T) -> (N, T, E)
         if self.pos is not None:
@@ -328,11 +408,13 @@ class MiniGPT(nn.Module):
         need_weights: bool = False,
         caches: list[KVCache] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """``input_ids (N, T)`` -> ``(logits (N, T, V), loss)``; ``loss`` is the mean next-token
-        cross-entropy against ``targets (N, T)`` (``-100`` ignored), or ``None``.
+        """``input_ids (N, T)`` -> ``(logits (N, T, V), loss)``; ``loss`` is the mean
+        next-token cross-entropy against ``targets (N, T)`` (``-100`` ignored), or
+        ``None``.
 
-        With ``caches`` the ids are the new positions only; earlier keys/values come from the caches.
-        Ids and targets outside the vocabulary raise ``ValueError`` (one check of each per call).
+        With ``caches`` the ids are the new positions only; earlier keys/values come
+        from the caches. Ids and targets outside the vocabulary raise ``ValueError``
+        (one check of each per call).
         """
         _check_ids("input_ids", input_ids, self.cfg.vocab_size)
         if caches is not None and len(caches) != len(self.blocks):
@@ -340,19 +422,29 @@ class MiniGPT(nn.Module):
         offset = caches[0].offset if caches else 0
         T = input_ids.size(1)
         rolls = caches is not None and caches[0].window is not None
-        if offset + T > self.cfg.context_length and not (rolls and T <= self.cfg.context_length):
+        if offset + T > self.cfg.context_length and not (
+            rolls and T <= self.cfg.context_length
+        ):
             raise ValueError(
-                f"sequence of {offset + T} positions (cached {offset} + new {T}) exceeds "
-                f"context_length={self.cfg.context_length}"
+                f"sequence of {offset + T} positions (cached {offset} + new {T}) "
+                f"exceeds context_length={self.cfg.context_length}"
             )
         if targets is not None:
             if targets.shape != input_ids.shape:
-                raise ValueError(f"targets shape {tuple(targets.shape)} != input_ids shape {tuple(input_ids.shape)}")
-            _check_ids("targets", targets, self.cfg.vocab_size, ignore_index=IGNORE_INDEX)
+                raise ValueError(
+                    f"targets shape {tuple(targets.shape)} != "
+                    f"input_ids shape {tuple(input_ids.shape)}"
+                )
+            _check_ids(
+                "targets", targets, self.cfg.vocab_size, ignore_index=IGNORE_INDEX
+            )
         logits = self.lm_head(self._hidden(input_ids, caches, need_weights))
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)  # (N*T, V)
+            # (N*T, V) logits against (N*T,) targets
+            loss = F.cross_entropy(
+                logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX
+            )
         return logits, loss
 
     def generate(
@@ -366,46 +458,76 @@ class MiniGPT(nn.Module):
         use_cache: bool = True,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Append ``max_new_tokens`` tokens to ``input_ids (N, T)``; returns ``(N, T + max_new_tokens)``.
+        """Append ``max_new_tokens`` tokens to ``input_ids (N, T)``; returns
+        ``(N, T + max_new_tokens)``.
 
-        The model sees at most ``context_length`` = C tokens. Without the cache every step
-        re-encodes the last C tokens. With ``use_cache`` (default) each step feeds only the newest
-        token and only the last position goes through ``lm_head``. Past the window:
+        The model sees at most ``context_length`` = C tokens. Without the cache every
+        step re-encodes the last C tokens. With ``use_cache`` (default) each step feeds
+        only the newest token and only the last position goes through ``lm_head``. Past
+        the window:
 
-        * rotary or no positions: the caches roll (:meth:`new_caches`); every step still costs one
-          token. Each token then attends to the last C tokens, whose cached keys and values were
-          computed with *their* windows (sliding-window attention), not re-encoded;
-        * learned or sinusoidal (absolute) positions: a full cache is rebuilt from the last
-          ``max(1, C // 2)`` tokens, so the next C // 2 steps cost one token each. The trade-off:
-          one re-encoding of C/2 tokens per C/2 steps instead of C tokens per step, but right after
-          a re-encoding the model sees only C/2 tokens of context (between C/2 and C, versus always C
-          without the cache); the tokens can then differ from ``use_cache=False``.
+        * rotary or no positions: the caches roll (:meth:`new_caches`); every step still
+          costs one token. Each token then attends to the last C tokens, whose cached
+          keys and values were computed with *their* windows (sliding-window attention),
+          not re-encoded;
+        * learned or sinusoidal (absolute) positions: a full cache is rebuilt from the
+          last ``max(1, C // 2)`` tokens, so the next C // 2 steps cost one token each.
+          The trade-off: one re-encoding of C/2 tokens per C/2 steps instead of C tokens
+          per step, but right after a re-encoding the model sees only C/2 tokens of
+          context (between C/2 and C, versus always C without the cache); the tokens can
+          then differ from ``use_cache=False``.
 
-        The mode (train/eval) the model was in is restored, also when an error is raised.
+        The mode (train/eval) the model was in is restored, also when an error is
+        raised.
         """
         _check_ids("input_ids", input_ids, self.cfg.vocab_size)
         if input_ids.size(1) == 0:
-            raise ValueError(f"input_ids must hold at least one token per row, got shape {tuple(input_ids.shape)}")
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+            raise ValueError(
+                "input_ids must hold at least one token per row, "
+                f"got shape {tuple(input_ids.shape)}"
+            )
+        if (
+            not isinstance(max_new_tokens, int)
+            or isinstance(max_new_tokens, bool)
+            or max_new_tokens < 0
+        ):
+            raise ValueError(
+                f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}"
+            )
         was_training = self.training
         self.eval()
         try:
-            with torch.inference_mode():  # no autograd bookkeeping at all: less overhead per decoding step
-                out = self._generate(input_ids, max_new_tokens, use_cache, temperature, top_k, top_p, greedy, generator)
+            # no autograd bookkeeping at all: less overhead per decoding step
+            with torch.inference_mode():
+                out = self._generate(
+                    input_ids,
+                    max_new_tokens,
+                    use_cache,
+                    temperature,
+                    top_k,
+                    top_p,
+                    greedy,
+                    generator,
+                )
         finally:
             self.train(was_training)
-        return out.clone()  # a normal tensor: an inference-mode tensor could not be saved for a later backward
+        # a normal tensor: an inference-mode tensor could not be saved
+        # for a later backward
+        return out.clone()
 
-    def _generate(self, input_ids: Tensor, max_new_tokens: int, use_cache: bool, *sampling) -> Tensor:
+    def _generate(
+        self, input_ids: Tensor, max_new_tokens: int, use_cache: bool, *sampling
+    ) -> Tensor:
         N, T0 = input_ids.shape
         C = self.cfg.context_length
-        out = input_ids.new_empty(N, T0 + max_new_tokens)  # (N, T0 + new): filled left to right
+        # (N, T0 + new): filled left to right
+        out = input_ids.new_empty(N, T0 + max_new_tokens)
         out[:, :T0] = input_ids
         n = T0  # tokens in `out` so far
         caches = self.new_caches() if use_cache else None
         for step in range(max_new_tokens):
-            if step == 0 or not use_cache:  # the last C tokens (with the cache: the prefill of the prompt)
+            if step == 0 or not use_cache:
+                # the last C tokens (with the cache: the prefill of the prompt)
                 hidden = self._hidden(out[:, max(0, n - C) : n], caches)
             elif len(caches[0]) < C or self.rolling_cache:
                 hidden = self._hidden(out[:, n - 1 : n], caches)

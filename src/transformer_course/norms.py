@@ -1,8 +1,8 @@
 """Layer normalisation and RMS normalisation.
 
-Each comes twice: a reference function written from the definition (what the book teaches) and a
-module that runs PyTorch's fused kernel (``F.layer_norm`` / ``F.rms_norm``). The tests check that
-the two agree.
+Each comes twice: a reference function written from the definition (what the book
+teaches) and a module that runs PyTorch's fused kernel (``F.layer_norm`` /
+``F.rms_norm``). The tests check that the two agree.
 """
 
 from __future__ import annotations
@@ -13,13 +13,23 @@ from torch import Tensor, nn
 
 from .utils import check_positive_int
 
-__all__ = ["LayerNorm", "RMSNorm", "NORMS", "build_norm", "layer_norm_reference", "rms_norm_reference"]
+__all__ = [
+    "LayerNorm",
+    "RMSNorm",
+    "NORMS",
+    "build_norm",
+    "layer_norm_reference",
+    "rms_norm_reference",
+]
 
 NORMS = ("layernorm", "rmsnorm")
 
 
-def layer_norm_reference(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
-    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension, written out.
+def layer_norm_reference(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5
+) -> Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension,
+    written out.
 
     ``var`` is the biased (population) variance, as in ``nn.LayerNorm``.
     """
@@ -47,17 +57,26 @@ def _check_eps(eps: float) -> None:
 class LayerNorm(nn.Module):
     """``y = (x - mean) / sqrt(var + eps) * gamma + beta`` over the last dimension.
 
-    Computes :func:`layer_norm_reference` with the fused ``F.layer_norm``. ``elementwise_affine``
-    adds ``gamma`` (``weight``, init 1); ``bias`` adds ``beta`` (init 0).
+    Computes :func:`layer_norm_reference` with the fused ``F.layer_norm``.
+    ``elementwise_affine`` adds ``gamma`` (``weight``, init 1); ``bias`` adds ``beta``
+    (init 0).
     """
 
-    def __init__(self, dim: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True):
+    def __init__(
+        self,
+        dim: int,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+    ):
         super().__init__()
         check_positive_int("dim", dim)
         _check_eps(eps)
         self.dim, self.eps = dim, eps
         self.weight = nn.Parameter(torch.ones(dim)) if elementwise_affine else None
-        self.bias = nn.Parameter(torch.zeros(dim)) if elementwise_affine and bias else None
+        self.bias = (
+            nn.Parameter(torch.zeros(dim)) if elementwise_affine and bias else None
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         if x.size(-1) != self.dim:
@@ -66,7 +85,8 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """``y = x / sqrt(mean(x²) + eps) * gamma`` (Zhang & Sennrich 2019): no centring, no beta.
+    """``y = x / sqrt(mean(x²) + eps) * gamma`` (Zhang & Sennrich 2019): no centring,
+    no beta.
 
     Computes :func:`rms_norm_reference` with the fused ``F.rms_norm``.
     """
@@ -84,11 +104,14 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (self.dim,), self.weight, self.eps)
 
 
-def build_norm(name: str, dim: int, eps: float | None = None, bias: bool = True) -> nn.Module:
-    """``"layernorm"`` -> :class:`LayerNorm` (``bias`` toggles beta), ``"rmsnorm"`` -> :class:`RMSNorm`.
+def build_norm(
+    name: str, dim: int, eps: float | None = None, bias: bool = True
+) -> nn.Module:
+    """``"layernorm"`` -> :class:`LayerNorm` (``bias`` toggles beta), ``"rmsnorm"`` ->
+    :class:`RMSNorm`.
 
-    ``eps=None`` keeps the norm's own default: ``1e-5`` for LayerNorm (as ``nn.LayerNorm``),
-    ``1e-6`` for RMSNorm (as LLaMA); any other value is passed on.
+    ``eps=None`` keeps the norm's own default: ``1e-5`` for LayerNorm (as
+    ``nn.LayerNorm``), ``1e-6`` for RMSNorm (as LLaMA); any other value is passed on.
     """
     kwargs = {} if eps is None else {"eps": eps}
     if name == "layernorm":

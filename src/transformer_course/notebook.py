@@ -1,13 +1,16 @@
-"""Helpers for the book's notebooks: one seed knob, the package's own source, one-line checks.
+"""Helpers for the book's notebooks: one seed knob, the package's own source, one-line
+checks.
 
-* :func:`course_seed` derives every random seed of a chapter from one base seed, read from the
-  environment variable ``COURSE_SEED`` (default 0), so that ``make claims`` can re-run the whole
-  book with other seeds.
-* :func:`setup_chapter` is the first line of every chapter: seeds, one CPU thread, the figure style.
-* :func:`show_source` displays the tested source of a package object as a highlighted code block,
-  in the HTML book (myst-nb renders the Markdown output) and in Jupyter alike.
-* :func:`check` and :func:`check_close` verify a claim and print a one-line summary, so that a
-  reader sees the verdict rather than a wall of assertions.
+* :func:`course_seed` derives every random seed of a chapter from one base seed, read
+  from the environment variable ``COURSE_SEED`` (default 0), so that ``make claims`` can
+  re-run the whole book with other seeds.
+* :func:`setup_chapter` is the first line of every chapter: seeds, one CPU thread, the
+  figure style.
+* :func:`show_source` displays the tested source of a package object as a highlighted
+  code block, in the HTML book (myst-nb renders the Markdown output) and in Jupyter
+  alike.
+* :func:`check` and :func:`check_close` verify a claim and print a one-line summary, so
+  that a reader sees the verdict rather than a wall of assertions.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ import torch
 
 from .utils import check_int, set_seed
 
-__all__ = ["SEED_ENV", "course_seed", "setup_chapter", "SourceCode", "show_source", "check", "check_close"]
+__all__ = [
+    "SEED_ENV",
+    "course_seed",
+    "setup_chapter",
+    "SourceCode",
+    "show_source",
+    "check",
+    "check_close",
+]
 
 SEED_ENV = "COURSE_SEED"
 # Seeds of different base values never coincide while offsets stay below this stride.
@@ -30,8 +41,9 @@ _SEED_STRIDE = 10_000
 def course_seed(offset: int = 0) -> int:
     """The seed for one random choice of a chapter: ``COURSE_SEED * 10000 + offset``.
 
-    ``offset`` (0 to 9999) tells the random choices of one page apart; the base seed comes from
-    the environment variable ``COURSE_SEED`` (a non-negative integer, 0 when unset).
+    ``offset`` (0 to 9999) tells the random choices of one page apart; the base seed
+    comes from the environment variable ``COURSE_SEED`` (a non-negative integer, 0 when
+    unset).
     """
     check_int("offset", offset, 0)
     if offset >= _SEED_STRIDE:
@@ -40,7 +52,9 @@ def course_seed(offset: int = 0) -> int:
     try:
         base = int(raw)
     except ValueError:
-        raise ValueError(f"{SEED_ENV} must be a non-negative integer, got {raw!r}") from None
+        raise ValueError(
+            f"{SEED_ENV} must be a non-negative integer, got {raw!r}"
+        ) from None
     if base < 0:
         raise ValueError(f"{SEED_ENV} must be a non-negative integer, got {raw!r}")
     return base * _SEED_STRIDE + offset
@@ -49,9 +63,10 @@ def course_seed(offset: int = 0) -> int:
 def setup_chapter(threads: int = 1) -> int:
     """Prepare a chapter's kernel and return its base seed (``course_seed(0)``).
 
-    Seeds Python, NumPy and PyTorch, limits PyTorch to ``threads`` CPU threads (the book's models
-    are tiny; one thread is fastest and steadiest on a shared machine), prints tensors compactly
-    and switches figures to the book's style (vector graphics, readable fonts).
+    Seeds Python, NumPy and PyTorch, limits PyTorch to ``threads`` CPU threads (the
+    book's models are tiny; one thread is fastest and steadiest on a shared machine),
+    prints tensors compactly and switches figures to the book's style (vector graphics,
+    readable fonts).
     """
     check_int("threads", threads, 1)
     seed = course_seed()
@@ -65,10 +80,14 @@ def setup_chapter(threads: int = 1) -> int:
 
 
 class SourceCode:
-    """The source of one package object; displays as a highlighted code block with its location."""
+    """The source of one package object; displays as a highlighted code block with its
+    location."""
 
     def __init__(self, qualname: str, path: str, first_line: int, code: str) -> None:
-        self.qualname, self.path, self.first_line, self.code = qualname, path, first_line, code
+        self.qualname = qualname
+        self.path = path
+        self.first_line = first_line
+        self.code = code
 
     @property
     def last_line(self) -> int:
@@ -79,35 +98,59 @@ class SourceCode:
         return f"{where}：`{self.qualname}`\n\n````python\n{self.code.rstrip()}\n````\n"
 
     def __repr__(self) -> str:
-        return f"# {self.path}:{self.first_line}-{self.last_line} ({self.qualname})\n{self.code.rstrip()}"
+        return (
+            f"# {self.path}:{self.first_line}-{self.last_line} ({self.qualname})\n"
+            f"{self.code.rstrip()}"
+        )
 
 
 def show_source(obj: object) -> SourceCode:
-    """Return the source of a ``transformer_course`` function, class or method for display.
+    """Return the source of a ``transformer_course`` function, class or method for
+    display.
 
-    The code is read from the installed package with :func:`inspect.getsourcelines`, so the book
-    shows exactly the code that the unit tests cover, never a copy.
+    The code is read from the installed package with :func:`inspect.getsourcelines`, so
+    the book shows exactly the code that the unit tests cover, never a copy.
     """
     target = inspect.unwrap(obj.fget if isinstance(obj, property) else obj)
-    if not (inspect.isfunction(target) or inspect.isclass(target) or inspect.ismethod(target)):
-        raise TypeError(f"show_source expects a function, class, method or property, got {obj!r}")
+    if not (
+        inspect.isfunction(target)
+        or inspect.isclass(target)
+        or inspect.ismethod(target)
+    ):
+        raise TypeError(
+            f"show_source expects a function, class, method or property, got {obj!r}"
+        )
     module = inspect.getmodule(target)
     package = __name__.rpartition(".")[0]
     if module is None or not module.__name__.startswith(package + "."):
-        raise ValueError(f"show_source shows {package} code only, got {obj!r} from {getattr(module, '__name__', None)}")
+        raise ValueError(
+            f"show_source shows {package} code only, got {obj!r} "
+            f"from {getattr(module, '__name__', None)}"
+        )
     lines, first_line = inspect.getsourcelines(target)
     root = Path(inspect.getfile(__import__(package))).parent.parent
-    path = Path(inspect.getfile(target)).resolve().relative_to(root.resolve()).as_posix()
-    return SourceCode(target.__qualname__, path, first_line, inspect.cleandoc("\n" + "".join(lines)) + "\n")
+    path = (
+        Path(inspect.getfile(target)).resolve().relative_to(root.resolve()).as_posix()
+    )
+    return SourceCode(
+        target.__qualname__,
+        path,
+        first_line,
+        inspect.cleandoc("\n" + "".join(lines)) + "\n",
+    )
 
 
 def check(condition: object, what: str) -> None:
-    """Assert ``condition`` and print ``✓ what``; raise ``AssertionError(what)`` when it is false."""
+    """Assert ``condition`` and print ``✓ what``; raise ``AssertionError(what)`` when it
+    is false."""
     if not isinstance(what, str) or not what:
         raise TypeError(f"what must be a non-empty str, got {what!r}")
     if isinstance(condition, torch.Tensor):
         if condition.numel() != 1:
-            raise ValueError(f"condition must be a single truth value, got a tensor of shape {tuple(condition.shape)}")
+            raise ValueError(
+                "condition must be a single truth value, got a tensor of shape "
+                f"{tuple(condition.shape)}"
+            )
         condition = condition.item()
     if not condition:
         raise AssertionError(f"check failed: {what}")
@@ -115,20 +158,31 @@ def check(condition: object, what: str) -> None:
 
 
 def check_close(
-    actual: object, expected: object, what: str, *, atol: float | None = None, rtol: float | None = None
+    actual: object,
+    expected: object,
+    what: str,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
 ) -> None:
-    """``torch.testing.assert_close(actual, expected)`` with a one-line verdict and the max error.
+    """``torch.testing.assert_close(actual, expected)`` with a one-line verdict and the
+    max error.
 
-    Numbers, NumPy arrays and tensors are accepted; dtypes may differ (the comparison is in the
-    wider dtype). ``atol`` and ``rtol`` are given together or not at all, as in ``assert_close``.
+    Numbers, NumPy arrays and tensors are accepted; dtypes may differ (the comparison is
+    in the wider dtype). ``atol`` and ``rtol`` are given together or not at all, as in
+    ``assert_close``.
     """
     if not isinstance(what, str) or not what:
         raise TypeError(f"what must be a non-empty str, got {what!r}")
     if (atol is None) != (rtol is None):
-        raise ValueError(f"give atol and rtol together or neither, got atol={atol}, rtol={rtol}")
+        raise ValueError(
+            f"give atol and rtol together or neither, got atol={atol}, rtol={rtol}"
+        )
     a, e = torch.as_tensor(actual), torch.as_tensor(expected)
     if a.shape != e.shape:
-        raise AssertionError(f"check failed: {what}: shapes {tuple(a.shape)} and {tuple(e.shape)} differ")
+        raise AssertionError(
+            f"check failed: {what}: shapes {tuple(a.shape)} and {tuple(e.shape)} differ"
+        )
     dtype = torch.promote_types(a.dtype, e.dtype)
     a, e = a.detach().cpu().to(dtype), e.detach().cpu().to(dtype)
     try:

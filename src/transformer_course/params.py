@@ -20,7 +20,9 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
     """Number of scalar parameters; tied (shared) tensors are counted once."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+    return sum(
+        p.numel() for p in model.parameters() if p.requires_grad or not trainable_only
+    )
 
 
 def _linear(n_in: int, n_out: int, bias: bool) -> int:
@@ -41,7 +43,8 @@ def _ffn(E: int, d_ff: int, activation: str, bias: bool) -> int:
 
 
 def gpt_parameter_breakdown(cfg: GPTConfig) -> dict[str, int]:
-    """Exact parameter count of :class:`MiniGPT` per component (sums to the model's count)."""
+    """Exact parameter count of :class:`MiniGPT` per component (sums to the model's
+    count)."""
     E, V = cfg.d_model, cfg.vocab_size
     kv_heads = cfg.num_kv_heads or cfg.num_heads
     per_block = (
@@ -51,7 +54,9 @@ def gpt_parameter_breakdown(cfg: GPTConfig) -> dict[str, int]:
     )
     return {
         "token_embedding": V * E,
-        "position_embedding": cfg.context_length * E if cfg.positional == "learned" else 0,
+        "position_embedding": cfg.context_length * E
+        if cfg.positional == "learned"
+        else 0,
         "blocks": cfg.num_layers * per_block,
         "final_norm": _norm(cfg.norm, E, cfg.bias) if cfg.norm_first else 0,
         "lm_head": 0 if cfg.tie_weights else V * E,
@@ -77,7 +82,8 @@ def transformer_parameter_breakdown(cfg: TransformerConfig) -> dict[str, int]:
         "encoder": cfg.num_encoder_layers * encoder_layer,
         "decoder": cfg.num_decoder_layers * decoder_layer,
         "final_norms": 2 * norm if cfg.final_norm else 0,
-        "lm_head": _linear(E, cfg.tgt_vocab_size, b) - (cfg.tgt_vocab_size * E if cfg.tie_weights else 0),
+        "lm_head": _linear(E, cfg.tgt_vocab_size, b)
+        - (cfg.tgt_vocab_size * E if cfg.tie_weights else 0),
     }
 
 
@@ -86,13 +92,15 @@ def transformer_parameter_count(cfg: TransformerConfig) -> int:
     return sum(transformer_parameter_breakdown(cfg).values())
 
 
-def gpt_flops_per_token(cfg: GPTConfig, seq_len: int | None = None, training: bool = True) -> int:
+def gpt_flops_per_token(
+    cfg: GPTConfig, seq_len: int | None = None, training: bool = True
+) -> int:
     """Matmul FLOPs per token of :class:`MiniGPT` (a multiply-add counts as 2 FLOPs).
 
-    Forward: ``2 · (weights of every matmul, including lm_head)`` plus the attention matmuls
-    ``Q Kᵀ`` and ``A V``: ``2 · 2 · num_layers · T · d_model`` for a context of ``T`` tokens
-    (the full ``T``, as in the PaLM/nanoGPT MFU convention). Training (forward + backward) is 3x
-    forward. Norms, softmax and activations are ignored.
+    Forward: ``2 · (weights of every matmul, including lm_head)`` plus the attention
+    matmuls ``Q Kᵀ`` and ``A V``: ``2 · 2 · num_layers · T · d_model`` for a context of
+    ``T`` tokens (the full ``T``, as in the PaLM/nanoGPT MFU convention). Training
+    (forward + backward) is 3x forward. Norms, softmax and activations are ignored.
     """
     T = cfg.context_length if seq_len is None else seq_len
     bd = gpt_parameter_breakdown(cfg)

@@ -5,8 +5,8 @@
 
     sparsemax(z) = argmin_{p in simplex} ||p - z||^2 = max(z - tau(z), 0),
 
-where the threshold ``tau(z)`` is chosen so that the result sums to one. Entries below the
-threshold become exactly zero, so an attention row can ignore keys completely.
+where the threshold ``tau(z)`` is chosen so that the result sums to one. Entries below
+the threshold become exactly zero, so an attention row can ignore keys completely.
 
 Closed form (sort ``z`` in decreasing order as ``z_(1) >= ... >= z_(n)``)::
 
@@ -16,8 +16,8 @@ Closed form (sort ``z`` in decreasing order as ``z_(1) >= ... >= z_(n)``)::
 Its Jacobian is ``diag(s) - s s^T / |S|`` with ``s`` the 0/1 indicator of the support
 ``S = {i : p_i > 0}``, so the backward pass is ``g_in = s * (g_out - mean_S(g_out))``.
 
-Scores equal to ``-inf`` (masked keys) never enter the support. A slice whose scores are all
-``-inf`` (a fully masked query row) gives all zeros, like
+Scores equal to ``-inf`` (masked keys) never enter the support. A slice whose scores are
+all ``-inf`` (a fully masked query row) gives all zeros, like
 :func:`transformer_course.attention.scaled_dot_product_attention`.
 """
 
@@ -47,10 +47,14 @@ def _check_input(input: Tensor, dim: int) -> int:
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise TypeError(f"dim must be an int, got {type(dim).__name__}")
     if not -input.dim() <= dim < input.dim():
-        raise ValueError(f"dim={dim} is out of range for a tensor with {input.dim()} dimensions")
+        raise ValueError(
+            f"dim={dim} is out of range for a tensor with {input.dim()} dimensions"
+        )
     dim = dim % input.dim()
     if input.shape[dim] == 0:
-        raise ValueError(f"input has size 0 along dim={dim} (shape {tuple(input.shape)})")
+        raise ValueError(
+            f"input has size 0 along dim={dim} (shape {tuple(input.shape)})"
+        )
     if torch.isnan(input).any():
         raise ValueError("input contains NaN")
     if torch.isposinf(input).any():
@@ -59,16 +63,19 @@ def _check_input(input: Tensor, dim: int) -> int:
 
 
 def _threshold(z: Tensor, dim: int) -> tuple[Tensor, Tensor]:
-    """Return ``(tau, k)`` along ``dim`` (kept as a size-1 dim); ``k == 0`` for all -inf slices."""
+    """Return ``(tau, k)`` along ``dim`` (kept as a size-1 dim);
+    ``k == 0`` for all -inf slices."""
     z_sorted, _ = torch.sort(z, dim=dim, descending=True)
     n = z.shape[dim]
     shape = [1] * z.dim()
     shape[dim] = n
     ks = torch.arange(1, n + 1, device=z.device, dtype=z.dtype).view(shape)
     cumsum = z_sorted.cumsum(dim)
-    # -inf entries: 1 + k * (-inf) = -inf is never > cumsum, so they stay out of the support.
+    # -inf entries: 1 + k * (-inf) = -inf is never > cumsum,
+    # so they stay out of the support.
     in_support = (1 + ks * z_sorted) > cumsum
-    k = in_support.sum(dim=dim, keepdim=True)  # support size k(z), 0 for an all -inf slice
+    # support size k(z), 0 for an all -inf slice
+    k = in_support.sum(dim=dim, keepdim=True)
     k_safe = k.clamp(min=1)
     top_sum = cumsum.gather(dim, k_safe - 1)
     tau = (top_sum - 1) / k_safe.to(z.dtype)
@@ -78,11 +85,12 @@ def _threshold(z: Tensor, dim: int) -> tuple[Tensor, Tensor]:
 
 
 def sparsemax_threshold(input: Tensor, dim: int = -1) -> Tensor:
-    """Closed-form sparsemax threshold ``tau(z)`` along ``dim`` (that dim kept with size 1).
+    """Closed-form sparsemax threshold ``tau(z)`` along ``dim``
+    (that dim kept with size 1).
 
-    ``sparsemax(z) == clamp(z - tau(z), min=0)``. For a slice whose entries are all ``-inf``
-    the threshold is ``+inf``. Raises ``ValueError`` for non-floating input, NaN, ``+inf``,
-    an empty ``dim`` or an out-of-range ``dim``.
+    ``sparsemax(z) == clamp(z - tau(z), min=0)``. For a slice whose entries are all
+    ``-inf`` the threshold is ``+inf``. Raises ``ValueError`` for non-floating input,
+    NaN, ``+inf``, an empty ``dim`` or an out-of-range ``dim``.
     """
     dim = _check_input(input, dim)
     tau, _ = _threshold(input.detach(), dim)
@@ -119,9 +127,10 @@ def sparsemax(input: Tensor, dim: int = -1) -> Tensor:
     """Sparsemax of ``input`` along ``dim``: the Euclidean projection onto the simplex.
 
     Every slice along ``dim`` sums to 1 and entries below the threshold are exactly 0.
-    ``-inf`` entries (masked) get 0; an all ``-inf`` slice gives all zeros. Differentiable
-    (closed-form Jacobian). Raises ``ValueError`` for non-floating input, NaN, ``+inf``,
-    an empty ``dim`` or an out-of-range ``dim``; ``TypeError`` if ``input`` is not a tensor.
+    ``-inf`` entries (masked) get 0; an all ``-inf`` slice gives all zeros.
+    Differentiable (closed-form Jacobian). Raises ``ValueError`` for non-floating input,
+    NaN, ``+inf``, an empty ``dim`` or an out-of-range ``dim``; ``TypeError`` if
+    ``input`` is not a tensor.
 
     >>> sparsemax(torch.tensor([2.0, 1.0, -1.0]))
     tensor([1., 0., 0.])
@@ -141,9 +150,10 @@ def sparsemax_attention(
 ) -> tuple[Tensor, Tensor]:
     """Scaled dot-product attention with sparsemax in place of softmax.
 
-    Shapes: query (..., L, D), key (..., S, D), value (..., S, Dv) -> output (..., L, Dv),
-    weights (..., L, S). ``attn_mask``: a bool mask (True = may attend) or a float additive mask
-    (0 / ``-inf``), broadcastable to (..., L, S). ``scale`` defaults to ``1 / sqrt(D)``.
+    Shapes: query (..., L, D), key (..., S, D), value (..., S, Dv) -> output
+    (..., L, Dv), weights (..., L, S). ``attn_mask``: a bool mask (True = may attend) or
+    a float additive mask (0 / ``-inf``), broadcastable to (..., L, S). ``scale``
+    defaults to ``1 / sqrt(D)``.
     A fully masked query row gets all-zero weights and a zero output row.
     Raises ``ValueError`` for mismatched shapes or a non-broadcastable mask.
     """
@@ -151,11 +161,19 @@ def sparsemax_attention(
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dimensions, got shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must have at least 2 dimensions, got shape {tuple(t.shape)}"
+            )
     if query.shape[-1] != key.shape[-1]:
-        raise ValueError(f"query and key must share the last dim, got D={query.shape[-1]} and {key.shape[-1]}")
+        raise ValueError(
+            "query and key must share the last dim, "
+            f"got D={query.shape[-1]} and {key.shape[-1]}"
+        )
     if key.shape[-2] != value.shape[-2]:
-        raise ValueError(f"key and value must have the same length S, got {key.shape[-2]} and {value.shape[-2]}")
+        raise ValueError(
+            "key and value must have the same length S, "
+            f"got {key.shape[-2]} and {value.shape[-2]}"
+        )
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     elif scale <= 0:
@@ -166,8 +184,8 @@ def sparsemax_attention(
             torch.broadcast_shapes(attn_mask.shape, scores.shape)
         except RuntimeError as err:
             raise ValueError(
-                f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores "
-                f"of shape {tuple(scores.shape)}"
+                f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to "
+                f"the scores of shape {tuple(scores.shape)}"
             ) from err
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, -math.inf)

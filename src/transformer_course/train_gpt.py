@@ -1,14 +1,16 @@
 #!/usr/bin/env python
-"""Train a character-level MiniGPT on the course corpus, nanoGPT style; sample from it.
+r"""Train a character-level MiniGPT on the course corpus, nanoGPT style; sample from it.
 
 One CPU or one GPU::
 
     python -m transformer_course.train_gpt train --out-dir runs/gpt
-    python -m transformer_course.train_gpt sample --ckpt runs/gpt/ckpt.pt --prompt "The fox" -n 300
+    python -m transformer_course.train_gpt sample --ckpt runs/gpt/ckpt.pt \
+        --prompt "The fox" -n 300
 
 Several processes or GPUs (PyTorch DistributedDataParallel; gloo on CPU, nccl on GPU)::
 
-    torchrun --standalone --nproc_per_node 4 -m transformer_course.train_gpt train --out-dir runs/gpt
+    torchrun --standalone --nproc_per_node 4 -m transformer_course.train_gpt train \
+        --out-dir runs/gpt
 
 Resume an interrupted run (the step count, model and optimizer states continue)::
 
@@ -16,25 +18,26 @@ Resume an interrupted run (the step count, model and optimizer states continue):
 
 Nothing is lost when a run is killed, even with SIGKILL in the middle of a save:
 
-* ``OUT_DIR/ckpt.pt`` (latest) and ``OUT_DIR/best.pt`` (lowest validation loss; weights only)
-  are written to a temporary file, fsynced and renamed into place (``save_checkpoint``); a
-  start removes the temporary files a killed save left behind;
-* on ``--resume`` the model flags given on the command line must equal the checkpoint's
-  config (only the flags you type are compared; leave them out to take the checkpoint's), and
-  ``OUT_DIR/metrics.jsonl`` is cut back to the checkpoint's step, so a resumed run's log has
-  every step exactly once and equals an uninterrupted run's; a resumed run ends with weights
-  bitwise equal to an uninterrupted one (batches and dropout masks depend only on the seed,
-  rank and step);
+* ``OUT_DIR/ckpt.pt`` (latest) and ``OUT_DIR/best.pt`` (lowest validation loss;
+  weights only) are written to a temporary file, fsynced and renamed into place
+  (``save_checkpoint``); a start removes the temporary files a killed save left behind;
+* on ``--resume`` the model flags given on the command line must equal the
+  checkpoint's config (only the flags you type are compared; leave them out to take
+  the checkpoint's), and ``OUT_DIR/metrics.jsonl`` is cut back to the checkpoint's
+  step, so a resumed run's log has every step exactly once and equals an uninterrupted
+  run's; a resumed run ends with weights bitwise equal to an uninterrupted one (batches
+  and dropout masks depend only on the seed, rank and step);
 * a run without ``--resume`` refuses an OUT_DIR that already holds a checkpoint;
-* every numeric flag is range-checked, and OUT_DIR must be writable, before any work starts;
-  user errors exit with status 2 and one ``error:`` line.
+* every numeric flag is range-checked, and OUT_DIR must be writable, before any work
+  starts; user errors exit with status 2 and one ``error:`` line.
 
-Test hook: with ``TRAIN_GPT_PAUSE_IN_SAVE=NAME:STEP`` (e.g. ``ckpt.pt:4``) the save of NAME at
-STEP writes its complete temporary file, creates ``OUT_DIR/paused-in-save`` and sleeps, so a
-test can kill the process at the most delicate moment of a save.
+Test hook: with ``TRAIN_GPT_PAUSE_IN_SAVE=NAME:STEP`` (e.g. ``ckpt.pt:4``) the save of
+NAME at STEP writes its complete temporary file, creates ``OUT_DIR/paused-in-save`` and
+sleeps, so a test can kill the process at the most delicate moment of a save.
 
 Every rank draws its own batches; DDP averages the gradients, so all replicas stay
-identical, and the effective batch is ``batch_size * grad_accum * world_size`` sequences.
+identical, and the effective batch is ``batch_size * grad_accum * world_size``
+sequences.
 Checkpoints hold only tensors and plain Python values and are read back with
 ``torch.load(..., weights_only=True)`` (see ``transformer_course.checkpoint``).
 """
@@ -73,8 +76,9 @@ BEST_NAME = "best.pt"
 METRICS_NAME = "metrics.jsonl"
 PAUSE_ENV = "TRAIN_GPT_PAUSE_IN_SAVE"
 PAUSE_MARKER = "paused-in-save"
-# Model flags and their defaults. Their parser default is None, so that on --resume the flags a
-# user typed can be told apart from defaults and compared with the checkpoint's config.
+# Model flags and their defaults. Their parser default is None, so that on --resume the
+# flags a user typed can be told apart from defaults and compared with the checkpoint's
+# config.
 MODEL_DEFAULTS = {
     "context_length": 256,
     "d_model": 384,
@@ -88,38 +92,52 @@ MODEL_DEFAULTS = {
 
 
 class UsageError(Exception):
-    """A mistake in the command line or the out dir: reported as one line, exit status 2."""
+    """A mistake in the command line or the out dir: reported as one line, exit status
+    2."""
 
 
 # --------------------------------------------------------------------------- flag types
 def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum`` (argparse names the flag in its error)."""
+    """An argparse type: an integer >= ``minimum`` (argparse names the flag in its
+    error)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected an integer, got {text!r}"
+            ) from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(
+                f"must be an integer >= {minimum}, got {value}"
+            )
         return value
 
     return parse
 
 
-def float_in(low: float, high: float, *, low_inclusive: bool, high_inclusive: bool) -> Callable[[str], float]:
+def float_in(
+    low: float, high: float, *, low_inclusive: bool, high_inclusive: bool
+) -> Callable[[str], float]:
     """An argparse type: a finite float in the interval from ``low`` to ``high``."""
-    interval = f"{'[' if low_inclusive else '('}{low}, {high}{']' if high_inclusive else ')'}"
+    interval = (
+        f"{'[' if low_inclusive else '('}{low}, {high}{']' if high_inclusive else ')'}"
+    )
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected a number, got {text!r}"
+            ) from None
         above = value >= low if low_inclusive else value > low
         below = value <= high if high_inclusive else value < high
         if not (math.isfinite(value) and above and below):
-            raise argparse.ArgumentTypeError(f"must be a finite number in {interval}, got {text}")
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number in {interval}, got {text}"
+            )
         return value
 
     return parse
@@ -137,29 +155,65 @@ PROBABILITY_BELOW_ONE = float_in(0.0, 1.0, low_inclusive=True, high_inclusive=Fa
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_course.train_gpt",
-        description="Train a character-level MiniGPT on the course corpus, or sample from it.",
+        description=(
+            "Train a character-level MiniGPT on the course corpus, or sample from it."
+        ),
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train (single process or under torchrun)")
     t.add_argument("--out-dir", default="runs/gpt", help="checkpoint and log folder")
-    t.add_argument("--resume", action="store_true", help="continue from OUT_DIR/ckpt.pt")
-    # model: on --resume the checkpoint's config is used, and a flag given here must equal it
+    t.add_argument(
+        "--resume", action="store_true", help="continue from OUT_DIR/ckpt.pt"
+    )
+    # model: on --resume the checkpoint's config is used, and a flag given here must
+    # equal it
     d = MODEL_DEFAULTS
-    t.add_argument("--context-length", type=POSITIVE_INT, help=f"default {d['context_length']}")
+    t.add_argument(
+        "--context-length", type=POSITIVE_INT, help=f"default {d['context_length']}"
+    )
     t.add_argument("--d-model", type=POSITIVE_INT, help=f"default {d['d_model']}")
     t.add_argument("--num-heads", type=POSITIVE_INT, help=f"default {d['num_heads']}")
     t.add_argument("--num-layers", type=POSITIVE_INT, help=f"default {d['num_layers']}")
-    t.add_argument("--dropout", type=PROBABILITY_BELOW_ONE, help=f"in [0, 1), default {d['dropout']}")
-    t.add_argument("--positional", choices=["learned", "sinusoidal", "rope", "none"], help=f"default {d['positional']}")
-    t.add_argument("--norm", choices=["layernorm", "rmsnorm"], help=f"default {d['norm']}")
-    t.add_argument("--activation", choices=list(tc.ACTIVATIONS), help=f"default {d['activation']}")
+    t.add_argument(
+        "--dropout",
+        type=PROBABILITY_BELOW_ONE,
+        help=f"in [0, 1), default {d['dropout']}",
+    )
+    t.add_argument(
+        "--positional",
+        choices=["learned", "sinusoidal", "rope", "none"],
+        help=f"default {d['positional']}",
+    )
+    t.add_argument(
+        "--norm", choices=["layernorm", "rmsnorm"], help=f"default {d['norm']}"
+    )
+    t.add_argument(
+        "--activation", choices=list(tc.ACTIVATIONS), help=f"default {d['activation']}"
+    )
     # optimisation
-    t.add_argument("--batch-size", type=POSITIVE_INT, default=64, help="sequences per rank per micro-step")
-    t.add_argument("--grad-accum", type=POSITIVE_INT, default=1, help="micro-steps per optimizer step")
-    t.add_argument("--max-steps", type=POSITIVE_INT, default=5000, help="train until this step")
+    t.add_argument(
+        "--batch-size",
+        type=POSITIVE_INT,
+        default=64,
+        help="sequences per rank per micro-step",
+    )
+    t.add_argument(
+        "--grad-accum",
+        type=POSITIVE_INT,
+        default=1,
+        help="micro-steps per optimizer step",
+    )
+    t.add_argument(
+        "--max-steps", type=POSITIVE_INT, default=5000, help="train until this step"
+    )
     t.add_argument("--lr", type=POSITIVE_FLOAT, default=1e-3, help="peak learning rate")
-    t.add_argument("--min-lr", type=NON_NEGATIVE_FLOAT, default=1e-4, help="learning rate at the end of decay")
+    t.add_argument(
+        "--min-lr",
+        type=NON_NEGATIVE_FLOAT,
+        default=1e-4,
+        help="learning rate at the end of decay",
+    )
     t.add_argument("--warmup-steps", type=NON_NEGATIVE_INT, default=100)
     t.add_argument(
         "--lr-decay-steps",
@@ -169,11 +223,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--weight-decay", type=NON_NEGATIVE_FLOAT, default=0.1)
     t.add_argument("--beta2", type=PROBABILITY_BELOW_ONE, default=0.99)
-    t.add_argument("--grad-clip", type=NON_NEGATIVE_FLOAT, default=1.0, help="0 disables clipping")
+    t.add_argument(
+        "--grad-clip", type=NON_NEGATIVE_FLOAT, default=1.0, help="0 disables clipping"
+    )
     # evaluation, logging, checkpoints
     t.add_argument("--val-fraction", type=FRACTION, default=0.1, help="in (0, 1)")
-    t.add_argument("--eval-every", type=POSITIVE_INT, default=250, help="evaluate + checkpoint every N steps")
-    t.add_argument("--eval-iters", type=POSITIVE_INT, default=50, help="validation batches per evaluation")
+    t.add_argument(
+        "--eval-every",
+        type=POSITIVE_INT,
+        default=250,
+        help="evaluate + checkpoint every N steps",
+    )
+    t.add_argument(
+        "--eval-iters",
+        type=POSITIVE_INT,
+        default=50,
+        help="validation batches per evaluation",
+    )
     t.add_argument("--log-every", type=POSITIVE_INT, default=10)
     # system
     t.add_argument("--seed", type=NON_NEGATIVE_INT, default=1337)
@@ -184,21 +250,32 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "float32", "bfloat16"],
         help="autocast dtype (auto: bfloat16 on a GPU that supports it, else float32)",
     )
-    t.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
+    t.add_argument(
+        "--compile", action="store_true", help="wrap the model in torch.compile"
+    )
     t.add_argument(
         "--write-rank-state",
         action="store_true",
-        help="debug/test: every rank writes OUT_DIR/rank_state/rank<r>.json with the SHA-256 of its final weights",
+        help=(
+            "debug/test: every rank writes OUT_DIR/rank_state/rank<r>.json with the "
+            "SHA-256 of its final weights"
+        ),
     )
 
     s = sub.add_parser("sample", help="generate text from a checkpoint")
-    s.add_argument("--ckpt", required=True, help="path to a ckpt.pt or best.pt written by train")
+    s.add_argument(
+        "--ckpt", required=True, help="path to a ckpt.pt or best.pt written by train"
+    )
     s.add_argument("--prompt", default=None, help="start text (default: a newline)")
     s.add_argument("-n", "--max-new-tokens", type=NON_NEGATIVE_INT, default=300)
     s.add_argument("--num-samples", type=POSITIVE_INT, default=1)
     s.add_argument("--temperature", type=POSITIVE_FLOAT, default=0.8)
     s.add_argument("--top-k", type=POSITIVE_INT, default=None)
-    s.add_argument("--top-p", type=float_in(0.0, 1.0, low_inclusive=False, high_inclusive=True), default=None)
+    s.add_argument(
+        "--top-p",
+        type=float_in(0.0, 1.0, low_inclusive=False, high_inclusive=True),
+        default=None,
+    )
     s.add_argument("--greedy", action="store_true")
     s.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
@@ -206,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Checks that involve two flags (one flag's range is checked by its argparse type)."""
+    """Checks that involve two flags (one flag's range is checked by its argparse
+    type)."""
     if args.min_lr > args.lr:
         parser.error(f"--min-lr ({args.min_lr}) must not exceed --lr ({args.lr})")
 
@@ -235,7 +313,9 @@ def setup_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
         world_size=int(os.environ.get("WORLD_SIZE", 1)),
     )
     if device_name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was given but torch.cuda.is_available() is False")
+        raise ValueError(
+            "--device cuda was given but torch.cuda.is_available() is False"
+        )
     use_cuda = torch.cuda.is_available() and device_name in ("auto", "cuda")
     if info.enabled:
         if use_cuda:
@@ -244,7 +324,9 @@ def setup_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
             dist.init_process_group("nccl", device_id=device)
         else:
             if device_name == "mps":
-                raise ValueError("multi-process training supports cpu (gloo) or cuda (nccl), not mps")
+                raise ValueError(
+                    "multi-process training supports cpu (gloo) or cuda (nccl), not mps"
+                )
             device = torch.device("cpu")
             dist.init_process_group("gloo")
     else:
@@ -252,8 +334,11 @@ def setup_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
     return info, device
 
 
-def lr_at(step: int, *, lr: float, min_lr: float, warmup: int, decay_steps: int) -> float:
-    """Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to ``min_lr``."""
+def lr_at(
+    step: int, *, lr: float, min_lr: float, warmup: int, decay_steps: int
+) -> float:
+    """Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to
+    ``min_lr``."""
     if step < warmup:
         return lr * (step + 1) / warmup
     if step >= decay_steps:
@@ -268,7 +353,9 @@ def batch_generator(seed: int, rank: int, step: int, micro: int) -> torch.Genera
     This makes a resumed run draw exactly the batches the uninterrupted run would have.
     """
     key = f"{seed}/{rank}/{step}/{micro}".encode()
-    return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+    return torch.Generator().manual_seed(
+        int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
+    )
 
 
 def make_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.AdamW:
@@ -283,7 +370,9 @@ def make_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.Ad
     return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, args.beta2))
 
 
-def autocast_context(device: torch.device, dtype_name: str) -> contextlib.AbstractContextManager:
+def autocast_context(
+    device: torch.device, dtype_name: str
+) -> contextlib.AbstractContextManager:
     if dtype_name == "auto":
         bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
         dtype_name = "bfloat16" if bf16_ok else "float32"
@@ -301,7 +390,8 @@ def evaluate(
     device: torch.device,
     amp,
 ) -> float:
-    """Mean loss over ``eval_iters`` fixed batches (the same on every rank and every call)."""
+    """Mean loss over ``eval_iters`` fixed batches (the same on every rank and every
+    call)."""
     model.eval()
     gen = torch.Generator().manual_seed(args.seed + 999)
     total = 0.0
@@ -321,12 +411,16 @@ def log(info: DistInfo, message: str) -> None:
 
 # --------------------------------------------------------------------------- files
 def prepare_out_dir(out_dir: Path, *, is_main: bool) -> None:
-    """Create OUT_DIR, prove it writable, and (main rank) remove temporary files of killed saves."""
+    """Create OUT_DIR, prove it writable, and (main rank) remove temporary files of
+    killed saves."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-test-").close()  # created, then deleted
+        # created, then deleted
+        tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-test-").close()
     except OSError as error:
-        raise UsageError(f"--out-dir {str(out_dir)!r} is not a writable folder: {error}") from None
+        raise UsageError(
+            f"--out-dir {str(out_dir)!r} is not a writable folder: {error}"
+        ) from None
     if is_main:
         for name in (CKPT_NAME, BEST_NAME):
             for tmp in remove_temp_files(out_dir / name):
@@ -344,14 +438,18 @@ def model_config(args: argparse.Namespace, vocab_size: int) -> tc.GPTConfig:
 
 
 def check_model_flags_match(args: argparse.Namespace, saved: dict) -> None:
-    """On --resume: every model flag given on the command line must equal the checkpoint's config.
+    """On --resume: every model flag given on the command line must equal the
+    checkpoint's config.
 
-    Flags left out take the checkpoint's values; a flag that differs is an error rather than
-    being ignored (a run that silently trains another model than the one asked for loses the
-    user's intent).
+    Flags left out take the checkpoint's values; a flag that differs is an error rather
+    than being ignored (a run that silently trains another model than the one asked for
+    loses the user's intent).
     """
     differ = [
-        f"--{name.replace('_', '-')} {getattr(args, name)!r} (checkpoint: {saved.get(name)!r})"
+        (
+            f"--{name.replace('_', '-')} {getattr(args, name)!r} "
+            f"(checkpoint: {saved.get(name)!r})"
+        )
         for name in MODEL_DEFAULTS
         if getattr(args, name) is not None and getattr(args, name) != saved.get(name)
     ]
@@ -359,16 +457,18 @@ def check_model_flags_match(args: argparse.Namespace, saved: dict) -> None:
         raise UsageError(
             "--resume: model flags differ from the checkpoint's config: "
             + ", ".join(differ)
-            + "; leave them out to continue the checkpoint's model, or train into a new --out-dir"
+            + "; leave them out to continue the checkpoint's model, "
+            + "or train into a new --out-dir"
         )
 
 
 def truncate_metrics(path: Path, last_step: int) -> int:
-    """Keep the records of ``path`` (JSON lines) with ``step <= last_step``; return how many were cut.
+    """Keep the records of ``path`` (JSON lines) with ``step <= last_step``; return how
+    many were cut.
 
-    A run killed after its last checkpoint wrote records for steps it will redo on resume, and
-    maybe half a line; both go, so that the resumed log has every record exactly once. The file
-    is rewritten atomically (temporary file, fsync, rename).
+    A run killed after its last checkpoint wrote records for steps it will redo on
+    resume, and maybe half a line; both go, so that the resumed log has every record
+    exactly once. The file is rewritten atomically (temporary file, fsync, rename).
     """
     if not path.is_file():
         return 0
@@ -394,7 +494,8 @@ def truncate_metrics(path: Path, last_step: int) -> int:
 
 
 def pause_hook(name: str, step: int, out_dir: Path) -> Callable[[Path], None] | None:
-    """The TRAIN_GPT_PAUSE_IN_SAVE test hook for the save of ``name`` at ``step`` (None if not asked)."""
+    """The TRAIN_GPT_PAUSE_IN_SAVE test hook for the save of ``name`` at ``step`` (None
+    if not asked)."""
     if os.environ.get(PAUSE_ENV) != f"{name}:{step}":
         return None
 
@@ -435,29 +536,38 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
     resume = None
     if args.resume:
         if not ckpt_path.is_file():
-            raise UsageError(f"--resume given but there is no checkpoint at {str(ckpt_path)!r}")
+            raise UsageError(
+                f"--resume given but there is no checkpoint at {str(ckpt_path)!r}"
+            )
         try:
             resume = load_checkpoint(ckpt_path, map_location="cpu")
         except ValueError as error:
             raise UsageError(f"--resume: {error}") from None
         if resume["extra"].get("tokenizer_chars") != tok.chars:
-            raise UsageError("--resume: the checkpoint's tokenizer does not match the corpus' characters")
+            raise UsageError(
+                "--resume: the checkpoint's tokenizer does not match "
+                "the corpus' characters"
+            )
         try:
             cfg = config_from_dict(tc.GPTConfig, resume["config"])
         except (TypeError, ValueError) as error:
-            raise UsageError(f"--resume: the checkpoint holds no usable GPTConfig: {error}") from None
+            raise UsageError(
+                f"--resume: the checkpoint holds no usable GPTConfig: {error}"
+            ) from None
         check_model_flags_match(args, resume["config"])
     else:
         if ckpt_path.exists():
             raise UsageError(
-                f"{str(ckpt_path)!r} exists: pass --resume to continue that run, or choose another --out-dir"
+                f"{str(ckpt_path)!r} exists: pass --resume to continue that run, "
+                "or choose another --out-dir"
             )
         cfg = model_config(args, tok.vocab_size)
     for name, split in (("training", train_data), ("validation", val_data)):
         if len(split) <= cfg.context_length + 1:
             raise UsageError(
-                f"the {name} split has {len(split)} tokens, not more than context_length + 1 = "
-                f"{cfg.context_length + 1}; lower --context-length or change --val-fraction"
+                f"the {name} split has {len(split)} tokens, "
+                f"not more than context_length + 1 = {cfg.context_length + 1}; "
+                "lower --context-length or change --val-fraction"
             )
 
     torch.manual_seed(args.seed)  # identical initial weights on every rank
@@ -476,11 +586,17 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
     if args.compile:
         model = torch.compile(model)
     if info.enabled:
-        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        model = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     amp = autocast_context(device, args.dtype)
-    decay_steps = args.lr_decay_steps if args.lr_decay_steps is not None else args.max_steps
+    decay_steps = (
+        args.lr_decay_steps if args.lr_decay_steps is not None else args.max_steps
+    )
 
-    tokens_per_step = args.batch_size * args.grad_accum * info.world_size * cfg.context_length
+    tokens_per_step = (
+        args.batch_size * args.grad_accum * info.world_size * cfg.context_length
+    )
     log(
         info,
         f"device={device} world_size={info.world_size} "
@@ -492,7 +608,10 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
     if info.is_main:
         cut = truncate_metrics(metrics_path, start_step)
         if cut:
-            log(info, f"removed {cut} record(s) past step {start_step} from {metrics_path}")
+            log(
+                info,
+                f"removed {cut} record(s) past step {start_step} from {metrics_path}",
+            )
     if info.enabled:
         dist.barrier()
 
@@ -503,13 +622,20 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
 
     def checkpoint(step: int, val_loss: float, improved: bool) -> None:
         if info.is_main:
-            common = dict(step=step, config=cfg, tokenizer_chars=tok.chars, world_size=info.world_size,
-                          seed=args.seed)  # fmt: skip
-            if improved:  # best.pt first: a kill between the two saves then loses nothing
-                save_checkpoint(best_path, raw_model, None, val_loss=val_loss,
-                                before_replace=pause_hook(BEST_NAME, step, out_dir), **common)  # fmt: skip
-            save_checkpoint(ckpt_path, raw_model, optimizer, best_val_loss=best_val,
-                            before_replace=pause_hook(CKPT_NAME, step, out_dir), **common)  # fmt: skip
+            common = dict(
+                step=step, config=cfg, tokenizer_chars=tok.chars,
+                world_size=info.world_size, seed=args.seed,
+            )  # fmt: skip
+            # best.pt first: a kill between the two saves then loses nothing
+            if improved:
+                save_checkpoint(
+                    best_path, raw_model, None, val_loss=val_loss,
+                    before_replace=pause_hook(BEST_NAME, step, out_dir), **common,
+                )  # fmt: skip
+            save_checkpoint(
+                ckpt_path, raw_model, optimizer, best_val_loss=best_val,
+                before_replace=pause_hook(CKPT_NAME, step, out_dir), **common,
+            )  # fmt: skip
         if info.enabled:
             dist.barrier()
 
@@ -518,7 +644,13 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
     model.train()
     t0 = time.perf_counter()
     while step < args.max_steps:
-        lr = lr_at(step, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup_steps, decay_steps=decay_steps)
+        lr = lr_at(
+            step,
+            lr=args.lr,
+            min_lr=args.min_lr,
+            warmup=args.warmup_steps,
+            decay_steps=decay_steps,
+        )
         for group in optimizer.param_groups:
             group["lr"] = lr
         torch.manual_seed(args.seed + 7919 * info.rank + 104729 * step)  # dropout masks
@@ -534,7 +666,11 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
                 first_batch_sha = hashlib.sha256(x.numpy().tobytes()).hexdigest()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             last_micro = micro == args.grad_accum - 1
-            sync = contextlib.nullcontext() if (last_micro or not info.enabled) else model.no_sync()
+            sync = (
+                contextlib.nullcontext()
+                if (last_micro or not info.enabled)
+                else model.no_sync()
+            )
             with sync:
                 with amp:
                     _, loss = model(x, targets=y)
@@ -555,12 +691,15 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
             t0 = time.perf_counter()
             log(
                 info,
-                f"step {step:6d} | loss {float(train_loss):.4f} | lr {lr:.2e} | {1000 * dt:.0f} ms/step",
+                f"step {step:6d} | loss {float(train_loss):.4f} | lr {lr:.2e} | "
+                f"{1000 * dt:.0f} ms/step",
             )
             write_metrics({"step": step, "train_loss": float(train_loss), "lr": lr})
 
         if step % args.eval_every == 0 or step == args.max_steps:
-            val_loss = evaluate(raw_model, val_data, args, cfg.context_length, device, amp)
+            val_loss = evaluate(
+                raw_model, val_data, args, cfg.context_length, device, amp
+            )
             improved = val_loss < best_val
             best_val = min(best_val, val_loss)
             log(info, f"step {step:6d} | val loss {val_loss:.4f} | best {best_val:.4f}")
@@ -570,7 +709,8 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
     if start_step >= args.max_steps:
         log(
             info,
-            f"checkpoint is at step {start_step} >= --max-steps {args.max_steps}; nothing to do",
+            f"checkpoint is at step {start_step} >= --max-steps {args.max_steps}; "
+            "nothing to do",
         )
 
     if args.write_rank_state:
@@ -592,7 +732,8 @@ def _train(args: argparse.Namespace, info: DistInfo, device: torch.device) -> in
 def sample(args: argparse.Namespace) -> int:
     device = tc.get_device(args.device)
     try:
-        ckpt = load_checkpoint(args.ckpt, map_location="cpu")  # weights_only=True inside
+        # weights_only=True inside
+        ckpt = load_checkpoint(args.ckpt, map_location="cpu")
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(f"--ckpt: {error}") from None
     cfg = config_from_dict(tc.GPTConfig, ckpt["config"])
@@ -606,8 +747,13 @@ def sample(args: argparse.Namespace) -> int:
         prompt = "\n" if "\n" in tok.chars else tok.chars[0]
     unknown = sorted(set(prompt) - set(tok.chars))
     if not prompt or unknown:
-        raise UsageError(f"the prompt must be non-empty and use the training characters; unknown characters: {unknown}")
-    ids = torch.tensor([tok.encode(prompt)] * args.num_samples, dtype=torch.long, device=device)
+        raise UsageError(
+            "the prompt must be non-empty and use the training characters; "
+            f"unknown characters: {unknown}"
+        )
+    ids = torch.tensor(
+        [tok.encode(prompt)] * args.num_samples, dtype=torch.long, device=device
+    )
     ids = ids[:, -cfg.context_length :]
     gen = torch.Generator(device=device).manual_seed(args.seed)
     with torch.no_grad():

@@ -1,4 +1,5 @@
-"""Training utilities: the Noam learning-rate schedule, label smoothing and a compact loop."""
+"""Training utilities: the Noam learning-rate schedule, label smoothing and a compact
+loop."""
 
 from __future__ import annotations
 
@@ -26,15 +27,20 @@ __all__ = [
 
 
 def _check_positive_finite(name: str, value: object) -> None:
-    if not isinstance(value, Real) or isinstance(value, bool) or not (math.isfinite(value) and value > 0):
+    if (
+        not isinstance(value, Real)
+        or isinstance(value, bool)
+        or not (math.isfinite(value) and value > 0)
+    ):
         raise ValueError(f"{name} must be a finite positive number, got {value!r}")
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """``factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)`` (Vaswani et al. 2017, eq. 3).
+    """``factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)``
+    (Vaswani et al. 2017, eq. 3).
 
-    It rises linearly for ``warmup`` steps, peaks at ``step == warmup`` and then decays as
-    ``1/sqrt(step)``. ``step`` counts from 1.
+    It rises linearly for ``warmup`` steps, peaks at ``step == warmup`` and then decays
+    as ``1/sqrt(step)``. ``step`` counts from 1.
     """
     check_positive_int("step", step)
     check_positive_int("d_model", d_model)
@@ -43,45 +49,60 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int, factor: float = 1.0) -> LambdaLR:
+def noam_scheduler(
+    optimizer: torch.optim.Optimizer, d_model: int, warmup: int, factor: float = 1.0
+) -> LambdaLR:
     """A ``LambdaLR`` following :func:`noam_lr`; give the optimizer ``lr=1.0``.
 
-    ``LambdaLR`` calls the lambda with 0 before the first step; step ``s`` of training uses
-    ``noam_lr(s + 1)``.
+    ``LambdaLR`` calls the lambda with 0 before the first step; step ``s`` of training
+    uses ``noam_lr(s + 1)``.
     """
     return LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup, factor))
 
 
 def smoothed_targets(targets: Tensor, num_classes: int, smoothing: float) -> Tensor:
-    """Target distributions ``(1 - ε) · onehot + ε / V`` of shape ``(*targets.shape, V)``.
+    """Target distributions ``(1 - ε) · onehot + ε / V`` of shape
+    ``(*targets.shape, V)``.
 
-    This is the definition used by ``F.cross_entropy(label_smoothing=ε)``: the ``ε`` mass is spread
-    over **all** ``V`` classes, the true one included, so the true class gets ``1 - ε + ε/V``.
+    This is the definition used by ``F.cross_entropy(label_smoothing=ε)``: the ``ε``
+    mass is spread over **all** ``V`` classes, the true one included, so the true class
+    gets ``1 - ε + ε/V``.
     """
     check_positive_int("num_classes", num_classes)
-    if not isinstance(smoothing, Real) or isinstance(smoothing, bool) or not 0.0 <= smoothing < 1.0:
+    if (
+        not isinstance(smoothing, Real)
+        or isinstance(smoothing, bool)
+        or not 0.0 <= smoothing < 1.0
+    ):
         raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
     if targets.dtype != torch.long:
         raise ValueError(f"targets must be an int64 (long) tensor, got {targets.dtype}")
-    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= num_classes):
+    if targets.numel() and (
+        int(targets.min()) < 0 or int(targets.max()) >= num_classes
+    ):
         raise ValueError(
-            f"targets must lie in [0, {num_classes}), got values {int(targets.min())}..{int(targets.max())}"
+            f"targets must lie in [0, {num_classes}), "
+            f"got values {int(targets.min())}..{int(targets.max())}"
         )
     onehot = F.one_hot(targets, num_classes).float()
     return onehot * (1.0 - smoothing) + smoothing / num_classes
 
 
-def label_smoothing_loss(logits: Tensor, targets: Tensor, smoothing: float, ignore_index: int = -100) -> Tensor:
-    """Mean cross-entropy between ``softmax(logits)`` and :func:`smoothed_targets`, skipping
-    ``ignore_index``; equal to ``F.cross_entropy(logits, targets, label_smoothing=smoothing)``.
+def label_smoothing_loss(
+    logits: Tensor, targets: Tensor, smoothing: float, ignore_index: int = -100
+) -> Tensor:
+    """Mean cross-entropy between ``softmax(logits)`` and :func:`smoothed_targets`,
+    skipping ``ignore_index``; equal to
+    ``F.cross_entropy(logits, targets, label_smoothing=smoothing)``.
 
-    ``logits (M, V)``, ``targets (M,)``. A target outside ``[0, V)`` other than ``ignore_index``
-    raises ``ValueError``; if every target is ignored the mean is over nothing and the result is
-    NaN, as with ``F.cross_entropy``.
+    ``logits (M, V)``, ``targets (M,)``. A target outside ``[0, V)`` other than
+    ``ignore_index`` raises ``ValueError``; if every target is ignored the mean is over
+    nothing and the result is NaN, as with ``F.cross_entropy``.
     """
     if logits.dim() != 2 or targets.shape != logits.shape[:1]:
         raise ValueError(
-            f"expected logits (M, V) and targets (M,), got logits {tuple(logits.shape)}, targets {tuple(targets.shape)}"
+            "expected logits (M, V) and targets (M,), "
+            f"got logits {tuple(logits.shape)}, targets {tuple(targets.shape)}"
         )
     keep = targets != ignore_index
     logits, targets = logits[keep], targets[keep]
@@ -91,7 +112,8 @@ def label_smoothing_loss(logits: Tensor, targets: Tensor, smoothing: float, igno
 
 @dataclass
 class TrainHistory:
-    """What :func:`train_loop` measured: per-step losses and learning rates, total seconds."""
+    """What :func:`train_loop` measured: per-step losses and learning rates, total
+    seconds."""
 
     steps: list[int] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
@@ -107,10 +129,12 @@ def train_loop(
     grad_clip: float | None = None,
     log_every: int = 0,
 ) -> TrainHistory:
-    """Run ``num_steps`` optimisation steps; ``compute_loss(step)`` draws a batch and returns the loss.
+    """Run ``num_steps`` optimisation steps; ``compute_loss(step)`` draws a batch and
+    returns the loss.
 
-    Each step: zero grads, backward, optional gradient-norm clipping, optimizer and scheduler
-    steps. Prints a line every ``log_every`` steps (0 = silent). Returns a :class:`TrainHistory`.
+    Each step: zero grads, backward, optional gradient-norm clipping, optimizer and
+    scheduler steps. Prints a line every ``log_every`` steps (0 = silent). Returns a
+    :class:`TrainHistory`.
     """
     check_positive_int("num_steps", num_steps)
     check_int("log_every", log_every, 0)
@@ -124,7 +148,9 @@ def train_loop(
         loss = compute_loss(step)
         if not isinstance(loss, Tensor) or loss.dim() != 0:
             got = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
-            raise ValueError(f"compute_loss must return a scalar tensor, got {got} at step {step}")
+            raise ValueError(
+                f"compute_loss must return a scalar tensor, got {got} at step {step}"
+            )
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is {loss.item()} at step {step}")
         loss.backward()

@@ -22,8 +22,8 @@ def set_seed(seed: int) -> None:
 def get_device(name: str = "cpu") -> torch.device:
     """Return a device: ``"cpu"`` (the default), ``"cuda"``, ``"mps"`` or ``"auto"``.
 
-    ``"auto"`` picks CUDA, then MPS, then CPU. Asking for an accelerator that is not present
-    raises ``ValueError`` instead of failing later inside a kernel.
+    ``"auto"`` picks CUDA, then MPS, then CPU. Asking for an accelerator that is not
+    present raises ``ValueError`` instead of failing later inside a kernel.
     """
     if name == "auto":
         if torch.cuda.is_available():
@@ -41,7 +41,9 @@ def get_device(name: str = "cpu") -> torch.device:
         if not torch.backends.mps.is_available():
             raise ValueError("device 'mps' was requested but MPS is not available")
         return torch.device("mps")
-    raise ValueError(f"unknown device {name!r}; expected 'cpu', 'cuda', 'mps' or 'auto'")
+    raise ValueError(
+        f"unknown device {name!r}; expected 'cpu', 'cuda', 'mps' or 'auto'"
+    )
 
 
 def _require_int(name: str, value: object) -> int:
@@ -51,14 +53,18 @@ def _require_int(name: str, value: object) -> int:
 
 
 def check_int(name: str, value: object, minimum: int) -> int:
-    """Return ``value`` if it is an ``int`` >= ``minimum``; otherwise raise naming ``name`` and the value."""
+    """Return ``value`` if it is an ``int`` >= ``minimum``; otherwise raise naming
+    ``name`` and the value.
+    """
     if _require_int(name, value) < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
 
 
 def check_positive_int(name: str, value: object) -> int:
-    """Return ``value`` if it is a positive ``int``; otherwise raise naming ``name`` and the value."""
+    """Return ``value`` if it is a positive ``int``; otherwise raise naming ``name``
+    and the value.
+    """
     if _require_int(name, value) <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
     return value

@@ -26,9 +26,10 @@ __all__ = [
     "plot_loss_curves",
 ]
 
-# One house style for every figure of the book. A figure is drawn at most ~7 inches wide, the width
-# of the book's text column, so it is shown at its natural size (fonts as set here, >= 9 pt) on a
-# laptop; inline figures are SVG (see use_book_style), PNG files are saved at 2x density.
+# One house style for every figure of the book. A figure is drawn at most ~7 inches
+# wide, the width of the book's text column, so it is shown at its natural size (fonts
+# as set here, >= 9 pt) on a laptop; inline figures are SVG (see use_book_style), PNG
+# files are saved at 2x density.
 BOOK_STYLE: dict[str, object] = {
     "figure.figsize": (6.4, 3.6),
     "figure.dpi": 100,
@@ -46,10 +47,12 @@ BOOK_STYLE: dict[str, object] = {
     "axes.spines.top": False,
     "axes.spines.right": False,
     "lines.linewidth": 1.6,
-    # long tick numbers (10000, 20000, ...) get a common "x10^4" factor instead of crowding the axis
+    # long tick numbers (10000, 20000, ...) get a common "x10^4" factor instead of
+    # crowding the axis
     "axes.formatter.limits": (-3, 4),
     "axes.formatter.use_mathtext": True,
-    # text as outlines in SVG: the figure looks the same in every browser, with or without its fonts
+    # text as outlines in SVG: the figure looks the same in every browser, with or
+    # without its fonts
     "svg.fonttype": "path",
 }
 # Smallest font size (points) of any text in a book figure, at its natural size.
@@ -59,11 +62,12 @@ MAX_WIDTH_IN = 7.5
 
 
 def find_cjk_font(fonts: Sequence[object]) -> str | None:
-    """Name of the first font in ``fonts`` (``matplotlib.font_manager.FontEntry`` items) that has
-    Chinese glyphs, preferring Simplified-Chinese sans-serif faces; ``None`` when there is none.
+    """Name of the first font in ``fonts`` (``matplotlib.font_manager.FontEntry`` items)
+    that has Chinese glyphs, preferring Simplified-Chinese sans-serif faces; ``None``
+    when there is none.
 
-    Matplotlib's own fonts are skipped: its "Last Resort" font maps every character, Chinese ones
-    included, to a placeholder box.
+    Matplotlib's own fonts are skipped: its "Last Resort" font maps every character,
+    Chinese ones included, to a placeholder box.
     """
     import os
 
@@ -82,17 +86,22 @@ def find_cjk_font(fonts: Sequence[object]) -> str | None:
             continue
 
     def preference(name: str) -> tuple:
-        return ("SC" not in name.split() and "CN" not in name.split(), "Serif" in name, name)
+        return (
+            "SC" not in name.split() and "CN" not in name.split(),
+            "Serif" in name,
+            name,
+        )
 
     return min(found, key=preference) if found else None
 
 
 @functools.cache
 def cjk_font() -> str | None:
-    """The name of an installed font that has Chinese glyphs, or ``None`` when there is none.
+    """The name of an installed font that has Chinese glyphs, or ``None`` when there is
+    none.
 
-    Figures may show Chinese tokens only when this is not ``None``; otherwise a chapter falls back
-    to pinyin or English labels, so that the figure renders on any machine.
+    Figures may show Chinese tokens only when this is not ``None``; otherwise a chapter
+    falls back to pinyin or English labels, so that the figure renders on any machine.
     """
     from matplotlib import font_manager
 
@@ -100,10 +109,12 @@ def cjk_font() -> str | None:
 
 
 def use_book_style() -> None:
-    """Apply :data:`BOOK_STYLE`; inside IPython, also show inline figures as SVG (sharp at any zoom).
+    """Apply :data:`BOOK_STYLE`; inside IPython, also show inline figures as SVG (sharp
+    at any zoom).
 
-    When a Chinese font is installed (:func:`cjk_font`), it becomes the fallback font family:
-    Latin text keeps the default sans-serif font, Chinese characters come from the fallback.
+    When a Chinese font is installed (:func:`cjk_font`), it becomes the fallback font
+    family: Latin text keeps the default sans-serif font, Chinese characters come from
+    the fallback.
     """
     plt.rcParams.update(BOOK_STYLE)
     name = cjk_font()
@@ -132,7 +143,8 @@ def _check_labels(name: str, labels: Sequence[str] | None, n: int) -> None:
 
 
 def _cell_points(ax: Axes, n: int, axis: str) -> float:
-    """Size in points of one of ``n`` heatmap cells along ``axis`` ("x" or "y") of ``ax``."""
+    """Size in points of one of ``n`` heatmap cells along ``axis`` ("x" or "y") of
+    ``ax``."""
     fig = ax.figure
     fig.draw_without_rendering()  # settles the layout, so the axes has its final size
     box = ax.get_window_extent()
@@ -140,18 +152,23 @@ def _cell_points(ax: Axes, n: int, axis: str) -> float:
     return length * 72.0 / fig.dpi / max(n, 1)
 
 
-def _label_ticks(ax: Axes, axis: str, labels: Sequence[str], rotate: bool, thin: bool = True) -> None:
-    """Put ``labels`` on the cells of a heatmap axis; with ``thin``, only every k-th one where they
-    would overlap.
+def _label_ticks(
+    ax: Axes, axis: str, labels: Sequence[str], rotate: bool, thin: bool = True
+) -> None:
+    """Put ``labels`` on the cells of a heatmap axis; with ``thin``, only every k-th one
+    where they would overlap.
 
-    A label needs about 1.3 times its font size across the axis (rotated x labels and y labels
-    stack along the axis one text line each); where the cells are smaller, only every k-th cell is
-    labelled.
+    A label needs about 1.3 times its font size across the axis (rotated x labels and y
+    labels stack along the axis one text line each); where the cells are smaller, only
+    every k-th cell is labelled.
     """
     from matplotlib.font_manager import FontProperties
 
     n = len(labels)
-    size = max(FontProperties(size=plt.rcParams[f"{axis}tick.labelsize"]).get_size_in_points(), MIN_FONT_PT)
+    size = max(
+        FontProperties(size=plt.rcParams[f"{axis}tick.labelsize"]).get_size_in_points(),
+        MIN_FONT_PT,
+    )
     step = max(1, math.ceil(1.3 * size / _cell_points(ax, n, axis))) if thin else 1
     positions = list(range(0, n, step))
     shown = [labels[i] for i in positions]
@@ -163,8 +180,11 @@ def _label_ticks(ax: Axes, axis: str, labels: Sequence[str], rotate: bool, thin:
         (ax.set_xticks if axis == "x" else ax.set_yticks)(range(n), minor=True)
 
 
-def _heatmap_size(rows: int, cols: int, cell_in: float, max_width: float) -> tuple[float, float]:
-    """Figure size (inches) of a heatmap: ``cell_in`` per cell, at most ``max_width`` wide."""
+def _heatmap_size(
+    rows: int, cols: int, cell_in: float, max_width: float
+) -> tuple[float, float]:
+    """Figure size (inches) of a heatmap: ``cell_in`` per cell, at most ``max_width``
+    wide."""
     scale = min(cell_in, (max_width - 1.8) / max(cols, 1))
     return (max(3.0, cols * scale + 1.8), max(2.2, rows * scale + 1.3))
 
@@ -176,18 +196,21 @@ def plot_attention(
     ax: Axes | None = None,
     title: str | None = None,
 ) -> Axes:
-    """Heatmap of one attention matrix ``(L, S)``: rows are queries, columns keys, with a colorbar.
+    """Heatmap of one attention matrix ``(L, S)``: rows are queries, columns keys, with
+    a colorbar.
 
-    Without ``ax``, a new figure is sized for the matrix (at most :data:`MAX_WIDTH_IN` wide) and
-    laid out with ``tight_layout`` (calling it again is harmless). Labels that would overlap are
-    thinned to every k-th position.
+    Without ``ax``, a new figure is sized for the matrix (at most :data:`MAX_WIDTH_IN`
+    wide) and laid out with ``tight_layout`` (calling it again is harmless). Labels that
+    would overlap are thinned to every k-th position.
     """
     w = _as_2d("weights", weights)
     _check_labels("query_labels", query_labels, w.size(0))
     _check_labels("key_labels", key_labels, w.size(1))
     own_figure = ax is None
     if ax is None:
-        _, ax = plt.subplots(figsize=_heatmap_size(w.size(0), w.size(1), 0.45, MAX_WIDTH_IN))
+        _, ax = plt.subplots(
+            figsize=_heatmap_size(w.size(0), w.size(1), 0.45, MAX_WIDTH_IN)
+        )
     im = ax.imshow(w.numpy(), cmap="viridis", vmin=0.0, vmax=max(1e-9, float(w.max())))
     ax.set_xlabel("key")
     ax.set_ylabel("query")
@@ -204,10 +227,12 @@ def plot_attention_heads(
     key_labels: Sequence[str] | None = None,
     ncols: int = 4,
 ) -> Figure:
-    """A grid of heatmaps, one per head, from weights ``(H, L, S)``, with one shared colorbar.
+    """A grid of heatmaps, one per head, from weights ``(H, L, S)``, with one shared
+    colorbar.
 
-    The figure is at most :data:`MAX_WIDTH_IN` wide and laid out with ``tight_layout`` (calling it
-    again is harmless); labels that would overlap are thinned to every k-th position.
+    The figure is at most :data:`MAX_WIDTH_IN` wide and laid out with ``tight_layout``
+    (calling it again is harmless); labels that would overlap are thinned to every k-th
+    position.
     """
     w = torch.as_tensor(weights).detach().float().cpu()
     if w.dim() != 3:
@@ -216,13 +241,22 @@ def plot_attention_heads(
     _check_labels("key_labels", key_labels, w.size(2))
     H, L, S = w.shape
     if H == 0:
-        raise ValueError(f"weights must have at least one head, got shape {tuple(w.shape)}")
+        raise ValueError(
+            f"weights must have at least one head, got shape {tuple(w.shape)}"
+        )
     ncols = max(1, min(ncols, H))
     nrows = math.ceil(H / ncols)
-    panel = min(2.2, (MAX_WIDTH_IN - 1.0) / ncols)  # inches per head, the colorbar takes the rest
+    # inches per head, the colorbar takes the rest
+    panel = min(2.2, (MAX_WIDTH_IN - 1.0) / ncols)
     longest = max(map(len, key_labels), default=0) if key_labels is not None else 0
-    label_room = 0.09 * longest if longest > 2 else 0.3  # inches under the grid for rotated labels
-    fig = plt.figure(figsize=(panel * ncols + 1.0, panel * nrows * max(0.5, min(1.5, L / S)) + 0.6 + label_room))
+    # inches under the grid for rotated labels
+    label_room = 0.09 * longest if longest > 2 else 0.3
+    fig = plt.figure(
+        figsize=(
+            panel * ncols + 1.0,
+            panel * nrows * max(0.5, min(1.5, L / S)) + 0.6 + label_room,
+        )
+    )
     # the colorbar is a column of the grid, so tight_layout can place it
     grid = fig.add_gridspec(nrows, ncols + 1, width_ratios=[1.0] * ncols + [0.06])
     axes = [fig.add_subplot(grid[h // ncols, h % ncols]) for h in range(nrows * ncols)]
@@ -244,16 +278,18 @@ def _label_heatmap(
     ncols: int,
     tight: bool,
 ) -> None:
-    """Tick labels of a grid of heatmaps (``ncols`` per row): key labels under the bottom heatmap
-    of each column, query labels left of the first column. Lays the figure out first when
-    ``tight``, so that the thinning sees the final cell size."""
+    """Tick labels of a grid of heatmaps (``ncols`` per row): key labels under the
+    bottom heatmap of each column, query labels left of the first column. Lays the
+    figure out first when ``tight``, so that the thinning sees the final cell size."""
     rotate = key_labels is not None and max(map(len, key_labels), default=0) > 2
     fig = axes[0].figure
-    for pass_ in range(2):  # place every label, lay out, then thin the labels to what fits
+    # place every label, lay out, then thin the labels to what fits
+    for pass_ in range(2):
         if tight:
             fig.tight_layout()
         for i, ax in enumerate(axes):
-            if key_labels is not None and i + ncols >= len(axes):  # the bottom heatmap of a column
+            # the bottom heatmap of a column
+            if key_labels is not None and i + ncols >= len(axes):
                 _label_ticks(ax, "x", key_labels, rotate, thin=pass_ == 1)
             elif key_labels is not None:
                 ax.set_xticks([])
@@ -266,7 +302,8 @@ def _label_heatmap(
 
 
 def plot_positional_encoding(pe: Tensor, ax: Axes | None = None) -> Axes:
-    """Heatmap of a positional table ``(L, E)``: position on the y axis, dimension on the x axis."""
+    """Heatmap of a positional table ``(L, E)``: position on the y axis, dimension on
+    the x axis."""
     pe = _as_2d("pe", pe)
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
@@ -277,7 +314,9 @@ def plot_positional_encoding(pe: Tensor, ax: Axes | None = None) -> Axes:
     return ax
 
 
-def plot_loss_curves(curves: Mapping[str, Sequence[float]], ax: Axes | None = None, logy: bool = False) -> Axes:
+def plot_loss_curves(
+    curves: Mapping[str, Sequence[float]], ax: Axes | None = None, logy: bool = False
+) -> Axes:
     """One line per named loss curve (x axis: step)."""
     if not curves:
         raise ValueError("curves is empty")
