@@ -216,9 +216,19 @@ def test_attention_scale_and_gradcheck() -> None:
 @pytest.mark.parametrize(
     ("shapes", "kwargs", "exc", "match"),
     [
-        (((3, 4), (5, 3), (5, 2)), {}, ValueError, "share the last dim"),
-        (((3, 4), (5, 4), (6, 2)), {}, ValueError, "same length S"),
-        (((4,), (5, 4), (5, 2)), {}, ValueError, "at least 2 dimensions"),
+        (
+            ((3, 4), (5, 3), (5, 2)),
+            {},
+            ValueError,
+            r"^query and key must share the last dim D, got query \(3, 4\) and key \(5, 3\)$",
+        ),
+        (
+            ((3, 4), (5, 4), (6, 2)),
+            {},
+            ValueError,
+            r"^key and value must share the length S, got key \(5, 4\) and value \(6, 2\)$",
+        ),
+        (((4,), (5, 4), (5, 2)), {}, ValueError, r"^query must have at least 2 dims, got shape \(4,\)$"),
         (((3, 4), (5, 4), (5, 2)), {"scale": 0.0}, ValueError, "scale must be positive"),
         (
             ((3, 4), (5, 4), (5, 2)),

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .utils import check_int
+from .utils import check_int, check_qk, check_qkv, check_tensor
 
 __all__ = [
     "elu_feature_map",
@@ -46,42 +46,6 @@ def elu_feature_map(x: Tensor) -> Tensor:
     """The feature map phi(x) = elu(x) + 1 of Katharopoulos et al. (2020);
     strictly positive."""
     return F.elu(x) + 1.0
-
-
-def _check_tensor(name: str, x: object, min_dim: int = 2) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() < min_dim:
-        raise ValueError(
-            f"{name} must have at least {min_dim} dims, got shape {tuple(x.shape)}"
-        )
-    return x
-
-
-def _check_qkv(
-    query: object, key: object, value: object
-) -> tuple[Tensor, Tensor, Tensor]:
-    q = _check_tensor("query", query)
-    k = _check_tensor("key", key)
-    v = _check_tensor("value", value)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            "query and key must share the last dim D, "
-            f"got query {tuple(q.shape)} and key {tuple(k.shape)}"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            "key and value must share the length S, "
-            f"got key {tuple(k.shape)} and value {tuple(v.shape)}"
-        )
-    try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError as err:
-        raise ValueError(
-            f"batch dims of query {tuple(q.shape)}, key {tuple(k.shape)} "
-            f"and value {tuple(v.shape)} do not broadcast"
-        ) from err
-    return q, k, v
 
 
 def _check_causal_lengths(q: Tensor, k: Tensor) -> None:
@@ -116,13 +80,7 @@ def linear_attention_weights(
         weights (..., L, S). ``linear_attention(q, k, v) == weights @ v`` up to
         rounding.
     """
-    q = _check_tensor("query", query)
-    k = _check_tensor("key", key)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            "query and key must share the last dim D, "
-            f"got query {tuple(q.shape)} and key {tuple(k.shape)}"
-        )
+    q, k = check_qk(query, key)
     # (..., L, D) @ (..., D, S) -> (..., L, S)
     sim = feature_map(q) @ feature_map(k).transpose(-2, -1)
     if causal:
@@ -167,7 +125,7 @@ def linear_attention(
     Returns:
         output (..., L, Dv).
     """
-    q, k, v = _check_qkv(query, key, value)
+    q, k, v = check_qkv(query, key, value)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     check_int("chunk_size", chunk_size, 1)
@@ -230,7 +188,7 @@ def linear_attention_recurrent(
     Returns:
         output (..., L, Dv).
     """
-    q, k, v = _check_qkv(query, key, value)
+    q, k, v = check_qkv(query, key, value)
     _check_causal_lengths(q, k)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
@@ -298,7 +256,7 @@ def local_attention(
     Returns:
         output (..., L, Dv).
     """
-    q, k, v = _check_qkv(query, key, value)
+    q, k, v = check_qkv(query, key, value)
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(
             "local_attention needs L == S (self-attention), "
@@ -359,9 +317,9 @@ def low_rank_attention(
     Returns:
         (output (..., L, Dv), weights (..., L, k)).
     """
-    q, k, v = _check_qkv(query, key, value)
-    proj_k = _check_tensor("proj_k", proj_k)
-    proj_v = proj_k if proj_v is None else _check_tensor("proj_v", proj_v)
+    q, k, v = check_qkv(query, key, value)
+    proj_k = check_tensor("proj_k", proj_k)
+    proj_v = proj_k if proj_v is None else check_tensor("proj_v", proj_v)
     S = k.shape[-2]
     for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
         if p.dim() != 2 or p.shape[1] != S:

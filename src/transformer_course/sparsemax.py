@@ -28,6 +28,8 @@ import math
 import torch
 from torch import Tensor
 
+from .utils import check_qkv
+
 __all__ = [
     "SparsemaxFunction",
     "sparsemax",
@@ -157,23 +159,7 @@ def sparsemax_attention(
     A fully masked query row gets all-zero weights and a zero output row.
     Raises ``ValueError`` for mismatched shapes or a non-broadcastable mask.
     """
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() < 2:
-            raise ValueError(
-                f"{name} must have at least 2 dimensions, got shape {tuple(t.shape)}"
-            )
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            "query and key must share the last dim, "
-            f"got D={query.shape[-1]} and {key.shape[-1]}"
-        )
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            "key and value must have the same length S, "
-            f"got {key.shape[-2]} and {value.shape[-2]}"
-        )
+    check_qkv(query, key, value)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     elif scale <= 0:

@@ -1,4 +1,4 @@
-"""Reproducibility and device helpers."""
+"""Reproducibility, device and argument-checking helpers."""
 
 from __future__ import annotations
 
@@ -6,8 +6,17 @@ import random
 
 import numpy as np
 import torch
+from torch import Tensor
 
-__all__ = ["set_seed", "get_device", "check_int", "check_positive_int"]
+__all__ = [
+    "set_seed",
+    "get_device",
+    "check_int",
+    "check_positive_int",
+    "check_tensor",
+    "check_qk",
+    "check_qkv",
+]
 
 
 def set_seed(seed: int) -> None:
@@ -68,3 +77,48 @@ def check_positive_int(name: str, value: object) -> int:
     if _require_int(name, value) <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
     return value
+
+
+def check_tensor(name: str, x: object, min_dim: int = 2) -> Tensor:
+    """Return ``x`` if it is a tensor with at least ``min_dim`` dims; else raise."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < min_dim:
+        raise ValueError(
+            f"{name} must have at least {min_dim} dims, got shape {tuple(x.shape)}"
+        )
+    return x
+
+
+def check_qk(query: object, key: object) -> tuple[Tensor, Tensor]:
+    """Attention inputs ``query (..., L, D)`` and ``key (..., S, D)``: tensors that
+    share the feature size D."""
+    q, k = check_tensor("query", query), check_tensor("key", key)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            "query and key must share the last dim D, "
+            f"got query {tuple(q.shape)} and key {tuple(k.shape)}"
+        )
+    return q, k
+
+
+def check_qkv(
+    query: object, key: object, value: object
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`check_qk`, plus ``value (..., S, Dv)`` of the keys' length S, and batch
+    dims of the three that broadcast."""
+    q, k = check_qk(query, key)
+    v = check_tensor("value", value)
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            "key and value must share the length S, "
+            f"got key {tuple(k.shape)} and value {tuple(v.shape)}"
+        )
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError as err:
+        raise ValueError(
+            f"batch dims of query {tuple(q.shape)}, key {tuple(k.shape)} "
+            f"and value {tuple(v.shape)} do not broadcast"
+        ) from err
+    return q, k, v
