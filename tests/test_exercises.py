@@ -229,7 +229,8 @@ class MHA(nn.Module):
         self.W_v, self.W_o = self.inner.v_proj, self.inner.out_proj
 
     def forward(self, Q, K, V, mask=None):
-        return self.inner(Q, K, V, attn_mask=mask)[0]
+        out = self.inner(Q, K, V, attn_mask=mask)
+        return out[0] if isinstance(out, tuple) else out  # (output, weights) in older versions
 
 
 def make_mha(split="ok", merge="ok", scale="head", dim=-1, masking="ok", out_proj=True, source="ok",
