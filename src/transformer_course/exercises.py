@@ -184,6 +184,8 @@ def _user_line(err: BaseException) -> str:
 
 def _crash_hint(err: BaseException) -> str:
     text = str(err)
+    if isinstance(err, TypeError) and "argument" in text:
+        return "检查参数：函数（或 __init__、forward）的签名要与练习说明的一致。"
     shape_words = ("size", "shape", "dimension", "mat1", "broadcast")
     if any(word in text for word in shape_words):
         return "多半是形状对不上：在出错的行前打印各个张量的 .shape 看看。"
@@ -846,7 +848,13 @@ def check_multi_head_attention(cls: type) -> str:
         module = _construct(cls, E, H, what=name)
         args = (Q, K, V) if mask is None else (Q, K, V, mask)
         with torch.no_grad():
-            out = _forward(module, *args, what=what, case=case, first=i == 0)
+            hint = ""
+            if K.size(1) != Q.size(1):
+                hint = (
+                    "交叉注意力里 K、V 的长度 S 可以与 Q 的长度 L 不同：拆分 K、V "
+                    "的多头时用它们自己的长度（K.size(1)），不要用 Q 的 L。"
+                )
+            out = _forward(module, *args, what=what, case=case, first=i == 0, hint=hint)
         if isinstance(out, tuple) and len(out) == 2:
             out = out[0]
         out = _as_tensor(out, f"{what} 的输出", case)
