@@ -157,6 +157,13 @@ def _checker(title: str) -> Callable:
                     ) from None
                 print(f"尚未实现：{skel.what} {skel.reason}（写好后重新运行本单元格）")
                 return False
+            except ExerciseError:
+                raise
+            except Exception as err:  # an unexpected value made the checker trip
+                raise ExerciseError(
+                    f"{title}：检查 {name} 时出错（{type(err).__name__}: {err}）。"
+                    "多半是返回值的类型或形状出乎意料：对照练习说明检查返回值。"
+                ) from err
             print(f"✓ {title}：{name} 通过（{detail}）")
             return True
 
@@ -206,6 +213,8 @@ def _run(
     """Call the learner's ``fn``; a crash becomes an :class:`ExerciseError` naming the
     inputs; ``NotImplementedError`` (or ``None`` from a ``first`` call) a skeleton."""
     __tracebackhide__ = True
+    # the learner's code may change its inputs in place: it gets copies
+    args = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
     try:
         out = fn(*args, **kwargs)
     except NotImplementedError:
@@ -1617,7 +1626,7 @@ def _copy_weights(
                 f"{what}.{path}.weight 的形状应为 {tuple(dst.weight.shape)}，"
                 f"得到 {tuple(w.shape)}。"
             )
-        norm = isinstance(dst, nn.Module) and w.dim() == 1
+        norm = w.dim() == 1
         with torch.no_grad():
             if randomize_norms is not None and norm:
                 w.copy_(1.0 + 0.3 * _randn(randomize_norms, *w.shape))
