@@ -1118,3 +1118,8 @@ def test_unexpected_return_value_gives_a_hint(capsys):
             return (Q, K, V)  # three values
 
     assert_rejects(ex.check_multi_head_attention, Odd, "torch.Tensor", capsys)
+
+
+def test_instance_instead_of_class():
+    with pytest.raises(ex.ExerciseError, match="类本身"):
+        ex.check_multi_head_attention(MHA(12, 3))

@@ -132,7 +132,7 @@ def _name(candidate: object) -> str:
     return getattr(candidate, "__name__", None) or type(candidate).__name__
 
 
-def _checker(title: str) -> Callable:
+def _checker(title: str, wants_class: bool = False) -> Callable:
     """Turn ``body(candidate) -> detail`` into a checker with the common protocol."""
 
     def decorate(body: Callable[[object], str]) -> Callable[..., bool]:
@@ -145,6 +145,12 @@ def _checker(title: str) -> Callable:
                     f"{title}：要检查的应是一个函数或类，得到的是 "
                     f"{type(candidate).__name__}（{candidate!r:.60}）。"
                     "把函数/类本身传进来，不要先调用它。"
+                )
+            if wants_class and not isinstance(candidate, type):
+                raise ExerciseError(
+                    f"{title}：要检查的是类本身（如 MyMultiHeadAttention），得到的是"
+                    f"一个 {type(candidate).__name__} 实例：去掉类名后面的括号和参数，"
+                    "检查器会自己用不同的参数构造它。"
                 )
             try:
                 with _isolated_rng():
@@ -809,7 +815,7 @@ def _mha_reference(
 _MHA_NAMES = ("W_q", "W_k", "W_v", "W_o")
 
 
-@_checker("多头注意力")
+@_checker("多头注意力", wants_class=True)
 def check_multi_head_attention(cls: type) -> str:
     """Grade ``cls(d_model, num_heads)``: multi-head attention.
 
@@ -1015,7 +1021,7 @@ def _ln_variant(x: Tensor, w: Tensor, b: Tensor, eps: float, mistake: str) -> Te
     return y * w + b
 
 
-@_checker("层归一化")
+@_checker("层归一化", wants_class=True)
 def check_layer_norm(cls: type) -> str:
     """Grade ``cls(d_model, eps=1e-5)``: layer normalisation.
 
@@ -1389,7 +1395,7 @@ def _ffn_cases(g: torch.Generator) -> list[tuple[str, int, int, Tensor]]:
     ]
 
 
-@_checker("前馈网络 FFN")
+@_checker("前馈网络 FFN", wants_class=True)
 def check_feed_forward(cls: type) -> str:
     """Grade ``cls(d_model, d_ff)``: the position-wise FFN ``linear2(gelu(linear1 x))``.
 
@@ -1463,7 +1469,7 @@ def _swiglu_variant(
     return _lin(w2, hidden)
 
 
-@_checker("SwiGLU 前馈网络")
+@_checker("SwiGLU 前馈网络", wants_class=True)
 def check_swiglu(cls: type) -> str:
     """Grade ``cls(d_model, d_ff)``: the SwiGLU FFN ``w2(silu(w1 x) * w3 x)``.
 
@@ -1742,7 +1748,7 @@ def _causality_hint(
     return None
 
 
-@_checker("Transformer 块（Pre-LN，GPT）")
+@_checker("Transformer 块（Pre-LN，GPT）", wants_class=True)
 def check_transformer_block(cls: type) -> str:
     """Grade ``cls(d_model, num_heads)``: a Pre-LN GPT block, d_ff = 4·d_model, no
     dropout.
@@ -1878,7 +1884,7 @@ _GPT_HINTS = [
 ]
 
 
-@_checker("GPT 模型")
+@_checker("GPT 模型", wants_class=True)
 def check_gpt(cls: type) -> str:
     """Grade ``cls(vocab_size, context_length, d_model, num_heads, num_layers)``.
 
@@ -2544,7 +2550,7 @@ def _call_len(cache: object, what: str, first: bool = False) -> int:
     return n
 
 
-@_checker("KV 缓存")
+@_checker("KV 缓存", wants_class=True)
 def check_kv_cache(cls: type) -> str:
     """Grade ``cls()``: a KV cache.
 
