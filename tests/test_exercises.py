@@ -171,7 +171,7 @@ def test_self_attention_skeleton(capsys):
         pytest.param(dict(tr=(1, 2)), "K.transpose(-2, -1)", id="transpose hard-coded for 3-D"),
         pytest.param(dict(ret="weights"), "weights @ V", id="returns the weights"),
         pytest.param(dict(ret="swapped"), "顺序反了", id="(weights, output)"),
-        pytest.param(dict(ret="list"), "应返回 torch.Tensor", id="returns a list"),
+        pytest.param(dict(ret="list"), "应是 torch.Tensor", id="returns a list"),
     ],
 )
 def test_self_attention_rejects(kwargs, keyword, capsys):

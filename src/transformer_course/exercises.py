@@ -312,8 +312,18 @@ def _as_tensor(out: object, what: str, case: str = "") -> Tensor:
         hint = "得到的是一个数：是不是只算了一个元素，或者提前调用了 .item()？"
     else:
         hint = "检查 return 语句"
-    _fail(f"{what} 应返回 torch.Tensor{where}，得到的是 {kind}：{hint}。")
+    _fail(f"{_sp(what)}应是 torch.Tensor{where}，得到的是 {kind}：{hint}。")
     return out  # unreachable
+
+
+def _sp(what: str) -> str:
+    """``what`` followed by a space unless it ends in a Chinese character."""
+    return what if what and ord(what[-1]) > 0x2E80 else what + " "
+
+
+def _of(what: str) -> str:
+    """``what`` + "的", e.g. ``"fn 的输出"`` -> ``"fn 的输出的"``."""
+    return f"{_sp(what)}的"
 
 
 def _check_shape(
@@ -324,7 +334,7 @@ def _check_shape(
     if tuple(t.shape) != expected:
         where = f"（{case}）" if case else ""
         _fail(
-            f"{what} 的形状不对{where}：应为 {expected}，得到 {tuple(t.shape)}。"
+            f"{_of(what)}形状不对{where}：应为 {expected}，得到 {tuple(t.shape)}。"
             + (hint or "")
         )
 
@@ -333,7 +343,7 @@ def _check_float(t: Tensor, what: str) -> None:
     __tracebackhide__ = True
     if not t.is_floating_point():
         _fail(
-            f"{what} 应是浮点张量，得到 dtype {t.dtype}：计算中是否用了整数张量"
+            f"{_sp(what)}应是浮点张量，得到 dtype {t.dtype}：计算中是否用了整数张量"
             "（如 torch.arange 默认是 int64）？"
         )
 
@@ -384,7 +394,7 @@ def _check_nan(t: Tensor, what: str, case: str, hint: str = "") -> None:
     __tracebackhide__ = True
     if t.is_floating_point() and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
-        _fail(f"{what} 含 NaN 或 inf（{case}：{bad} 个元素）。" + hint)
+        _fail(f"{_sp(what)}含 NaN 或 inf（{case}：{bad} 个元素）。" + hint)
 
 
 # ---------------------------------------------------------------------------
@@ -890,12 +900,14 @@ def check_multi_head_attention(cls: type) -> str:
             " 多头注意力的输出应与 Q 同形 (N, L, E)。",
         )
         _check_float(out, f"{what} 的输出")
-        _check_nan(
-            out,
-            f"{what} 的输出",
-            case,
-            "若只在有掩码时出现：掩码方向可能反了（True = 可以看）。",
-        )
+        nan_hint = "检查 softmax 之前的分数，是否某一行全被填成了 -inf？"
+        if mask is not None and bool(mask.all(-1).any()):
+            nan_hint = (
+                "NaN 出现在有掩码的情形：掩码整行为 True 的 query 得到了 NaN，"
+                "说明被填成 -inf 的恰是「可以看」的位置：掩码方向可能反了"
+                "（True = 可以看）：应写 masked_fill(~mask, -inf)。"
+            )
+        _check_nan(out, f"{what} 的输出", case, nan_hint)
         if _close(out, ref):
             continue
         D = E // H
@@ -2269,6 +2281,16 @@ def check_lm_batch(fn: Callable) -> str:
                     f"data[{j + 1} : {j + 1 + T}]。"
                 )
         ref_starts = [pos[int(v)] for v in ref_x[:, 0]]
+        for delta, word in ((1, "多"), (-1, "少")):
+            high = n - T + delta
+            if high > 0:
+                alt = torch.randint(high, (B,), generator=_generator(100 + i))
+                if alt.tolist() == starts:
+                    _fail(
+                        f"{name} 抽到的起点 {starts} 与约定的抽样 {ref_starts} 不一致"
+                        f"（{case}）：torch.randint 的上界应为 len(data) - "
+                        f"context_length = {n - T}，你的{word}了 1。"
+                    )
         _fail(
             f"{name} 抽到的起点 {starts} 与约定的抽样 {ref_starts} 不一致（{case}）："
             "应写 torch.randint(len(data) - context_length, (batch_size,), "
