@@ -1123,3 +1123,14 @@ def test_unexpected_return_value_gives_a_hint(capsys):
 def test_instance_instead_of_class():
     with pytest.raises(ex.ExerciseError, match="类本身"):
         ex.check_multi_head_attention(MHA(12, 3))
+
+
+def test_inverted_random_mask_with_weights(capsys):
+    def inverted(Q, K, V, mask=None):
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(mask, -1e9)  # -1e9: no NaN in fully masked rows
+        w = torch.softmax(scores, dim=-1)
+        return w @ V, w
+
+    assert_rejects(ex.check_self_attention, inverted, "掩码方向可能反了（True = 可以看）", capsys)

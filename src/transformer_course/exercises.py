@@ -631,11 +631,20 @@ def _check_attention_weights(
         leaked = (weights.detach().abs() > 1e-6) & ~mask
         if bool(leaked.any()):
             idx = tuple(int(i) for i in leaked.nonzero()[0])
+            # rows with something masked: an inverted mask gives weight only there
+            allowed = (mask & ~mask.all(-1, keepdim=True)).expand_as(weights)
+            if bool((weights.detach()[allowed].abs() < 1e-6).all()):
+                why = (
+                    "掩码方向可能反了（True = 可以看）：应写 masked_fill(~mask, -inf)。"
+                )
+            else:
+                why = (
+                    "屏蔽没有生效：应在 softmax 之前把掩码为 False 的分数填成 -inf"
+                    "（填 0 不行，0 分经 softmax 后仍有权重）。"
+                )
             _fail(
                 f"被屏蔽的位置仍有权重（{case}）：例如位置 {idx} 的掩码为 False，"
-                f"权重却是 {weights[idx].item():.3g}。"
-                "掩码方向可能反了（True = 可以看），"
-                "或者屏蔽没有在 softmax 之前把分数填成 -inf。"
+                f"权重却是 {weights[idx].item():.3g}。{why}"
             )
     sums = weights.detach().double().sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
