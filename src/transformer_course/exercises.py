@@ -11,6 +11,20 @@ The build-exercise pattern of every chapter:
    ``Solution...``), graded by the same checker with ``solution=True``. "Run All" never
    overwrites the learner's code, and CI grades the solution.
 
+In code::
+
+    def my_self_attention(Q, K, V, mask=None):
+        # 在这里写你的代码：返回 (输出, 权重) 或只返回输出
+        pass
+
+    tc.exercises.check_self_attention(my_self_attention)  # skeleton: 尚未实现…
+
+    # (in the closed solution dropdown)
+    def solution_self_attention(Q, K, V, mask=None):
+        ...
+
+    tc.exercises.check_self_attention(solution_self_attention, solution=True)
+
 Every checker ``check_xxx(candidate, *, solution=False)`` compares the candidate with
 the package's own implementation (or with a reference computed from the candidate's own
 weights) on several random inputs: several shapes, batch > 1, masks, odd lengths. The
