@@ -19,14 +19,14 @@ from transformer_course import exercises as ex
 
 
 def assert_passes(checker, candidate, capsys, **kwargs):
-    assert checker(candidate, **kwargs) is True
+    assert checker(candidate, **kwargs) is None  # nothing echoed under the cell
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("✓"), lines
 
 
 def assert_skeleton(checker, skeleton, capsys):
-    assert checker(skeleton) is False
+    assert checker(skeleton) is None
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("尚未实现："), lines

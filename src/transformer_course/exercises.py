@@ -31,16 +31,18 @@ weights) on several random inputs: several shapes, batch > 1, masks, odd lengths
 inputs come from a local ``torch.Generator`` and the global RNG state of the notebook is
 restored afterwards, so a check is deterministic and changes nothing around it. Then:
 
-* right: prints one line starting with ``✓`` and returns ``True``;
+* right: prints one line starting with ``✓``;
 * wrong: raises :class:`ExerciseError` (an ``AssertionError``) whose message says in
   Chinese what is wrong, with the shapes/values involved, and the likely mistake,
   diagnosed from the symptom (missing scale, softmax on the wrong axis, inverted mask,
   ...);
 * still a skeleton (returns ``None`` or raises ``NotImplementedError``; for a class:
   construction raises it, or ``forward`` returns ``None``): prints
-  ``尚未实现：…（写好后重新运行本单元格）`` and returns ``False`` without raising, so a
-  notebook runs through with the skeletons in place. With ``solution=True`` a skeleton
-  raises instead.
+  ``尚未实现：…（写好后重新运行本单元格）`` without raising, so a notebook runs through
+  with the skeletons in place. With ``solution=True`` a skeleton raises instead.
+
+A checker returns ``None``, so a checker call as the last line of a cell echoes
+nothing under its one line.
 
 Contracts (boolean masks: ``True`` = may attend):
 
@@ -151,7 +153,7 @@ def _checker(title: str, wants_class: bool = False) -> Callable:
 
     def decorate(body: Callable[[object], str]) -> Callable[..., bool]:
         @functools.wraps(body)
-        def check(candidate: object, *, solution: bool = False) -> bool:
+        def check(candidate: object, *, solution: bool = False) -> None:
             __tracebackhide__ = True  # IPython and pytest hide this frame
             name = _name(candidate)
             if not callable(candidate):
@@ -176,7 +178,7 @@ def _checker(title: str, wants_class: bool = False) -> Callable:
                         "（solution=True）。"
                     ) from None
                 print(f"尚未实现：{skel.what} {skel.reason}（写好后重新运行本单元格）")
-                return False
+                return
             except ExerciseError:
                 raise
             except Exception as err:  # an unexpected value made the checker trip
@@ -185,7 +187,6 @@ def _checker(title: str, wants_class: bool = False) -> Callable:
                     "多半是返回值的类型或形状出乎意料：对照练习说明检查返回值。"
                 ) from err
             print(f"✓ {title}：{name} 通过（{detail}）")
-            return True
 
         return check
 
