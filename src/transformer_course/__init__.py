@@ -115,7 +115,7 @@ _LAZY_VIZ = (
     "plot_loss_curves",
     "plot_positional_encoding",
 )
-_LAZY_MODULES = ("viz", "benchmarking", "train_gpt")
+_LAZY_MODULES = ("viz", "benchmarking", "train_gpt", "explorer")
 
 
 def __getattr__(name: str):
