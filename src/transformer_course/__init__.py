@@ -65,6 +65,7 @@ from .notebook import (
     SEED_ENV,
     check,
     check_close,
+    checks,
     course_seed,
     setup_chapter,
     show_source,
@@ -115,7 +116,9 @@ _LAZY_VIZ = (
     "plot_loss_curves",
     "plot_positional_encoding",
 )
-_LAZY_MODULES = ("viz", "benchmarking", "train_gpt", "explorer")
+_LAZY_MODULES = (
+    "viz", "diagrams", "benchmarking", "train_gpt", "exercises", "explorer"
+)  # fmt: skip
 
 
 def __getattr__(name: str):
@@ -131,7 +134,8 @@ def __getattr__(name: str):
 __all__ = [
     "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm",
     "build_positional", "causal_mask", "CharTokenizer", "check_mask",
-    "check_positive_int", "config_from_dict", "config_to_dict", "check", "check_close",
+    "check_positive_int", "checks", "config_from_dict", "config_to_dict", "check",
+    "check_close",
     "copy_task", "count_parameters", "course_seed", "DecoderLayer", "elu_feature_map",
     "FeedForward", "generate_text_corpus", "get_device", "gpt_flops_per_token",
     "gpt_parameter_breakdown", "gpt_parameter_count", "GPTConfig", "HELD_OUT_PAIR",
