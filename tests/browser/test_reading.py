@@ -329,6 +329,22 @@ def test_search_snippets_show_the_sentence(book: Book, pages: list[str], term: s
     assert not traffic.problems(), _fmt(traffic.problems())
 
 
+# --------------------------------------------------------------------------- attention explorers
+
+
+def test_attention_explorers_are_drawn(book: Book, docname: str):
+    """Every tc.explorer view on the page ran its script (tests/browser/test_explorer.py checks
+    that choosing a head or a token redraws it)."""
+    states = book.visit(docname).page.evaluate(
+        "() => [...document.querySelectorAll('article .tc-explorer')].map((e) => ["
+        "e.id, !!e.dataset.ready, e.querySelectorAll('.tcx-keys .tcx-key').length])"
+    )
+    if not states:
+        pytest.skip("no attention explorer on this page")
+    dead = [view_id for view_id, ready, keys in states if not ready or not keys]
+    assert not dead, f"{docname}: attention explorers not drawn: {dead}"
+
+
 # --------------------------------------------------------------------------- the chapter goals
 # EXPECTED TO FAIL until the chapters are rewritten (issues 22-26): every chapter's main path, as
 # measured by scripts/page_metrics.py (bookbrowser.page_metrics: every dropdown, solution, hidden

@@ -10,7 +10,8 @@ then the test looks at what is on the screen:
 * no markdown cell shows a directive raw or as jupyterlab-myst's red "Unknown Directive" box
   (``{prf:…}``, ``{exercise…}``, ``{solution…}``, ``{optional…}``, …);
 * no cell printed an error or anything on stderr (the book build fails on both, too);
-* every code cell ran (it has an execution count).
+* every code cell ran (it has an execution count), and every attention explorer (``tc.explorer``)
+  in an output was drawn (its script ran).
 
 The chapters run one at a time in the same server (each kernel is shut down afterwards).
 A screenshot of each chapter after the run: ``_build/screenshots/jupyterlab-<chapter>.png``.
@@ -58,6 +59,8 @@ CELLS_JS = """
           ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], " +
           ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")]
         .map((o) => o.innerText.trim().slice(0, 300)),
+      // attention explorers (tc.explorer) whose script did not run
+      deadExplorers: [...cell.querySelectorAll(".tc-explorer")].filter((e) => !e.dataset.ready).length,
       unknown: [...cell.querySelectorAll("code")].filter((c) =>
         (c.parentElement.innerText || "").includes("Unknown Directive")).map((c) => c.innerText),
     };
@@ -153,6 +156,8 @@ def test_chapter_reads_and_runs_in_jupyterlab(lab, browser, chapter: Path):
             if cell["count"] is None:
                 problems.append(f"{where}: did not run")
             problems += [f"{where}: error/stderr output: {e}" for e in cell["errors"]]
+            if cell["deadExplorers"]:
+                problems.append(f"{where}: {cell['deadExplorers']} attention explorer(s) not drawn")
         else:
             problems += [f"{where}: unknown directive {name!r}" for name in cell["unknown"]]
             problems += [f"{where}: raw directive {m!r}" for m in RAW_DIRECTIVE.findall(cell["text"])]
