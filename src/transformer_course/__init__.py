@@ -31,6 +31,7 @@ from .data import (
     generate_text_corpus,
     lm_batch,
     load_text_corpus,
+    split_paragraphs,
     translation_corpus,
 )
 from .efficient_attention import (
@@ -146,7 +147,7 @@ __all__ = [
     "rms_norm_reference", "RMSNorm", "RotaryEmbedding", "sample_next_token",
     "save_checkpoint", "scaled_dot_product_attention", "SEED_ENV", "set_seed",
     "setup_chapter", "show_source", "sinusoidal_table", "SinusoidalPositionalEncoding",
-    "sliding_window_mask", "smoothed_targets", "sparsemax", "sparsemax_attention",
+    "sliding_window_mask", "smoothed_targets", "split_paragraphs", "sparsemax", "sparsemax_attention",
     "sparsemax_threshold", "SparsemaxFunction", "state_dict_sha256", "to_torch_mask",
     "top_k_filter", "top_p_filter", "train_loop", "TrainHistory", "Transformer",
     "TransformerBlock", "transformer_parameter_breakdown",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from numbers import Real
 
 import numpy as np
 import torch
@@ -13,6 +14,10 @@ __all__ = [
     "get_device",
     "check_int",
     "check_positive_int",
+    "check_dropout",
+    "check_fraction",
+    "check_choice",
+    "check_divisible",
     "check_tensor",
     "check_qk",
     "check_qkv",
@@ -77,6 +82,40 @@ def check_positive_int(name: str, value: object) -> int:
     if _require_int(name, value) <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
     return value
+
+
+def _check_real(name: str, value: object) -> float:
+    if not isinstance(value, Real) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
+def check_dropout(name: str, p: object) -> float:
+    """Return ``p`` if it is a dropout probability in ``[0, 1)``; otherwise raise
+    naming ``name`` and the value."""
+    if not 0.0 <= _check_real(name, p) < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {p}")
+    return p
+
+
+def check_fraction(name: str, p: object) -> float:
+    """Return ``p`` if it is a fraction in ``(0, 1)`` (both ends excluded)."""
+    if not 0.0 < _check_real(name, p) < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {p}")
+    return p
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``; otherwise raise listing them."""
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {choices}")
+    return value
+
+
+def check_divisible(name: str, value: int, by_name: str, by: int) -> None:
+    """Raise unless ``by`` divides ``value`` (e.g. ``d_model`` by ``num_heads``)."""
+    if value % by:
+        raise ValueError(f"{name}={value} is not divisible by {by_name}={by}")
 
 
 def check_tensor(name: str, x: object, min_dim: int = 2) -> Tensor:
