@@ -85,8 +85,9 @@ MODEL_FLAGS = ("context_length", "d_model", "num_heads", "num_layers", "dropout"
                "positional", "norm", "activation")  # fmt: skip
 MODEL_DEFAULTS = {"positional": "learned", "norm": "layernorm", "activation": "gelu"}
 #: Sizes for the shipped corpus (about 41K training characters). ``cpu-small`` (the
-#: default) is minutes on a 2-core laptop, ``cpu-medium`` about an hour, ``gpu`` is
-#: nanoGPT's character-level Shakespeare model (``config/train_shakespeare_char.py``).
+#: default) is minutes on a 2-core laptop, ``cpu-medium`` has twice the context, a
+#: larger model and twice the steps, ``gpu`` is nanoGPT's character-level Shakespeare
+#: model (``config/train_shakespeare_char.py``).
 #: Flags typed on the command line win over the preset.
 PRESETS = {
     "cpu-small": dict(
@@ -95,9 +96,9 @@ PRESETS = {
         eval_every=100, eval_iters=20,
     ),
     "cpu-medium": dict(
-        context_length=256, d_model=192, num_heads=6, num_layers=4, dropout=0.2,
-        batch_size=32, max_steps=1500, lr=1e-3, min_lr=1e-4, warmup_steps=100,
-        eval_every=250, eval_iters=40,
+        context_length=256, d_model=128, num_heads=4, num_layers=4, dropout=0.1,
+        batch_size=32, max_steps=1000, lr=1e-3, min_lr=1e-4, warmup_steps=100,
+        eval_every=200, eval_iters=40,
     ),
     "gpu": dict(
         context_length=256, d_model=384, num_heads=6, num_layers=6, dropout=0.2,
