@@ -345,12 +345,12 @@ def _lockstep(
     for step in range(max_new_tokens):
 
         def cached(ids: Tensor = ids, step: int = step) -> Tensor:
-            hidden = model._hidden(ids if step == 0 else ids[:, -1:], caches)
+            hidden = model._backbone(ids if step == 0 else ids[:, -1:], caches)
             # (N, V) -> (N, 1)
             return model.lm_head(hidden[:, -1]).argmax(dim=-1, keepdim=True)
 
         def uncached(ids: Tensor = ids) -> Tensor:
-            hidden = model._hidden(ids, None)
+            hidden = model._backbone(ids, None)
             return model.lm_head(hidden[:, -1]).argmax(dim=-1, keepdim=True)
 
         order = (("cached", cached), ("uncached", uncached))

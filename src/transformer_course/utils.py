@@ -18,6 +18,7 @@ __all__ = [
     "check_fraction",
     "check_choice",
     "check_divisible",
+    "check_heads",
     "check_tensor",
     "check_qk",
     "check_qkv",
@@ -66,12 +67,16 @@ def _require_int(name: str, value: object) -> int:
     return value
 
 
-def check_int(name: str, value: object, minimum: int) -> int:
-    """Return ``value`` if it is an ``int`` >= ``minimum``; otherwise raise naming
-    ``name`` and the value.
+def check_int(
+    name: str, value: object, minimum: int, maximum: int | None = None
+) -> int:
+    """Return ``value`` if it is an ``int`` in ``[minimum, maximum]`` (no upper bound
+    when ``maximum`` is None); otherwise raise naming ``name`` and the value.
     """
     if _require_int(name, value) < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
@@ -116,6 +121,18 @@ def check_divisible(name: str, value: int, by_name: str, by: int) -> None:
     """Raise unless ``by`` divides ``value`` (e.g. ``d_model`` by ``num_heads``)."""
     if value % by:
         raise ValueError(f"{name}={value} is not divisible by {by_name}={by}")
+
+
+def check_heads(d_model: int, num_heads: int, num_kv_heads: int | None = None) -> None:
+    """Positive sizes; ``num_heads`` divides ``d_model`` and ``num_kv_heads`` (if
+    given) divides ``num_heads``."""
+    check_positive_int("d_model", d_model)
+    check_positive_int("num_heads", num_heads)
+    if num_kv_heads is not None:
+        check_positive_int("num_kv_heads", num_kv_heads)
+    check_divisible("d_model", d_model, "num_heads", num_heads)
+    if num_kv_heads is not None:
+        check_divisible("num_heads", num_heads, "num_kv_heads", num_kv_heads)
 
 
 def check_tensor(name: str, x: object, min_dim: int = 2) -> Tensor:
