@@ -92,8 +92,8 @@ MODEL_DEFAULTS = {"positional": "learned", "norm": "layernorm", "activation": "g
 PRESETS = {
     "cpu-small": dict(
         context_length=128, d_model=96, num_heads=4, num_layers=3, dropout=0.1,
-        batch_size=32, max_steps=500, lr=2e-3, min_lr=2e-4, warmup_steps=50,
-        eval_every=100, eval_iters=20,
+        batch_size=16, max_steps=400, lr=2e-3, min_lr=2e-4, warmup_steps=40,
+        eval_every=100, eval_iters=10,
     ),
     "cpu-medium": dict(
         context_length=256, d_model=128, num_heads=4, num_layers=4, dropout=0.1,
