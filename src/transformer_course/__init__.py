@@ -27,6 +27,7 @@ from .data import (
     HELD_OUT_PAIR,
     CharTokenizer,
     WordTokenizer,
+    char_ngram_loss,
     copy_task,
     generate_text_corpus,
     lm_batch,
@@ -131,7 +132,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm",
-    "build_positional", "causal_mask", "CharTokenizer", "check_mask",
+    "build_positional", "causal_mask", "CharTokenizer", "char_ngram_loss", "check_mask",
     "check_positive_int", "config_from_dict", "config_to_dict", "check",
     "check_close", "copy_task", "count_parameters", "course_seed", "DecoderLayer",
     "elu_feature_map", "FeedForward", "generate_text_corpus", "get_device",

@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from .models import _check_ids
-from .utils import check_positive_int
+from .utils import check_int, check_positive_int
 
 __all__ = [
     "synchronize",
@@ -91,8 +91,7 @@ def time_interleaved(
     """
     _check_fns(fns)
     check_positive_int("repeats", repeats)
-    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+    check_int("warmup", warmup, 0)
     names = list(fns)
     counts = {n: number for n in names} if isinstance(number, int) else dict(number)
     for n in names:

@@ -283,6 +283,8 @@ def remove_temp_files(path: str | os.PathLike[str]) -> list[Path]:
 def _torch_load(path: Path, map_location: str | torch.device) -> Any:
     """``torch.load(weights_only=True)``, with a ``ValueError`` naming the file and the
     damage when the file is not a complete checkpoint archive."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {str(path)!r}")
     problem = None
     if not zipfile.is_zipfile(path):  # e.g. truncated: no zip directory at the end
         problem = f"not a complete zip archive ({path.stat().st_size} bytes)"
@@ -299,6 +301,29 @@ def _torch_load(path: Path, map_location: str | torch.device) -> Any:
         f"{str(path)!r} is not a readable {FORMAT!r} checkpoint: {problem}; "
         "the file is corrupted, truncated or of another format"
     )
+
+
+def _check_payload(ckpt: Any, path: Path, needs_optimizer: bool) -> None:
+    """Raise ``ValueError`` unless ``ckpt`` is a complete checkpoint of this format
+    (with an optimizer state if ``needs_optimizer``)."""
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise ValueError(
+            f"{str(path)!r} is not a {FORMAT!r} checkpoint (found {found!r})"
+        )
+    missing = [key for key in _KEYS if key not in ckpt]
+    if (
+        missing
+        or not isinstance(ckpt["step"], int)
+        or not isinstance(ckpt["model"], Mapping)
+    ):
+        raise ValueError(
+            f"{str(path)!r} is a damaged {FORMAT!r} checkpoint: "
+            f"missing keys {missing}, step {ckpt.get('step')!r}, "
+            f"model of type {type(ckpt.get('model')).__name__}"
+        )
+    if needs_optimizer and ckpt["optimizer"] is None:
+        raise ValueError(f"checkpoint {str(path)!r} holds no optimizer state")
 
 
 def load_checkpoint(
@@ -329,29 +354,10 @@ def load_checkpoint(
             given but the checkpoint holds no optimizer state.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {str(path)!r}")
     ckpt = _torch_load(path, map_location)
-    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise ValueError(
-            f"{str(path)!r} is not a {FORMAT!r} checkpoint (found {found!r})"
-        )
-    missing = [key for key in _KEYS if key not in ckpt]
-    if (
-        missing
-        or not isinstance(ckpt["step"], int)
-        or not isinstance(ckpt["model"], Mapping)
-    ):
-        raise ValueError(
-            f"{str(path)!r} is a damaged {FORMAT!r} checkpoint: "
-            f"missing keys {missing}, step {ckpt.get('step')!r}, "
-            f"model of type {type(ckpt.get('model')).__name__}"
-        )
+    _check_payload(ckpt, path, needs_optimizer=optimizer is not None)
     if model is not None:
         unwrap_model(model).load_state_dict(ckpt["model"], strict=strict)
     if optimizer is not None:
-        if ckpt["optimizer"] is None:
-            raise ValueError(f"checkpoint {str(path)!r} holds no optimizer state")
         optimizer.load_state_dict(ckpt["optimizer"])
     return ckpt

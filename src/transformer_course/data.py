@@ -10,13 +10,16 @@
   generator's output);
 * :func:`split_paragraphs`: the train/validation split by whole paragraphs (chapter 5
   and ``train_gpt`` use the same one);
+* :func:`char_ngram_loss`: the smoothed character n-gram baseline of chapter 5;
 * :func:`lm_batch`: random next-token-prediction windows from a 1-D id tensor.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from importlib import resources
 
@@ -34,6 +37,7 @@ __all__ = [
     "generate_text_corpus",
     "load_text_corpus",
     "split_paragraphs",
+    "char_ngram_loss",
     "lm_batch",
 ]
 
@@ -294,6 +298,33 @@ def split_paragraphs(text: str, val_fraction: float = 0.1) -> tuple[str, str]:
     check_int("paragraphs", len(paragraphs), n_val + 1)
     train, val = paragraphs[:-n_val], paragraphs[-n_val:]
     return "\n\n".join(train) + "\n", "\n\n".join(val) + "\n"
+
+
+def char_ngram_loss(train_text: str, eval_text: str, n: int, vocab_size: int) -> float:
+    """Cross-entropy (nats per character) on ``eval_text`` of a character n-gram
+    model counted on ``train_text``, with Witten-Bell interpolation (Witten and Bell,
+    1991) from the uniform distribution over ``vocab_size`` characters up to order
+    ``n - 1`` histories; scored from the second character, like a language model.
+
+    ``P_k(c | h) = (count(h c) + T(h) P_{k-1}(c | h')) / (count(h) + T(h))``, with
+    ``T(h)`` the number of distinct characters seen after the history ``h``.
+    """
+    check_positive_int("n", n)
+    counts: list[dict[str, Counter]] = [defaultdict(Counter) for _ in range(n)]
+    for i, c in enumerate(train_text):
+        for k in range(min(n, i + 1)):
+            counts[k][train_text[i - k : i]][c] += 1
+    total = 0.0
+    for i in range(1, len(eval_text)):
+        history, p = eval_text[max(0, i - n + 1) : i], 1.0 / vocab_size
+        for k in range(min(n, len(history) + 1)):
+            after = counts[k].get(history[len(history) - k :])
+            if not after:  # an unseen history: longer ones are unseen too
+                break
+            seen, types = sum(after.values()), len(after)
+            p = (after[eval_text[i]] + types * p) / (seen + types)
+        total -= math.log(p)
+    return total / (len(eval_text) - 1)
 
 
 def lm_batch(

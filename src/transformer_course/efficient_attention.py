@@ -28,7 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .utils import check_int, check_positive_int, check_qk, check_qkv, check_tensor
+from .utils import (
+    check_int,
+    check_non_negative,
+    check_positive_int,
+    check_qk,
+    check_qkv,
+    check_tensor,
+)
 
 __all__ = [
     "elu_feature_map",
@@ -140,19 +147,25 @@ def linear_attention(
         output (..., L, Dv).
     """
     q, k, v = check_qkv(query, key, value)
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    check_non_negative("eps", eps)
     check_int("chunk_size", chunk_size, 1)
     phi_q = feature_map(q)  # (..., L, D)
     phi_k = feature_map(k)  # (..., S, D)
-    if not causal:
-        kv = phi_k.transpose(-2, -1) @ v  # (..., D, S) @ (..., S, Dv) -> (..., D, Dv)
-        z = phi_k.sum(dim=-2)  # (..., S, D) -> (..., D)
-        num = phi_q @ kv  # (..., L, D) @ (..., D, Dv) -> (..., L, Dv)
-        den = phi_q @ z.unsqueeze(-1)  # (..., L, D) @ (..., D, 1) -> (..., L, 1)
-        return num / (den + eps)
-    _check_causal_lengths(q, k)
-    L, C = q.shape[-2], chunk_size
+    if causal:
+        _check_causal_lengths(q, k)
+        return _causal_linear_attention(phi_q, phi_k, v, eps, chunk_size)
+    kv = phi_k.transpose(-2, -1) @ v  # (..., D, S) @ (..., S, Dv) -> (..., D, Dv)
+    z = phi_k.sum(dim=-2)  # (..., S, D) -> (..., D)
+    num = phi_q @ kv  # (..., L, D) @ (..., D, Dv) -> (..., L, Dv)
+    den = phi_q @ z.unsqueeze(-1)  # (..., L, D) @ (..., D, 1) -> (..., L, 1)
+    return num / (den + eps)
+
+
+def _causal_linear_attention(
+    phi_q: Tensor, phi_k: Tensor, v: Tensor, eps: float, chunk_size: int
+) -> Tensor:
+    """The causal form of :func:`linear_attention`, chunk by chunk (see there)."""
+    L, C = phi_q.shape[-2], chunk_size
     nc = -(-L // C)  # number of chunks, ceil(L / C)
     extra = nc * C - L
     # padded query rows are 1 (finite, discarded): (..., nc, C, D)
@@ -161,7 +174,7 @@ def linear_attention(
     pk = F.pad(phi_k, (0, 0, 0, extra)).unflatten(-2, (nc, C))  # (..., nc, C, D)
     pv = F.pad(v, (0, 0, 0, extra)).unflatten(-2, (nc, C))  # (..., nc, C, Dv)
     # inside each chunk: the masked kernel matrix
-    tril = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    tril = torch.ones(C, C, dtype=torch.bool, device=phi_q.device).tril()
     a = (pq @ pk.transpose(-2, -1)).masked_fill(~tril, 0.0)  # (..., nc, C, C)
     num = a @ pv  # (..., nc, C, Dv)
     den = a.sum(dim=-1, keepdim=True)  # (..., nc, C, 1)
@@ -204,8 +217,7 @@ def linear_attention_recurrent(
     """
     q, k, v = check_qkv(query, key, value)
     _check_causal_lengths(q, k)
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    check_non_negative("eps", eps)
     phi_q, phi_k = feature_map(q), feature_map(k)
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     D, Dv = q.shape[-1], v.shape[-1]
@@ -299,6 +311,23 @@ def local_attention(
     return out.flatten(-3, -2)[..., :L, :]  # (..., nb * B, Dv) -> (..., L, Dv)
 
 
+def _check_projections(
+    proj_k: Tensor, proj_v: Tensor | None, S: int
+) -> tuple[Tensor, Tensor]:
+    """``(E, F)`` of :func:`low_rank_attention`, both ``(k, S)``; F defaults to E."""
+    proj_k = check_tensor("proj_k", proj_k)
+    proj_v = proj_k if proj_v is None else check_tensor("proj_v", proj_v)
+    for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
+        if p.dim() != 2 or p.shape[1] != S:
+            raise ValueError(f"{name} must have shape (k, S={S}), got {tuple(p.shape)}")
+    if proj_k.shape[0] != proj_v.shape[0]:
+        raise ValueError(
+            "proj_k and proj_v must have the same k, "
+            f"got {tuple(proj_k.shape)} and {tuple(proj_v.shape)}"
+        )
+    return proj_k, proj_v
+
+
 def low_rank_attention(
     query: Tensor,
     key: Tensor,
@@ -326,17 +355,7 @@ def low_rank_attention(
         (output (..., L, Dv), weights (..., L, k)).
     """
     q, k, v = check_qkv(query, key, value)
-    proj_k = check_tensor("proj_k", proj_k)
-    proj_v = proj_k if proj_v is None else check_tensor("proj_v", proj_v)
-    S = k.shape[-2]
-    for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
-        if p.dim() != 2 or p.shape[1] != S:
-            raise ValueError(f"{name} must have shape (k, S={S}), got {tuple(p.shape)}")
-    if proj_k.shape[0] != proj_v.shape[0]:
-        raise ValueError(
-            "proj_k and proj_v must have the same k, "
-            f"got {tuple(proj_k.shape)} and {tuple(proj_v.shape)}"
-        )
+    proj_k, proj_v = _check_projections(proj_k, proj_v, k.shape[-2])
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     k_low = proj_k @ k  # (k, S) @ (..., S, D) -> (..., k, D)
     v_low = proj_v @ v  # (k, S) @ (..., S, Dv) -> (..., k, Dv)

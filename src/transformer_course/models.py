@@ -22,7 +22,7 @@ from .blocks import DecoderLayer, TransformerBlock
 from .feedforward import ACTIVATIONS
 from .masks import padding_mask
 from .norms import NORMS, build_norm
-from .positional import POSITIONAL_ENCODINGS, build_positional
+from .positional import POSITIONAL_ENCODINGS, RotaryEmbedding, build_positional
 from .sampling import check_sampling_args, sample_next_token
 from .utils import (
     check_choice,
@@ -288,6 +288,14 @@ class GPTConfig:
         return self.d_model // self.num_heads
 
 
+def _positions(cfg: GPTConfig) -> tuple[nn.Module | None, RotaryEmbedding | None]:
+    """``(pos_emb, rotary)``: one of the two, by ``cfg.positional``."""
+    if cfg.positional == "rope":
+        rope = build_positional("rope", cfg.head_dim, cfg.context_length, cfg.rope_base)
+        return None, rope
+    return build_positional(cfg.positional, cfg.d_model, cfg.context_length), None
+
+
 class MiniGPT(nn.Module):
     """Decoder-only language model (GPT-2 layout): token embedding + positions,
     ``num_layers`` causal :class:`TransformerBlock`s, a final norm (Pre-LN only) and the
@@ -304,14 +312,8 @@ class MiniGPT(nn.Module):
         self.cfg = cfg
         E = cfg.d_model
         self.tok_emb = nn.Embedding(cfg.vocab_size, E)
-        rotary = None
-        self.pos_emb: nn.Module | None = None
-        if cfg.positional == "rope":
-            rotary = build_positional(
-                "rope", cfg.head_dim, cfg.context_length, base=cfg.rope_base
-            )
-        else:
-            self.pos_emb = build_positional(cfg.positional, E, cfg.context_length)
+        # absolute positions are added to x; rotary ones turn q and k in every block
+        self.pos_emb, rotary = _positions(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         block_args = dict(
             dropout=cfg.dropout, activation=cfg.activation, norm_first=cfg.norm_first,

@@ -16,9 +16,11 @@ __all__ = [
     "check_positive_int",
     "check_dropout",
     "check_fraction",
+    "check_non_negative",
     "check_choice",
     "check_divisible",
     "check_heads",
+    "check_type",
     "check_tensor",
     "check_qk",
     "check_qkv",
@@ -68,12 +70,12 @@ def _require_int(name: str, value: object) -> int:
 
 
 def check_int(
-    name: str, value: object, minimum: int, maximum: int | None = None
+    name: str, value: object, minimum: int | None = None, maximum: int | None = None
 ) -> int:
-    """Return ``value`` if it is an ``int`` in ``[minimum, maximum]`` (no upper bound
-    when ``maximum`` is None); otherwise raise naming ``name`` and the value.
+    """Return ``value`` if it is an ``int`` in ``[minimum, maximum]`` (a bound that is
+    None is not checked); otherwise raise naming ``name`` and the value.
     """
-    if _require_int(name, value) < minimum:
+    if _require_int(name, value) < (value if minimum is None else minimum):
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value}")
@@ -101,6 +103,13 @@ def check_dropout(name: str, p: object) -> float:
     if not 0.0 <= _check_real(name, p) < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {p}")
     return p
+
+
+def check_non_negative(name: str, x: object) -> float:
+    """Return ``x`` if it is a real number >= 0; otherwise raise naming ``name``."""
+    if _check_real(name, x) < 0:
+        raise ValueError(f"{name} must be >= 0, got {x}")
+    return x
 
 
 def check_fraction(name: str, p: object) -> float:
@@ -133,6 +142,13 @@ def check_heads(d_model: int, num_heads: int, num_kv_heads: int | None = None) -
     check_divisible("d_model", d_model, "num_heads", num_heads)
     if num_kv_heads is not None:
         check_divisible("num_heads", num_heads, "num_kv_heads", num_kv_heads)
+
+
+def check_type(name: str, value: object, cls: type) -> object:
+    """Return ``value`` if it is a ``cls``; otherwise raise ``TypeError``."""
+    if not isinstance(value, cls):
+        raise TypeError(f"{name} must be {cls.__name__}, got {type(value).__name__}")
+    return value
 
 
 def check_tensor(name: str, x: object, min_dim: int = 2) -> Tensor:
