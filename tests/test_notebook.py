@@ -88,3 +88,31 @@ def test_check_close_reports_error(capsys):
         tc.check_close(torch.zeros(2), torch.zeros(3), "shape")
     with pytest.raises(ValueError, match="atol"):
         tc.check_close(1.0, 1.0, "tol", atol=1e-3)
+
+
+def test_checks_prints_one_line_for_a_block(capsys):
+    with tc.checks("一节的检查"):
+        tc.check(True, "a")
+        tc.check_close(torch.ones(2), torch.ones(2), "b")
+    assert capsys.readouterr().out == "✓ 一节的检查（2 项检查）\n"
+    tc.check(True, "outside")
+    assert capsys.readouterr().out == "✓ outside\n"
+
+
+def test_checks_fails_at_the_first_failed_check(capsys):
+    with pytest.raises(AssertionError, match="check failed: b"):
+        with tc.checks("s"):
+            tc.check(True, "a")
+            tc.check(False, "b")
+    assert capsys.readouterr().out == ""
+    tc.check(True, "after")  # the block is closed again: checks print
+    assert capsys.readouterr().out == "✓ after\n"
+
+
+def test_checks_refuses_a_block_without_checks():
+    with pytest.raises(AssertionError, match="no check ran"):
+        with tc.checks("nothing"):
+            pass
+    with pytest.raises(TypeError, match="summary"):
+        with tc.checks(""):
+            pass

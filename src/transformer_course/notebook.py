@@ -10,13 +10,16 @@ checks.
   code block, in the HTML book (myst-nb renders the Markdown output) and in Jupyter
   alike.
 * :func:`check` and :func:`check_close` verify a claim and print a one-line summary, so
-  that a reader sees the verdict rather than a wall of assertions.
+  that a reader sees the verdict rather than a wall of assertions; inside a
+  :func:`checks` block they are silent and the block prints one line for all of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -31,6 +34,7 @@ __all__ = [
     "show_source",
     "check",
     "check_close",
+    "checks",
 ]
 
 SEED_ENV = "COURSE_SEED"
@@ -140,6 +144,39 @@ def show_source(obj: object) -> SourceCode:
     )
 
 
+# Counters of the open `checks` blocks (innermost last): checks inside one are silent.
+_OPEN_BLOCKS: list[list[int]] = []
+
+
+def _passed(line: str) -> None:
+    if _OPEN_BLOCKS:
+        _OPEN_BLOCKS[-1][0] += 1
+    else:
+        print(line)
+
+
+@contextlib.contextmanager
+def checks(summary: str) -> Iterator[None]:
+    """Run a section's checks quietly and print one line for all of them.
+
+    Inside the block :func:`check` and :func:`check_close` print nothing; the first
+    failure raises at once with its own message. When the block ends, one line
+    ``✓ summary（n 项检查）`` is printed. A block in which no check ran raises
+    ``AssertionError``: it would claim what nothing verified.
+    """
+    if not isinstance(summary, str) or not summary:
+        raise TypeError(f"summary must be a non-empty str, got {summary!r}")
+    counter = [0]
+    _OPEN_BLOCKS.append(counter)
+    try:
+        yield
+    finally:
+        _OPEN_BLOCKS.pop()
+    if counter[0] == 0:
+        raise AssertionError(f"check failed: {summary}: no check ran in this block")
+    _passed(f"✓ {summary}（{counter[0]} 项检查）")
+
+
 def check(condition: object, what: str) -> None:
     """Assert ``condition`` and print ``✓ what``; raise ``AssertionError(what)`` when it
     is false."""
@@ -154,7 +191,7 @@ def check(condition: object, what: str) -> None:
         condition = condition.item()
     if not condition:
         raise AssertionError(f"check failed: {what}")
-    print(f"✓ {what}")
+    _passed(f"✓ {what}")
 
 
 def check_close(
@@ -190,4 +227,4 @@ def check_close(
     except AssertionError as err:
         raise AssertionError(f"check failed: {what}\n{err}") from None
     error = (a.double() - e.double()).abs().max().item() if a.numel() else 0.0
-    print(f"✓ {what}（最大误差 {error:.1e}）")
+    _passed(f"✓ {what}（最大误差 {error:.1e}）")
