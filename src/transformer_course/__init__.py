@@ -27,10 +27,12 @@ from .data import (
     HELD_OUT_PAIR,
     CharTokenizer,
     WordTokenizer,
+    char_ngram_loss,
     copy_task,
     generate_text_corpus,
     lm_batch,
     load_text_corpus,
+    split_paragraphs,
     translation_corpus,
 )
 from .efficient_attention import (
@@ -88,7 +90,7 @@ from .positional import (
     sinusoidal_table,
 )
 from .sampling import sample_next_token, top_k_filter, top_p_filter
-from .sparsemax import (
+from .sparse import (
     SparsemaxFunction,
     sparsemax,
     sparsemax_attention,
@@ -116,7 +118,9 @@ _LAZY_VIZ = (
     "plot_loss_curves",
     "plot_positional_encoding",
 )
-_LAZY_MODULES = ("viz", "diagrams", "benchmarking", "train_gpt", "exercises")
+_LAZY_MODULES = (
+    "viz", "diagrams", "benchmarking", "train_gpt", "exercises", "explorer"
+)  # fmt: skip
 
 
 def __getattr__(name: str):
@@ -131,27 +135,28 @@ def __getattr__(name: str):
 
 __all__ = [
     "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm",
-    "build_positional", "causal_mask", "CharTokenizer", "check_mask",
-    "check_positive_int", "checks", "config_from_dict", "config_to_dict", "check",
-    "check_close",
-    "copy_task", "count_parameters", "course_seed", "DecoderLayer", "elu_feature_map",
-    "FeedForward", "generate_text_corpus", "get_device", "gpt_flops_per_token",
-    "gpt_parameter_breakdown", "gpt_parameter_count", "GPTConfig", "HELD_OUT_PAIR",
-    "KVCache", "label_smoothing_loss", "layer_norm_reference", "LayerNorm",
+    "build_positional", "causal_mask", "char_ngram_loss", "CharTokenizer", "check",
+    "check_close", "check_mask", "check_positive_int", "checks", "config_from_dict",
+    "config_to_dict", "copy_task", "count_parameters", "course_seed",
+    "DecoderLayer", "elu_feature_map", "FeedForward", "generate_text_corpus",
+    "get_device", "gpt_flops_per_token", "gpt_parameter_breakdown",
+    "gpt_parameter_count", "GPTConfig", "HELD_OUT_PAIR", "KVCache",
+    "label_smoothing_loss", "layer_norm_reference", "LayerNorm",
     "LearnedPositionalEmbedding", "linear_attention", "linear_attention_recurrent",
     "linear_attention_weights", "lm_batch", "load_checkpoint", "load_hf_gpt2",
-    "load_text_corpus", "load_torch_mha", "load_torch_transformer", "local_attention",
-    "low_rank_attention", "masked_softmax", "merge_masks", "MiniGPT",
-    "MultiHeadAttention", "noam_lr", "noam_scheduler", "NORMS", "padding_mask",
-    "plot_attention", "plot_attention_heads", "plot_loss_curves",
-    "plot_positional_encoding", "POSITIONAL_ENCODINGS", "relative_position_transform",
-    "rms_norm_reference", "RMSNorm", "RotaryEmbedding", "sample_next_token",
-    "save_checkpoint", "scaled_dot_product_attention", "SEED_ENV", "set_seed",
-    "setup_chapter", "show_source", "sinusoidal_table", "SinusoidalPositionalEncoding",
+    "load_text_corpus", "load_torch_mha", "load_torch_transformer",
+    "local_attention", "low_rank_attention", "masked_softmax", "merge_masks",
+    "MiniGPT", "MultiHeadAttention", "noam_lr", "noam_scheduler", "NORMS",
+    "padding_mask", "plot_attention", "plot_attention_heads", "plot_loss_curves",
+    "plot_positional_encoding", "POSITIONAL_ENCODINGS",
+    "relative_position_transform", "rms_norm_reference", "RMSNorm",
+    "RotaryEmbedding", "sample_next_token", "save_checkpoint",
+    "scaled_dot_product_attention", "SEED_ENV", "set_seed", "setup_chapter",
+    "show_source", "sinusoidal_table", "SinusoidalPositionalEncoding",
     "sliding_window_mask", "smoothed_targets", "sparsemax", "sparsemax_attention",
-    "sparsemax_threshold", "SparsemaxFunction", "state_dict_sha256", "to_torch_mask",
-    "top_k_filter", "top_p_filter", "train_loop", "TrainHistory", "Transformer",
-    "TransformerBlock", "transformer_parameter_breakdown",
-    "transformer_parameter_count", "TransformerConfig", "translation_corpus",
-    "unwrap_model", "WordTokenizer",
+    "sparsemax_threshold", "SparsemaxFunction", "split_paragraphs",
+    "state_dict_sha256", "to_torch_mask", "top_k_filter", "top_p_filter",
+    "train_loop", "TrainHistory", "Transformer", "transformer_parameter_breakdown",
+    "transformer_parameter_count", "TransformerBlock", "TransformerConfig",
+    "translation_corpus", "unwrap_model", "WordTokenizer",
 ]  # fmt: skip
