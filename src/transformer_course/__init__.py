@@ -116,7 +116,7 @@ _LAZY_VIZ = (
     "plot_loss_curves",
     "plot_positional_encoding",
 )
-_LAZY_MODULES = ("viz", "diagrams", "benchmarking", "train_gpt")
+_LAZY_MODULES = ("viz", "diagrams", "benchmarking", "train_gpt", "exercises")
 
 
 def __getattr__(name: str):
