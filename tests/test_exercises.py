@@ -229,7 +229,8 @@ class MHA(nn.Module):
         self.W_v, self.W_o = self.inner.v_proj, self.inner.out_proj
 
     def forward(self, Q, K, V, mask=None):
-        return self.inner(Q, K, V, attn_mask=mask)[0]
+        out = self.inner(Q, K, V, attn_mask=mask)
+        return out[0] if isinstance(out, tuple) else out  # (output, weights) in older versions
 
 
 def make_mha(split="ok", merge="ok", scale="head", dim=-1, masking="ok", out_proj=True, source="ok",
@@ -1093,3 +1094,32 @@ def test_kv_cache(capsys):
 )
 def test_kv_cache_rejects(mistake, keyword, capsys):
     assert_rejects(ex.check_kv_cache, make_cache(mistake), keyword, capsys)
+
+
+def test_inputs_changed_in_place_do_not_matter(capsys):
+    def in_place(Q, K, V, mask=None):
+        Q /= math.sqrt(Q.size(-1))  # scales the query in place: still correct
+        scores = Q @ K.transpose(-2, -1)
+        if mask is not None:
+            scores.masked_fill_(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ V
+
+    assert_passes(ex.check_self_attention, in_place, capsys)
+
+
+def test_unexpected_return_value_gives_a_hint(capsys):
+    class Odd(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            for n in ("W_q", "W_k", "W_v", "W_o"):
+                setattr(self, n, nn.Linear(d_model, d_model))
+
+        def forward(self, Q, K, V, mask=None):
+            return (Q, K, V)  # three values
+
+    assert_rejects(ex.check_multi_head_attention, Odd, "torch.Tensor", capsys)
+
+
+def test_instance_instead_of_class():
+    with pytest.raises(ex.ExerciseError, match="类本身"):
+        ex.check_multi_head_attention(MHA(12, 3))

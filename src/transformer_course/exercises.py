@@ -132,7 +132,7 @@ def _name(candidate: object) -> str:
     return getattr(candidate, "__name__", None) or type(candidate).__name__
 
 
-def _checker(title: str) -> Callable:
+def _checker(title: str, wants_class: bool = False) -> Callable:
     """Turn ``body(candidate) -> detail`` into a checker with the common protocol."""
 
     def decorate(body: Callable[[object], str]) -> Callable[..., bool]:
@@ -146,6 +146,12 @@ def _checker(title: str) -> Callable:
                     f"{type(candidate).__name__}（{candidate!r:.60}）。"
                     "把函数/类本身传进来，不要先调用它。"
                 )
+            if wants_class and not isinstance(candidate, type):
+                raise ExerciseError(
+                    f"{title}：要检查的是类本身（如 MyMultiHeadAttention），得到的是"
+                    f"一个 {type(candidate).__name__} 实例：去掉类名后面的括号和参数，"
+                    "检查器会自己用不同的参数构造它。"
+                )
             try:
                 with _isolated_rng():
                     detail = body(candidate)
@@ -157,6 +163,13 @@ def _checker(title: str) -> Callable:
                     ) from None
                 print(f"尚未实现：{skel.what} {skel.reason}（写好后重新运行本单元格）")
                 return False
+            except ExerciseError:
+                raise
+            except Exception as err:  # an unexpected value made the checker trip
+                raise ExerciseError(
+                    f"{title}：检查 {name} 时出错（{type(err).__name__}: {err}）。"
+                    "多半是返回值的类型或形状出乎意料：对照练习说明检查返回值。"
+                ) from err
             print(f"✓ {title}：{name} 通过（{detail}）")
             return True
 
@@ -184,6 +197,8 @@ def _user_line(err: BaseException) -> str:
 
 def _crash_hint(err: BaseException) -> str:
     text = str(err)
+    if isinstance(err, TypeError) and "argument" in text:
+        return "检查参数：函数（或 __init__、forward）的签名要与练习说明的一致。"
     shape_words = ("size", "shape", "dimension", "mat1", "broadcast")
     if any(word in text for word in shape_words):
         return "多半是形状对不上：在出错的行前打印各个张量的 .shape 看看。"
@@ -204,6 +219,8 @@ def _run(
     """Call the learner's ``fn``; a crash becomes an :class:`ExerciseError` naming the
     inputs; ``NotImplementedError`` (or ``None`` from a ``first`` call) a skeleton."""
     __tracebackhide__ = True
+    # the learner's code may change its inputs in place: it gets copies
+    args = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
     try:
         out = fn(*args, **kwargs)
     except NotImplementedError:
@@ -798,7 +815,7 @@ def _mha_reference(
 _MHA_NAMES = ("W_q", "W_k", "W_v", "W_o")
 
 
-@_checker("多头注意力")
+@_checker("多头注意力", wants_class=True)
 def check_multi_head_attention(cls: type) -> str:
     """Grade ``cls(d_model, num_heads)``: multi-head attention.
 
@@ -846,7 +863,13 @@ def check_multi_head_attention(cls: type) -> str:
         module = _construct(cls, E, H, what=name)
         args = (Q, K, V) if mask is None else (Q, K, V, mask)
         with torch.no_grad():
-            out = _forward(module, *args, what=what, case=case, first=i == 0)
+            hint = ""
+            if K.size(1) != Q.size(1):
+                hint = (
+                    "交叉注意力里 K、V 的长度 S 可以与 Q 的长度 L 不同：拆分 K、V "
+                    "的多头时用它们自己的长度（K.size(1)），不要用 Q 的 L。"
+                )
+            out = _forward(module, *args, what=what, case=case, first=i == 0, hint=hint)
         if isinstance(out, tuple) and len(out) == 2:
             out = out[0]
         out = _as_tensor(out, f"{what} 的输出", case)
@@ -998,7 +1021,7 @@ def _ln_variant(x: Tensor, w: Tensor, b: Tensor, eps: float, mistake: str) -> Te
     return y * w + b
 
 
-@_checker("层归一化")
+@_checker("层归一化", wants_class=True)
 def check_layer_norm(cls: type) -> str:
     """Grade ``cls(d_model, eps=1e-5)``: layer normalisation.
 
@@ -1372,7 +1395,7 @@ def _ffn_cases(g: torch.Generator) -> list[tuple[str, int, int, Tensor]]:
     ]
 
 
-@_checker("前馈网络 FFN")
+@_checker("前馈网络 FFN", wants_class=True)
 def check_feed_forward(cls: type) -> str:
     """Grade ``cls(d_model, d_ff)``: the position-wise FFN ``linear2(gelu(linear1 x))``.
 
@@ -1446,7 +1469,7 @@ def _swiglu_variant(
     return _lin(w2, hidden)
 
 
-@_checker("SwiGLU 前馈网络")
+@_checker("SwiGLU 前馈网络", wants_class=True)
 def check_swiglu(cls: type) -> str:
     """Grade ``cls(d_model, d_ff)``: the SwiGLU FFN ``w2(silu(w1 x) * w3 x)``.
 
@@ -1609,7 +1632,7 @@ def _copy_weights(
                 f"{what}.{path}.weight 的形状应为 {tuple(dst.weight.shape)}，"
                 f"得到 {tuple(w.shape)}。"
             )
-        norm = isinstance(dst, nn.Module) and w.dim() == 1
+        norm = w.dim() == 1
         with torch.no_grad():
             if randomize_norms is not None and norm:
                 w.copy_(1.0 + 0.3 * _randn(randomize_norms, *w.shape))
@@ -1725,7 +1748,7 @@ def _causality_hint(
     return None
 
 
-@_checker("Transformer 块（Pre-LN，GPT）")
+@_checker("Transformer 块（Pre-LN，GPT）", wants_class=True)
 def check_transformer_block(cls: type) -> str:
     """Grade ``cls(d_model, num_heads)``: a Pre-LN GPT block, d_ff = 4·d_model, no
     dropout.
@@ -1861,7 +1884,7 @@ _GPT_HINTS = [
 ]
 
 
-@_checker("GPT 模型")
+@_checker("GPT 模型", wants_class=True)
 def check_gpt(cls: type) -> str:
     """Grade ``cls(vocab_size, context_length, d_model, num_heads, num_layers)``.
 
@@ -2527,7 +2550,7 @@ def _call_len(cache: object, what: str, first: bool = False) -> int:
     return n
 
 
-@_checker("KV 缓存")
+@_checker("KV 缓存", wants_class=True)
 def check_kv_cache(cls: type) -> str:
     """Grade ``cls()``: a KV cache.
 
