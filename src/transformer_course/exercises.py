@@ -11,22 +11,38 @@ The build-exercise pattern of every chapter:
    ``Solution...``), graded by the same checker with ``solution=True``. "Run All" never
    overwrites the learner's code, and CI grades the solution.
 
+In code::
+
+    def my_self_attention(Q, K, V, mask=None):
+        # 在这里写你的代码：返回 (输出, 权重) 或只返回输出
+        pass
+
+    tc.exercises.check_self_attention(my_self_attention)  # skeleton: 尚未实现…
+
+    # (in the closed solution dropdown)
+    def solution_self_attention(Q, K, V, mask=None):
+        ...
+
+    tc.exercises.check_self_attention(solution_self_attention, solution=True)
+
 Every checker ``check_xxx(candidate, *, solution=False)`` compares the candidate with
 the package's own implementation (or with a reference computed from the candidate's own
 weights) on several random inputs: several shapes, batch > 1, masks, odd lengths. The
 inputs come from a local ``torch.Generator`` and the global RNG state of the notebook is
 restored afterwards, so a check is deterministic and changes nothing around it. Then:
 
-* right: prints one line starting with ``✓`` and returns ``True``;
+* right: prints one line starting with ``✓``;
 * wrong: raises :class:`ExerciseError` (an ``AssertionError``) whose message says in
   Chinese what is wrong, with the shapes/values involved, and the likely mistake,
   diagnosed from the symptom (missing scale, softmax on the wrong axis, inverted mask,
   ...);
 * still a skeleton (returns ``None`` or raises ``NotImplementedError``; for a class:
   construction raises it, or ``forward`` returns ``None``): prints
-  ``尚未实现：…（写好后重新运行本单元格）`` and returns ``False`` without raising, so a
-  notebook runs through with the skeletons in place. With ``solution=True`` a skeleton
-  raises instead.
+  ``尚未实现：…（写好后重新运行本单元格）`` without raising, so a notebook runs through
+  with the skeletons in place. With ``solution=True`` a skeleton raises instead.
+
+A checker returns ``None``, so a checker call as the last line of a cell echoes
+nothing under its one line.
 
 Contracts (boolean masks: ``True`` = may attend):
 
@@ -137,7 +153,7 @@ def _checker(title: str, wants_class: bool = False) -> Callable:
 
     def decorate(body: Callable[[object], str]) -> Callable[..., bool]:
         @functools.wraps(body)
-        def check(candidate: object, *, solution: bool = False) -> bool:
+        def check(candidate: object, *, solution: bool = False) -> None:
             __tracebackhide__ = True  # IPython and pytest hide this frame
             name = _name(candidate)
             if not callable(candidate):
@@ -162,7 +178,7 @@ def _checker(title: str, wants_class: bool = False) -> Callable:
                         "（solution=True）。"
                     ) from None
                 print(f"尚未实现：{skel.what} {skel.reason}（写好后重新运行本单元格）")
-                return False
+                return
             except ExerciseError:
                 raise
             except Exception as err:  # an unexpected value made the checker trip
@@ -171,7 +187,6 @@ def _checker(title: str, wants_class: bool = False) -> Callable:
                     "多半是返回值的类型或形状出乎意料：对照练习说明检查返回值。"
                 ) from err
             print(f"✓ {title}：{name} 通过（{detail}）")
-            return True
 
         return check
 
@@ -312,8 +327,18 @@ def _as_tensor(out: object, what: str, case: str = "") -> Tensor:
         hint = "得到的是一个数：是不是只算了一个元素，或者提前调用了 .item()？"
     else:
         hint = "检查 return 语句"
-    _fail(f"{what} 应返回 torch.Tensor{where}，得到的是 {kind}：{hint}。")
+    _fail(f"{_sp(what)}应是 torch.Tensor{where}，得到的是 {kind}：{hint}。")
     return out  # unreachable
+
+
+def _sp(what: str) -> str:
+    """``what`` followed by a space unless it ends in a Chinese character."""
+    return what if what and ord(what[-1]) > 0x2E80 else what + " "
+
+
+def _of(what: str) -> str:
+    """``what`` + "的", e.g. ``"fn 的输出"`` -> ``"fn 的输出的"``."""
+    return f"{_sp(what)}的"
 
 
 def _check_shape(
@@ -324,7 +349,7 @@ def _check_shape(
     if tuple(t.shape) != expected:
         where = f"（{case}）" if case else ""
         _fail(
-            f"{what} 的形状不对{where}：应为 {expected}，得到 {tuple(t.shape)}。"
+            f"{_of(what)}形状不对{where}：应为 {expected}，得到 {tuple(t.shape)}。"
             + (hint or "")
         )
 
@@ -333,7 +358,7 @@ def _check_float(t: Tensor, what: str) -> None:
     __tracebackhide__ = True
     if not t.is_floating_point():
         _fail(
-            f"{what} 应是浮点张量，得到 dtype {t.dtype}：计算中是否用了整数张量"
+            f"{_sp(what)}应是浮点张量，得到 dtype {t.dtype}：计算中是否用了整数张量"
             "（如 torch.arange 默认是 int64）？"
         )
 
@@ -384,7 +409,7 @@ def _check_nan(t: Tensor, what: str, case: str, hint: str = "") -> None:
     __tracebackhide__ = True
     if t.is_floating_point() and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
-        _fail(f"{what} 含 NaN 或 inf（{case}：{bad} 个元素）。" + hint)
+        _fail(f"{_sp(what)}含 NaN 或 inf（{case}：{bad} 个元素）。" + hint)
 
 
 # ---------------------------------------------------------------------------
@@ -621,11 +646,20 @@ def _check_attention_weights(
         leaked = (weights.detach().abs() > 1e-6) & ~mask
         if bool(leaked.any()):
             idx = tuple(int(i) for i in leaked.nonzero()[0])
+            # rows with something masked: an inverted mask gives weight only there
+            allowed = (mask & ~mask.all(-1, keepdim=True)).expand_as(weights)
+            if bool((weights.detach()[allowed].abs() < 1e-6).all()):
+                why = (
+                    "掩码方向可能反了（True = 可以看）：应写 masked_fill(~mask, -inf)。"
+                )
+            else:
+                why = (
+                    "屏蔽没有生效：应在 softmax 之前把掩码为 False 的分数填成 -inf"
+                    "（填 0 不行，0 分经 softmax 后仍有权重）。"
+                )
             _fail(
                 f"被屏蔽的位置仍有权重（{case}）：例如位置 {idx} 的掩码为 False，"
-                f"权重却是 {weights[idx].item():.3g}。"
-                "掩码方向可能反了（True = 可以看），"
-                "或者屏蔽没有在 softmax 之前把分数填成 -inf。"
+                f"权重却是 {weights[idx].item():.3g}。{why}"
             )
     sums = weights.detach().double().sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
@@ -890,12 +924,14 @@ def check_multi_head_attention(cls: type) -> str:
             " 多头注意力的输出应与 Q 同形 (N, L, E)。",
         )
         _check_float(out, f"{what} 的输出")
-        _check_nan(
-            out,
-            f"{what} 的输出",
-            case,
-            "若只在有掩码时出现：掩码方向可能反了（True = 可以看）。",
-        )
+        nan_hint = "检查 softmax 之前的分数，是否某一行全被填成了 -inf？"
+        if mask is not None and bool(mask.all(-1).any()):
+            nan_hint = (
+                "NaN 出现在有掩码的情形：掩码整行为 True 的 query 得到了 NaN，"
+                "说明被填成 -inf 的恰是「可以看」的位置：掩码方向可能反了"
+                "（True = 可以看）：应写 masked_fill(~mask, -inf)。"
+            )
+        _check_nan(out, f"{what} 的输出", case, nan_hint)
         if _close(out, ref):
             continue
         D = E // H
@@ -2269,6 +2305,16 @@ def check_lm_batch(fn: Callable) -> str:
                     f"data[{j + 1} : {j + 1 + T}]。"
                 )
         ref_starts = [pos[int(v)] for v in ref_x[:, 0]]
+        for delta, word in ((1, "多"), (-1, "少")):
+            high = n - T + delta
+            if high > 0:
+                alt = torch.randint(high, (B,), generator=_generator(100 + i))
+                if alt.tolist() == starts:
+                    _fail(
+                        f"{name} 抽到的起点 {starts} 与约定的抽样 {ref_starts} 不一致"
+                        f"（{case}）：torch.randint 的上界应为 len(data) - "
+                        f"context_length = {n - T}，你的{word}了 1。"
+                    )
         _fail(
             f"{name} 抽到的起点 {starts} 与约定的抽样 {ref_starts} 不一致（{case}）："
             "应写 torch.randint(len(data) - context_length, (batch_size,), "
