@@ -7,8 +7,8 @@
 * Prose carries no ``{glue}`` roles, which Jupyter shows as raw text.
 * Code cells fit in 88 columns (wide characters count twice), so they never scroll sideways.
 * Code never reaches outside the page with ``..`` paths: it runs from any working directory.
-* Cells that the HTML hides are collapsed in JupyterLab too (``jupyter.source_hidden``, added by
-  ``scripts/quiet_cells.py``), and jupytext keeps that flag.
+* Cells that the HTML hides (hidden inputs, code of closed solutions) are collapsed in JupyterLab
+  too (``jupyter.source_hidden``, added by ``scripts/quiet_cells.py``), and jupytext keeps that flag.
 * 选读 blocks (an ``{admonition}`` with ``:class: optional`` … ``% optional-end``) are closed, not
   nested, hold no heading.
 """
@@ -152,6 +152,23 @@ def test_quiet_cells_adds_the_flag_and_jupytext_keeps_it(tmp_path):
     assert jupytext.writes(jupytext.reads(ipynb, fmt="ipynb"), fmt="md:myst") == text
     # the unhidden cell is left alone
     assert "jupyter" not in notebook.cells[-2].metadata
+
+
+def test_quiet_cells_collapses_closed_solutions(tmp_path):
+    """Code of a dropdown solution is collapsed (source and outputs); an open solution is not."""
+    page = tmp_path / "page.md"
+    body = (
+        "\n```{solution-start} ex-1\n:class: dropdown\n```\n\n解答。\n\n"
+        "```{code-cell} ipython3\nsolution = 1\n```\n\n```{solution-end}\n```\n\n"
+        "```{code-cell} ipython3\nafter = 2\n```\n\n```{solution-start} ex-2\n```\n\n"
+        "```{code-cell} ipython3\nopen_solution = 3\n```\n\n```{solution-end}\n```\n"
+    )
+    page.write_text(HIDDEN_CELL_WITHOUT_FLAG + body, encoding="utf-8")
+    assert len(quiet_cells.problems(page)) == 2  # the hide-input cell and the closed solution's cell
+    assert quiet_cells.quiet(page) == 2
+    cells = [c for c in jupytext.read(page).cells if c.cell_type == "code"]
+    flags = [c.metadata.get("jupyter", {}) for c in cells]
+    assert flags == [{}, {"source_hidden": True}, {"source_hidden": True, "outputs_hidden": True}, {}, {}]
 
 
 # --------------------------------------------------------------------------- 选读 blocks
