@@ -143,7 +143,7 @@ def test_save_rejects_bad_values_and_writes_nothing(tmp_path):
         save_checkpoint(tmp_path / "a.pt", model, step=0, bad=[object()])
     with pytest.raises(ValueError, match="-1"):
         save_checkpoint(tmp_path / "a.pt", model, step=-1)
-    with pytest.raises(ValueError, match="2.0"):
+    with pytest.raises(TypeError, match="2.0"):
         save_checkpoint(tmp_path / "a.pt", model, step=2.0)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
 
@@ -200,6 +200,19 @@ def test_load_rejects_corrupted_files_with_a_clear_message(tmp_path, content):
         content = good[: len(good) // 2]
     path.write_bytes(content)
     with pytest.raises(ValueError, match=r"bad.pt' is not a readable .* corrupted, truncated or of another format"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize("keep", [0.1, 0.5, 0.99])
+def test_truncated_checkpoint_raises_value_error_naming_file_and_problem(tmp_path, keep):
+    """A checkpoint cut short (a full disk, a copy interrupted) is a ValueError that names the file and says what
+    is wrong, not torch's ``OSError: [Errno 22] Invalid argument``."""
+    model = torch.nn.Linear(64, 64)
+    good = save_checkpoint(tmp_path / "good.pt", model, step=1).read_bytes()
+    path = tmp_path / "cut.pt"
+    path.write_bytes(good[: int(len(good) * keep)])
+    size = path.stat().st_size
+    with pytest.raises(ValueError, match=rf"cut.pt' .*not a complete zip archive \({size} bytes\).*truncated"):
         load_checkpoint(path)
 
 

@@ -78,3 +78,18 @@ def test_lm_batch_targets_are_shifted_inputs():
         tc.lm_batch(data.float(), 4, 3)
     with pytest.raises(ValueError, match="batch_size must be positive, got 0"):
         tc.lm_batch(data, 0, 3)
+
+
+def test_split_paragraphs_keeps_paragraphs_whole_and_takes_the_last_ones():
+    text = tc.load_text_corpus()
+    paragraphs = text.strip().split("\n\n")
+    train, val = tc.split_paragraphs(text)
+    assert train.strip().split("\n\n") == paragraphs[:-20]
+    assert val.strip().split("\n\n") == paragraphs[-20:]
+    assert train.endswith("\n") and val.endswith("\n")
+    assert tc.split_paragraphs("a\n\nb\n\n\n\nc\n", 0.3) == ("a\n\nb\n", "c\n")
+    assert tc.split_paragraphs("a\n\nb", 0.01) == ("a\n", "b\n")  # at least one paragraph each
+    with pytest.raises(ValueError, match=r"val_fraction must be in \(0, 1\), got 1.0"):
+        tc.split_paragraphs(text, 1.0)
+    with pytest.raises(ValueError, match="paragraphs must be >= 2, got 1"):
+        tc.split_paragraphs("one paragraph only\n")

@@ -1,4 +1,4 @@
-"""Tests for transformer_course.efficient (linear, local and low-rank attention)."""
+"""Tests for transformer_course.efficient_attention (linear, local and low-rank attention)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import transformer_course as tc
 from transformer_course.efficient_attention import (
     elu_feature_map,
     linear_attention,
@@ -136,7 +137,8 @@ def test_linear_attention_bad_input():
 
 # ---------------------------------------------------------------- sliding window
 def test_sliding_window_mask_values():
-    m = sliding_window_mask(5, 1)
+    """``window`` = the number of keys a query sees: centred (odd) or, causal, the last ``window``."""
+    m = sliding_window_mask(5, 3)
     expected = torch.tensor(
         [
             [1, 1, 0, 0, 0],
@@ -149,26 +151,39 @@ def test_sliding_window_mask_values():
     )
     assert m.dtype == torch.bool and m.shape == (5, 5)
     assert torch.equal(m, expected)
-    mc = sliding_window_mask(5, 1, causal=True)
+    mc = sliding_window_mask(5, 2, causal=True)
     assert torch.equal(mc, expected & torch.ones(5, 5, dtype=torch.bool).tril())
-    assert torch.equal(sliding_window_mask(4, 0), torch.eye(4, dtype=torch.bool))
-    assert sliding_window_mask(6, 10).all()
-    assert torch.equal(sliding_window_mask(6, 10, causal=True), torch.ones(6, 6, dtype=torch.bool).tril())
+    assert torch.equal(sliding_window_mask(4, 1), torch.eye(4, dtype=torch.bool))
+    assert torch.equal(sliding_window_mask(4, 1, causal=True), torch.eye(4, dtype=torch.bool))
+    assert sliding_window_mask(6, 11).all() and not sliding_window_mask(6, 9).all()
+    assert torch.equal(sliding_window_mask(6, 6, causal=True), torch.ones(6, 6, dtype=torch.bool).tril())
+    assert not torch.equal(sliding_window_mask(6, 5, causal=True), torch.ones(6, 6, dtype=torch.bool).tril())
+
+
+@pytest.mark.parametrize("L", [1, 4, 7])
+@pytest.mark.parametrize("window", [1, 2, 3, 8])
+def test_causal_sliding_window_is_causal_mask_with_the_same_window(L, window):
+    assert torch.equal(sliding_window_mask(L, window, causal=True), tc.causal_mask(L, window=window))
 
 
 def test_sliding_window_mask_bad_input():
-    with pytest.raises(ValueError, match="L must be >= 1, got 0"):
-        sliding_window_mask(0, 2)
-    with pytest.raises(ValueError, match="window must be >= 0, got -1"):
-        sliding_window_mask(4, -1)
+    with pytest.raises(ValueError, match="L must be positive, got 0"):
+        sliding_window_mask(0, 3)
+    with pytest.raises(ValueError, match="window must be positive, got 0"):
+        sliding_window_mask(4, 0)
+    with pytest.raises(ValueError, match=r"must be odd \(the query and \(window - 1\) / 2 keys on each side\), got 4"):
+        sliding_window_mask(4, 4)
+    sliding_window_mask(4, 4, causal=True)  # a causal window may be even
     with pytest.raises(TypeError, match="window must be an int"):
         sliding_window_mask(4, 1.5)
     with pytest.raises(TypeError, match="L must be an int"):
         sliding_window_mask(True, 1)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("window", [0, 1, 3, 20])
+_WINDOWS = [(1, False), (3, False), (7, False), (41, False), (1, True), (2, True), (4, True), (21, True)]
+
+
+@pytest.mark.parametrize("window,causal", _WINDOWS)
 def test_local_attention_equals_masked_exact_attention(window, causal):
     q, k, v = _qkv(2, 3, L=11, S=11, D=4, Dv=5)
     mask = sliding_window_mask(11, window, causal=causal)
@@ -180,28 +195,29 @@ def test_local_attention_equals_masked_exact_attention(window, causal):
 
 def test_local_attention_with_full_window_is_exact_attention():
     q, k, v = _qkv(2, L=9, S=9)
-    torch.testing.assert_close(local_attention(q, k, v, window=8), F.scaled_dot_product_attention(q, k, v))
+    torch.testing.assert_close(local_attention(q, k, v, window=17), F.scaled_dot_product_attention(q, k, v))
     torch.testing.assert_close(
-        local_attention(q, k, v, window=8, causal=True),
+        local_attention(q, k, v, window=9, causal=True),
         F.scaled_dot_product_attention(q, k, v, is_causal=True),
     )
 
 
 def test_local_attention_custom_scale():
     q, k, v = _qkv(L=6, S=6)
-    mask = sliding_window_mask(6, 2)
+    mask = sliding_window_mask(6, 5)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
-    torch.testing.assert_close(local_attention(q, k, v, 2, scale=0.3), expected)
+    torch.testing.assert_close(local_attention(q, k, v, 5, scale=0.3), expected)
 
 
 @settings(max_examples=30, deadline=None)
 @given(
     L=st.integers(1, 12),
-    window=st.integers(0, 14),
+    window=st.integers(1, 15),
     causal=st.booleans(),
     seed=st.integers(0, 1000),
 )
 def test_local_attention_property(L, window, causal, seed):
+    window = window if causal or window % 2 else window + 1  # a centred window is odd
     q, k, v = _qkv(2, L=L, S=L, D=3, Dv=2, seed=seed)
     mask = sliding_window_mask(L, window, causal=causal)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -210,7 +226,7 @@ def test_local_attention_property(L, window, causal, seed):
 
 def test_local_attention_gradcheck():
     q, k, v = (t.requires_grad_() for t in _qkv(L=5, S=5, D=3, Dv=2))
-    assert torch.autograd.gradcheck(lambda a, b, c: local_attention(a, b, c, 1), (q, k, v))
+    assert torch.autograd.gradcheck(lambda a, b, c: local_attention(a, b, c, 3), (q, k, v))
 
 
 def test_local_attention_bad_input():
@@ -218,8 +234,10 @@ def test_local_attention_bad_input():
     with pytest.raises(ValueError, match="L == S"):
         local_attention(q, k, v, 1)
     q, k, v = _qkv(L=5, S=5)
-    with pytest.raises(ValueError, match="window must be >= 0"):
+    with pytest.raises(ValueError, match="window must be positive"):
         local_attention(q, k, v, -2)
+    with pytest.raises(ValueError, match="must be odd"):
+        local_attention(q, k, v, 2)
     with pytest.raises(TypeError, match="window must be an int"):
         local_attention(q, k, v, None)
 

@@ -19,14 +19,14 @@ from transformer_course import exercises as ex
 
 
 def assert_passes(checker, candidate, capsys, **kwargs):
-    assert checker(candidate, **kwargs) is True
+    assert checker(candidate, **kwargs) is None  # nothing echoed under the cell
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("✓"), lines
 
 
 def assert_skeleton(checker, skeleton, capsys):
-    assert checker(skeleton) is False
+    assert checker(skeleton) is None
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("尚未实现："), lines
@@ -171,7 +171,7 @@ def test_self_attention_skeleton(capsys):
         pytest.param(dict(tr=(1, 2)), "K.transpose(-2, -1)", id="transpose hard-coded for 3-D"),
         pytest.param(dict(ret="weights"), "weights @ V", id="returns the weights"),
         pytest.param(dict(ret="swapped"), "顺序反了", id="(weights, output)"),
-        pytest.param(dict(ret="list"), "应返回 torch.Tensor", id="returns a list"),
+        pytest.param(dict(ret="list"), "应是 torch.Tensor", id="returns a list"),
     ],
 )
 def test_self_attention_rejects(kwargs, keyword, capsys):
@@ -773,23 +773,25 @@ class GPTSkeleton(nn.Module):
 
 
 class MiniGPTWrapped(nn.Module):
-    """tc.MiniGPT under the exercise's names (the package model grades itself)."""
+    """tc.MiniGPT under the exercise's names (the package model grades itself); the
+    names come from the checker's one name map, so a renamed package attribute breaks
+    nothing here."""
 
     def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
         super().__init__()
         self.inner = ex._gpt_reference(vocab_size, context_length, d_model, num_heads, num_layers)
-        pairs = ex._gpt_name_map(self.inner)
-        self.tok_emb, self.pos_emb = self.inner.tok_emb, dict(pairs)["pos_emb"]
-        self.ln_f, self.lm_head = self.inner.norm_f, self.inner.lm_head
-        self.blocks = nn.ModuleList()
-        for blk in self.inner.blocks:
-            b = nn.Module()
-            b.ln1, b.ln2, b.ffn = blk.norm1, blk.norm2, nn.Module()
-            b.attn = nn.Module()
-            b.attn.W_q, b.attn.W_k = blk.self_attn.q_proj, blk.self_attn.k_proj
-            b.attn.W_v, b.attn.W_o = blk.self_attn.v_proj, blk.self_attn.out_proj
-            b.ffn.linear1, b.ffn.linear2 = blk.ffn.w1, blk.ffn.w2
-            self.blocks.append(b)
+        self.blocks = nn.ModuleList(nn.Module() for _ in range(num_layers))
+        for path, module in ex._gpt_name_map(self.inner):
+            *parents, leaf = path.split(".")
+            owner = self
+            for part in parents:
+                if part.isdigit():
+                    owner = owner[int(part)]
+                    continue
+                if not hasattr(owner, part):
+                    setattr(owner, part, nn.Module())
+                owner = getattr(owner, part)
+            setattr(owner, leaf, module)
 
     def forward(self, idx):
         return self.inner(idx)
@@ -1123,3 +1125,117 @@ def test_unexpected_return_value_gives_a_hint(capsys):
 def test_instance_instead_of_class():
     with pytest.raises(ex.ExerciseError, match="类本身"):
         ex.check_multi_head_attention(MHA(12, 3))
+
+
+def test_inverted_random_mask_with_weights(capsys):
+    def inverted(Q, K, V, mask=None):
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(mask, -1e9)  # -1e9: no NaN in fully masked rows
+        w = torch.softmax(scores, dim=-1)
+        return w @ V, w
+
+    assert_rejects(ex.check_self_attention, inverted, "掩码方向可能反了（True = 可以看）", capsys)
+
+
+def test_gpt_name_map_covers_every_minigpt_parameter():
+    ref = ex._gpt_reference(11, 6, 12, 3, 2)
+    mapped = {id(p) for _, module in ex._gpt_name_map(ref) for p in module.parameters()}
+    missing = [name for name, p in ref.named_parameters() if id(p) not in mapped]
+    assert not missing, missing
+
+
+# ---------------------------------------------------------------------------
+# more rejected mistakes: one per remaining branch of the checkers' diagnoses
+# ---------------------------------------------------------------------------
+
+
+def attention_three_values(Q, K, V, mask=None):
+    out, weights = tc.scaled_dot_product_attention(Q, K, V, mask)
+    return out, weights, None
+
+
+def attention_swapped(Q, K, V, mask=None):
+    out, weights = tc.scaled_dot_product_attention(Q, K, V, mask)
+    return weights, out
+
+
+def attention_nan(Q, K, V, mask=None):
+    return tc.scaled_dot_product_attention(Q, K, V, mask)[0] * math.nan
+
+
+def lm_batch_reversed_rows(data, batch_size, context_length, generator):
+    x, y = lm_batch(data, batch_size, context_length, generator)
+    return x.flip(-1), y.flip(-1)
+
+
+def lm_batch_reversed_y(data, batch_size, context_length, generator):
+    x, y = lm_batch(data, batch_size, context_length, generator)
+    return x, y.flip(-1)
+
+
+def lm_batch_extra_draw(data, batch_size, context_length, generator):
+    torch.randint(10, (1,), generator=generator)
+    return lm_batch(data, batch_size, context_length, generator)
+
+
+def generate_float(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    return make_generate()(model, idx, max_new_tokens, context_length, top_k, generator).float()
+
+
+def generate_changed_prompt(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    out = make_generate()(model, idx, max_new_tokens, context_length, top_k, generator)
+    out[:, 0] += 1
+    return out
+
+
+def generate_hot(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """Samples at temperature 2 (logits / 2): a mistake the checker has no hint for."""
+
+    def hot_model(ctx):
+        return model(ctx) / 2
+
+    return make_generate()(hot_model, idx, max_new_tokens, context_length, top_k, generator)
+
+
+class CacheWithoutUpdate:
+    def __len__(self):
+        return 0
+
+
+def make_cache_returning(result):
+    base = make_cache()
+
+    class Cache(base):
+        def update(self, k, v):
+            return result(*super().update(k, v))
+
+    return Cache
+
+
+@pytest.mark.parametrize(
+    "checker, candidate, keyword",
+    [
+        pytest.param(ex.check_self_attention, attention_three_values, "3 个值的元组", id="attention: three values"),
+        pytest.param(ex.check_self_attention, attention_swapped, "顺序反了", id="attention: (weights, output)"),
+        pytest.param(ex.check_self_attention, attention_nan, "含 NaN 或 inf", id="attention: NaN without a mask"),
+        pytest.param(ex.check_lm_batch, lm_batch_reversed_rows, "连续的一段", id="lm_batch: x not a window"),
+        pytest.param(ex.check_lm_batch, lm_batch_reversed_y, "y[0] 不对", id="lm_batch: y not a window"),
+        pytest.param(ex.check_lm_batch, lm_batch_extra_draw, "只抽这一次", id="lm_batch: another draw first"),
+        pytest.param(ex.check_generate, generate_float, "torch.long", id="generate: float ids"),
+        pytest.param(ex.check_generate, generate_changed_prompt, "原样是输入 idx", id="generate: prompt changed"),
+        pytest.param(ex.check_generate, generate_hot, "对照：裁剪", id="generate: unknown sampling mistake"),
+        pytest.param(ex.check_kv_cache, CacheWithoutUpdate, "缺少方法 update", id="kv cache: no update"),
+        pytest.param(
+            ex.check_kv_cache, make_cache_returning(lambda k, v: (k, v, k)), "两个张量", id="kv cache: three values"
+        ),
+        pytest.param(
+            ex.check_kv_cache,
+            make_cache_returning(lambda k, v: (2 * k, 2 * v)),
+            "逐次拼接的结果不一致",
+            id="kv cache: wrong values",
+        ),
+    ],
+)
+def test_rejects_more_mistakes(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)

@@ -74,7 +74,7 @@ def test_to_torch_mask_agrees_with_nn_multihead_attention():
     x = torch.randn(2, 5, 8)
     mask = tc.causal_mask(5)
     expected, _ = mha(x, x, x, attn_mask=tc.to_torch_mask(mask), need_weights=False)
-    got, _ = ours(x, attn_mask=mask)
+    got = ours(x, attn_mask=mask)
     torch.testing.assert_close(got, expected)
 
 

@@ -44,9 +44,9 @@ def _torchrun(out_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         *MODULE, "train", "--out-dir", str(out_dir), "--device", "cpu",
-        "--write-rank-state", *TINY, *extra,
+        *TINY, *extra,
     ]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TRAIN_GPT_RANK_STATE="1")
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     proc = subprocess.run(cmd, cwd=out_dir.parent, env=env, capture_output=True, text=True, timeout=120)
@@ -84,8 +84,9 @@ def test_ddp_two_cpu_processes_stay_identical_and_resume(script, tmp_path):
     assert any("val_loss" in r and r["step"] == 4 for r in records)
 
 
-def test_resume_continues_exactly_like_an_uninterrupted_run(script, tmp_path, capsys):
-    common = ["--dropout", "0.1", "--write-rank-state", *TINY]
+def test_resume_continues_exactly_like_an_uninterrupted_run(script, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TRAIN_GPT_RANK_STATE", "1")
+    common = ["--dropout", "0.1", *TINY]
     assert script.main(["train", "--out-dir", str(tmp_path / "a"), "--max-steps", "6", *common]) == 0
     assert script.main(["train", "--out-dir", str(tmp_path / "b"), "--max-steps", "3", *common]) == 0
     assert load_checkpoint(tmp_path / "b" / "ckpt.pt")["step"] == 3
@@ -288,7 +289,7 @@ def _records(out: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("pause", ["ckpt.pt:4", "best.pt:4"])
-def test_run_killed_inside_a_save_resumes_bit_exactly(script, tmp_path, pause):
+def test_run_killed_inside_a_save_resumes_bit_exactly(script, tmp_path, pause, monkeypatch):
     """SIGKILL while a checkpoint's temporary file is complete but not yet renamed, then --resume:
     the final weights, best.pt and metrics.jsonl equal those of a run that was never stopped."""
     common = ["--max-steps", "6", "--dropout", "0.1", *TINY]
@@ -319,7 +320,8 @@ def test_run_killed_inside_a_save_resumes_bit_exactly(script, tmp_path, pause):
     marker.unlink()
 
     resume = ["train", "--out-dir", str(out), "--resume", *common]
-    assert script.main([*resume, "--write-rank-state"]) == 0
+    monkeypatch.setenv("TRAIN_GPT_RANK_STATE", "1")
+    assert script.main(resume) == 0
     assert not list(out.glob("*.tmp"))
     assert _records(out) == _records(tmp_path / "a")  # every record once, values identical
     keys = [(r["step"], "val_loss" in r) for r in _records(out)]

@@ -2,17 +2,10 @@
 
 import pytest
 import torch
+from helpers import tiny_transformer
 from torch import nn
 
 import transformer_course as tc
-
-
-def _small_transformer(**kw):
-    args = dict(src_vocab_size=11, tgt_vocab_size=13, d_model=16, num_heads=4, num_encoder_layers=2,
-                num_decoder_layers=2, d_ff=32, dropout=0.0, context_length=32)  # fmt: skip
-    args.update(kw)
-    tc.set_seed(0)
-    return tc.Transformer(tc.TransformerConfig(**args)).eval()
 
 
 def test_transformer_config_defaults_are_the_base_model_of_the_paper():
@@ -71,7 +64,7 @@ def test_transformer_equals_nn_transformer_with_copied_weights(norm_first, activ
     """Source padding masked in the encoder and the cross-attention, causal target, embeddings
     scaled by sqrt(d_model) plus the sinusoidal table, norms with cfg.eps (not the default)."""
     eps = 1e-2
-    ours = _small_transformer(norm_first=norm_first, activation=activation, eps=eps)
+    ours = tiny_transformer(norm_first=norm_first, activation=activation, eps=eps)
     theirs = nn.Transformer(16, 4, 2, 2, 32, dropout=0.0, activation=activation, layer_norm_eps=eps,
                             batch_first=True, norm_first=norm_first)  # fmt: skip
     theirs.train()  # with dropout 0 train mode only turns off the fast path (nested tensors)
@@ -83,8 +76,8 @@ def test_transformer_equals_nn_transformer_with_copied_weights(norm_first, activ
     g = torch.Generator().manual_seed(0)
     src, tgt = torch.randint(1, 11, (3, 7), generator=g), torch.randint(1, 13, (3, 5), generator=g)
     src[0, 4:], src[1, 6:], tgt[2, 3:] = 0, 0, 0  # pad_id = 0
-    src_x = ours.src_embed.weight[src] * 4.0 + tc.sinusoidal_table(7, 16)  # sqrt(16) = 4
-    tgt_x = ours.tgt_embed.weight[tgt] * 4.0 + tc.sinusoidal_table(5, 16)
+    src_x = ours.src_tok_emb.weight[src] * 4.0 + tc.sinusoidal_table(7, 16)  # sqrt(16) = 4
+    tgt_x = ours.tgt_tok_emb.weight[tgt] * 4.0 + tc.sinusoidal_table(5, 16)
     causal = torch.ones(5, 5, dtype=torch.bool).triu(1)  # True = masked, as nn.Transformer wants
     masks = dict(tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src == 0, memory_key_padding_mask=src == 0)
     with torch.no_grad():
@@ -98,10 +91,10 @@ def test_transformer_equals_nn_transformer_with_copied_weights(norm_first, activ
 
 
 def test_transformer_source_padding_is_ignored():
-    model = _small_transformer()
+    model = tiny_transformer()
     src = torch.tensor([[5, 6, 7, 0, 0]])
     assert torch.equal(model.src_mask(src), torch.tensor([True, True, True, False, False]).view(1, 1, 1, 5))
-    assert _small_transformer(pad_id=None).src_mask(src) is None
+    assert tiny_transformer(pad_id=None).src_mask(src) is None
     tgt = torch.tensor([[1, 4, 5]])
     a = model(src, tgt)
     b = model(torch.tensor([[5, 6, 7, 0, 0, 0, 0]]), tgt)
@@ -110,7 +103,7 @@ def test_transformer_source_padding_is_ignored():
 
 
 def test_transformer_decoder_is_causal():
-    model = _small_transformer()
+    model = tiny_transformer()
     src = torch.randint(3, 11, (2, 6))
     tgt = torch.randint(3, 13, (2, 5))
     tgt2 = tgt.clone()
@@ -119,18 +112,18 @@ def test_transformer_decoder_is_causal():
 
 
 def _attention_weights(model):
-    enc = [layer.self_attn.attn_weights for layer in model.encoder_layers]
-    dec = [w for layer in model.decoder_layers for w in (layer.self_attn.attn_weights, layer.cross_attn.attn_weights)]
+    enc = [layer.self_attn.attn_weights for layer in model.encoder_blocks]
+    dec = [w for layer in model.decoder_blocks for w in (layer.self_attn.attn_weights, layer.cross_attn.attn_weights)]
     return enc + dec
 
 
 def test_need_weights_reaches_every_attention_layer_and_is_off_by_default():
-    model = _small_transformer()
+    model = tiny_transformer()
     src, tgt = torch.tensor([[5, 6, 7, 0], [4, 3, 2, 1]]), torch.tensor([[1, 4, 5], [1, 2, 3]])
     model(src, tgt, need_weights=True)
     shapes = [(2, 4, 4, 4)] * 2 + [(2, 4, 3, 3), (2, 4, 3, 4)] * 2  # encoder self, decoder self and cross
     assert [tuple(w.shape) for w in _attention_weights(model)] == shapes
-    assert model.decoder_layers[1].cross_attn.attn_weights[0, ..., 3].eq(0).all()  # the padded source token
+    assert model.decoder_blocks[1].cross_attn.attn_weights[0, ..., 3].eq(0).all()  # the padded source token
     model(src, tgt)
     assert all(w is None for w in _attention_weights(model))
     model(src, tgt, need_weights=True)
@@ -139,7 +132,7 @@ def test_need_weights_reaches_every_attention_layer_and_is_off_by_default():
 
 
 def test_greedy_decode_matches_argmax_recomputation():
-    model = _small_transformer()
+    model = tiny_transformer()
     src = torch.randint(3, 11, (2, 6))
     out = model.greedy_decode(src, bos_id=1, eos_id=2, max_len=8)
     assert out[:, 0].eq(1).all() and out.size(1) <= 8
@@ -170,7 +163,7 @@ def _brute_force_greedy(model, src, bos_id, eos_id, max_len, fill):
 
 @pytest.mark.parametrize("pad_id", [0, None])
 def test_greedy_decode_pads_after_eos_and_restores_the_mode(pad_id):
-    model = _small_transformer(pad_id=pad_id)
+    model = tiny_transformer(pad_id=pad_id)
     src = torch.randint(1, 11, (3, 6), generator=torch.Generator().manual_seed(1))
     src[1, 4:] = 0
     with torch.no_grad():
@@ -183,30 +176,17 @@ def test_greedy_decode_pads_after_eos_and_restores_the_mode(pad_id):
 
 
 def test_weight_sharing_options():
-    model = _small_transformer(src_vocab_size=13, share_embeddings=True, tie_weights=True)
-    assert model.src_embed.weight is model.tgt_embed.weight is model.lm_head.weight
+    model = tiny_transformer(src_vocab_size=13, share_embeddings=True, tie_weights=True)
+    assert model.src_tok_emb.weight is model.tgt_tok_emb.weight is model.lm_head.weight
     assert tc.count_parameters(model) == tc.transformer_parameter_count(model.cfg)
-    plain = _small_transformer(final_norm=False, bias=False)
-    assert isinstance(plain.encoder_norm, nn.Identity) and isinstance(plain.decoder_norm, nn.Identity)
-    assert plain.lm_head.bias is None and plain.src_embed is not plain.tgt_embed
+    plain = tiny_transformer(final_norm=False, bias=False)
+    assert isinstance(plain.encoder_norm_f, nn.Identity) and isinstance(plain.decoder_norm_f, nn.Identity)
+    assert plain.lm_head.bias is None and plain.src_tok_emb is not plain.tgt_tok_emb
     assert tc.count_parameters(plain) == tc.transformer_parameter_count(plain.cfg)
 
 
-def test_dropout_reaches_every_layer():
-    model = _small_transformer(dropout=0.3)
-    attention = [m for m in model.modules() if isinstance(m, tc.MultiHeadAttention)]
-    assert {m.p for m in model.modules() if isinstance(m, nn.Dropout)} == {0.3}
-    assert len(attention) == 6 and {m.dropout for m in attention} == {0.3}
-
-
-def test_attention_layers_skip_their_value_checks():
-    """The model checks its token ids; its attention layers only see its own activations."""
-    model = _small_transformer()
-    assert {m.check_values for m in model.modules() if isinstance(m, tc.MultiHeadAttention)} == {False}
-
-
 def test_transformer_rejects_bad_ids_naming_the_argument_and_value():
-    model = _small_transformer()
+    model = tiny_transformer()
     with pytest.raises(ValueError, match=r"^src must lie in \[0, 11\), got 11 \(1 bad\)$"):
         model(torch.tensor([[0, 11]]), torch.tensor([[1]]))
     with pytest.raises(ValueError, match=r"^tgt must lie in \[0, 13\), got -1 \(2 bad\)$"):

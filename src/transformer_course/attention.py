@@ -16,7 +16,13 @@ from torch import Tensor, nn
 
 from .masks import causal_mask, check_mask, merge_masks
 from .positional import RotaryEmbedding
-from .utils import check_positive_int
+from .utils import (
+    check_dropout,
+    check_heads,
+    check_int,
+    check_positive_int,
+    check_qkv,
+)
 
 __all__ = [
     "masked_softmax",
@@ -47,6 +53,11 @@ def masked_softmax(scores: Tensor, attn_mask: Tensor | None = None) -> Tensor:
     return weights.masked_fill(dead, 0.0)
 
 
+def _check_mask_or_causal(attn_mask: Tensor | None, is_causal: bool) -> None:
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either attn_mask or is_causal=True, not both")
+
+
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,
@@ -72,23 +83,9 @@ def scaled_dot_product_attention(
       function); the returned weights are the ones that multiplied ``value``.
     * A fully masked query row yields zero weights and a zero output row, not ``NaN``.
     """
-    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
-        raise ValueError(
-            "query, key and value need at least 2 dims (..., length, features), "
-            f"got shapes {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
-        )
-    if query.size(-1) != key.size(-1):
-        raise ValueError(
-            f"query and key feature sizes differ: {query.size(-1)} vs {key.size(-1)}"
-        )
-    if key.size(-2) != value.size(-2):
-        raise ValueError(
-            f"key and value lengths differ: {key.size(-2)} vs {value.size(-2)}"
-        )
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-    if is_causal and attn_mask is not None:
-        raise ValueError("pass either attn_mask or is_causal=True, not both")
+    check_qkv(query, key, value)
+    check_dropout("dropout_p", dropout_p)
+    _check_mask_or_causal(attn_mask, is_causal)
     L, S = query.size(-2), key.size(-2)
     if scale is None:
         scale = 1.0 / math.sqrt(query.size(-1))
@@ -101,6 +98,18 @@ def scaled_dot_product_attention(
     weights = F.dropout(weights, p=dropout_p)
     # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
     return torch.matmul(weights, value), weights
+
+
+def _check_additive_inputs(query: Tensor, key: Tensor, value: Tensor) -> None:
+    if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
+        raise ValueError(
+            "AdditiveAttention expects 3-D query, key, value, got shapes "
+            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+    if key.shape[:2] != value.shape[:2]:
+        raise ValueError(
+            f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in (N, S)"
+        )
 
 
 class AdditiveAttention(nn.Module):
@@ -124,16 +133,7 @@ class AdditiveAttention(nn.Module):
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
-            raise ValueError(
-                "AdditiveAttention expects 3-D query, key, value, got shapes "
-                f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
-            )
-        if key.shape[:2] != value.shape[:2]:
-            raise ValueError(
-                f"key {tuple(key.shape)} and value {tuple(value.shape)} "
-                "differ in (N, S)"
-            )
+        _check_additive_inputs(query, key, value)
         # (N, L, 1, hidden) + (N, 1, S, hidden) -> (N, L, S, hidden) -> (N, L, S)
         hidden = torch.tanh(
             self.w_query(query)[:, :, None, :] + self.w_key(key)[:, None, :, :]
@@ -166,11 +166,9 @@ class KVCache:
     """
 
     def __init__(self, capacity: int = 0, window: int | None = None) -> None:
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
-            raise ValueError(f"capacity must be a non-negative int, got {capacity!r}")
-        if window is not None:
-            check_positive_int("window", window)
-        self.capacity, self.window = capacity, window
+        check_int("capacity", capacity, 0)
+        self.capacity = capacity
+        self.window = None if window is None else check_positive_int("window", window)
         self._k: Tensor | None = None  # (N, Hkv, capacity, D) buffers
         self._v: Tensor | None = None
         self._start = 0  # buffer index of the oldest position held
@@ -259,14 +257,7 @@ class KVCache:
         Rewinds the cache, e.g. to reject drafted tokens (speculative decoding) or to
         repeat a decoding step from the same state.
         """
-        if (
-            not isinstance(length, int)
-            or isinstance(length, bool)
-            or not 0 <= length <= len(self)
-        ):
-            raise ValueError(
-                f"length must be an int in [0, {len(self)}], got {length!r}"
-            )
+        check_int("length", length, 0, maximum=len(self))
         removed = len(self) - length
         self._end -= removed
         self.offset -= removed
@@ -281,25 +272,7 @@ class KVCache:
         """
         if self._k is None:
             return 0
-        return (
-            2
-            * len(self)
-            * self._k.size(0)
-            * self._k.size(1)
-            * self._k.size(3)
-            * self._k.element_size()
-        )
-
-
-def _check_finite(name: str, x: Tensor) -> None:
-    # shapes only (e.g. counting parameters or FLOPs): no values to check
-    if x.device.type == "meta":
-        return
-    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-        raise ValueError(
-            f"{name} holds NaN or infinite values "
-            f"({int((~torch.isfinite(x)).sum())} of {x.numel()})"
-        )
+        return 2 * self.keys.numel() * self._k.element_size()
 
 
 class MultiHeadAttention(nn.Module):
@@ -311,19 +284,13 @@ class MultiHeadAttention(nn.Module):
     ``head_dim``) rotates queries and keys by their absolute positions, counted from
     ``cache.offset``.
 
-    ``forward(query, key=None, value=None, attn_mask=None, is_causal=False,
-    need_weights=False, cache=None)`` returns ``(output (N, L, E), weights)``. With
-    ``need_weights`` the explicit reference computes the per-head
-    ``weights (N, H, L, S)``, which are also kept in ``self.attn_weights``; otherwise
-    ``weights`` and ``self.attn_weights`` are ``None`` and the fused
-    ``F.scaled_dot_product_attention`` runs. ``attn_mask`` is bool (``True`` = may
-    attend) or additive float, broadcastable to ``(N, H, L, S)``; ``is_causal`` means
-    ``causal_mask(L, S)`` (lower-right aligned, right for cached decoding).
-
-    ``check_values`` (default ``True``) rejects NaN/infinite inputs and float masks
-    holding NaN or ``+inf``. That reads every value (a host synchronisation on an
-    accelerator); the models turn it off in their layers, which only ever see their own
-    activations, and check token ids instead.
+    ``forward`` returns the output ``(N, L, E)``. With ``need_weights=True`` the
+    explicit :func:`scaled_dot_product_attention` runs and keeps the per-head weights
+    ``(N, H, L, S)`` in ``self.attn_weights``; otherwise the fused
+    ``F.scaled_dot_product_attention`` runs and ``self.attn_weights`` is ``None``.
+    ``attn_mask`` is bool (``True`` = may attend) or additive float, broadcastable to
+    ``(N, H, L, S)``; ``is_causal`` means ``causal_mask(L, S)`` (lower-right aligned,
+    right for cached decoding).
     """
 
     def __init__(
@@ -336,44 +303,35 @@ class MultiHeadAttention(nn.Module):
         rotary: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("d_model", d_model)
-        check_positive_int("num_heads", num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        check_positive_int("num_kv_heads", num_kv_heads)
-        if d_model % num_heads:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={num_heads}"
-            )
-        if num_heads % num_kv_heads:
-            raise ValueError(
-                f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_heads(d_model, num_heads, num_kv_heads)
+        check_dropout("dropout", dropout)
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = d_model // num_heads
-        if rotary is not None and rotary.head_dim != self.head_dim:
-            raise ValueError(
-                f"rotary.head_dim={rotary.head_dim} != head_dim={self.head_dim}"
-            )
-        self.dropout = dropout
+        _check_rotary(rotary, self.head_dim)
+        self.dropout = dropout  # a probability: applied to the attention weights
         kv_dim = num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, kv_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.rotary = rotary
-        self.check_values = True
         self.attn_weights: Tensor | None = None
 
-    def _split_heads(self, x: Tensor, heads: int) -> Tensor:
+    def _split_heads(self, x: Tensor) -> Tensor:
         N, T, _ = x.shape
         # (N, T, heads*D) -> (N, heads, T, D)
-        return x.view(N, T, heads, self.head_dim).transpose(1, 2)
+        return x.view(N, T, -1, self.head_dim).transpose(1, 2)
 
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+    def _inputs(
+        self, query: Tensor, key: Tensor | None, value: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """``(key, value)``, defaulting to ``query`` (self-attention) and ``key``;
+        raises unless the three are ``(N, T, E)`` with matching N and key/value T."""
+        key = query if key is None else key
+        value = key if value is None else value
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dim() != 3 or x.size(-1) != self.d_model:
                 raise ValueError(
@@ -385,12 +343,29 @@ class MultiHeadAttention(nn.Module):
                 f"batch/length mismatch: query {tuple(query.shape)}, "
                 f"key {tuple(key.shape)}, value {tuple(value.shape)}"
             )
-        if self.check_values:
-            _check_finite("query", query)
-            if key is not query:
-                _check_finite("key", key)
-            if value is not key:
-                _check_finite("value", value)
+        return key, value
+
+    def _mask(
+        self,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        q: Tensor,
+        k: Tensor,
+        cache: KVCache | None,
+        need_weights: bool,
+    ) -> tuple[Tensor | None, bool]:
+        """``(attn_mask, is_causal)`` for the attention call: the fused kernel builds a
+        square causal mask itself; every other case gets one merged mask."""
+        N, H, L, _ = q.shape
+        S = k.size(2)
+        window = cache.window if cache is not None else None
+        if attn_mask is not None:
+            check_mask(attn_mask, (N, H, L, S), check_values=False)
+        square = L == S and (window is None or S <= window)
+        if is_causal and attn_mask is None and square and not need_weights:
+            return None, True
+        mask = merge_masks(attn_mask, L, S, is_causal, window, device=q.device)
+        return mask, False
 
     def forward(
         self,
@@ -401,61 +376,51 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         cache: KVCache | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        key = query if key is None else key
-        value = key if value is None else value
-        self._check_inputs(query, key, value)
+    ) -> Tensor:
+        key, value = self._inputs(query, key, value)  # self-attention: both = query
         N, L, E = query.shape
-        H, Hkv = self.num_heads, self.num_kv_heads
-        q = self._split_heads(self.q_proj(query), H)  # (N, L, E) -> (N, H, L, D)
-        # (N, S_new, Hkv*D) -> (N, Hkv, S_new, D)
-        k = self._split_heads(self.k_proj(key), Hkv)
-        v = self._split_heads(self.v_proj(value), Hkv)
-        if self.rotary is not None:
+        q = self._split_heads(self.q_proj(query))  # (N, L, E) -> (N, H, L, D)
+        k = self._split_heads(self.k_proj(key))  # (N, S, Hkv*D) -> (N, Hkv, S, D)
+        v = self._split_heads(self.v_proj(value))
+        if self.rotary is not None:  # rotate by absolute position
             offset = cache.offset if cache is not None else 0
-            q = self.rotary(q, offset=offset)
-            k = self.rotary(k, offset=offset)
-        if cache is not None:
-            # (N, Hkv, S, D): the cached positions, then the new ones
+            q, k = self.rotary(q, offset=offset), self.rotary(k, offset=offset)
+        if cache is not None:  # (N, Hkv, S, D): the cached positions, then the new ones
             k, v = cache.update(k, v)
-        S = k.size(2)
-        window = cache.window if cache is not None else None
-        if attn_mask is not None:
-            check_mask(attn_mask, (N, H, L, S), check_values=self.check_values)
-        # The fused kernel builds a square causal mask itself;
-        # every other case gets one merged mask.
-        fused_causal = (
-            is_causal
-            and attn_mask is None
-            and L == S
-            and not need_weights
-            and (window is None or S <= window)
-        )
-        if not fused_causal:
-            attn_mask = merge_masks(
-                attn_mask, L, S, is_causal=is_causal, window=window, device=q.device
+        mask, causal = self._mask(attn_mask, is_causal, q, k, cache, need_weights)
+        out = self._attend(q, k, v, mask, causal, need_weights)  # (N, H, L, D)
+        out = out.transpose(1, 2).reshape(N, L, E)  # (N, H, L, D) -> (N, L, E)
+        return self.out_proj(out)
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        causal: bool,
+        need_weights: bool,
+    ) -> Tensor:
+        """softmax(q kᵀ / √D + mask) v for every head: the fused kernel, or with
+        ``need_weights`` the explicit reference, whose weights ``(N, H, L, S)`` are kept
+        in ``self.attn_weights``."""
+        p = self.dropout if self.training else 0.0
+        H, Hkv = self.num_heads, self.num_kv_heads
+        self.attn_weights = None
+        if not need_weights:
+            gqa = Hkv != H
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, enable_gqa=gqa
             )
-        dropout_p = self.dropout if self.training else 0.0
-        if need_weights:
-            if Hkv != H:  # each key/value head serves H // Hkv consecutive query heads
-                # (N, Hkv, S, D) -> (N, H, S, D)
-                k = k.repeat_interleave(H // Hkv, dim=1)
-                v = v.repeat_interleave(H // Hkv, dim=1)
-            out, weights = scaled_dot_product_attention(
-                q, k, v, attn_mask, dropout_p=dropout_p
-            )
-        else:
-            out = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=attn_mask,
-                dropout_p=dropout_p,
-                is_causal=fused_causal,
-                enable_gqa=Hkv != H,
-            )
-            weights = None
+        # each key/value head serves H // Hkv consecutive query heads:
+        # (N, Hkv, S, D) -> (N, H, S, D)
+        k = k.repeat_interleave(H // Hkv, dim=1)
+        v = v.repeat_interleave(H // Hkv, dim=1)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
         self.attn_weights = weights
-        # (N, H, L, D) -> (N, L, H, D) -> (N, L, E)
-        out = out.transpose(1, 2).reshape(N, L, E)
-        return self.out_proj(out), weights
+        return out
+
+
+def _check_rotary(rotary: RotaryEmbedding | None, head_dim: int) -> None:
+    if rotary is not None and rotary.head_dim != head_dim:
+        raise ValueError(f"rotary.head_dim={rotary.head_dim} != head_dim={head_dim}")

@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from .models import _check_ids
-from .utils import check_positive_int
+from .utils import check_int, check_positive_int
 
 __all__ = [
     "synchronize",
@@ -91,8 +91,7 @@ def time_interleaved(
     """
     _check_fns(fns)
     check_positive_int("repeats", repeats)
-    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+    check_int("warmup", warmup, 0)
     names = list(fns)
     counts = {n: number for n in names} if isinstance(number, int) else dict(number)
     for n in names:
@@ -345,12 +344,12 @@ def _lockstep(
     for step in range(max_new_tokens):
 
         def cached(ids: Tensor = ids, step: int = step) -> Tensor:
-            hidden = model._hidden(ids if step == 0 else ids[:, -1:], caches)
+            hidden = model._backbone(ids if step == 0 else ids[:, -1:], caches)
             # (N, V) -> (N, 1)
             return model.lm_head(hidden[:, -1]).argmax(dim=-1, keepdim=True)
 
         def uncached(ids: Tensor = ids) -> Tensor:
-            hidden = model._hidden(ids, None)
+            hidden = model._backbone(ids, None)
             return model.lm_head(hidden[:, -1]).argmax(dim=-1, keepdim=True)
 
         order = (("cached", cached), ("uncached", uncached))

@@ -69,21 +69,6 @@ class TransformerBlock(nn.Module):
         kwargs = {"causal": True, "norm_first": True, "activation": "gelu", **kwargs}
         return cls(d_model, num_heads, d_ff, **kwargs)
 
-    def _attend(
-        self,
-        h: Tensor,
-        attn_mask: Tensor | None,
-        need_weights: bool,
-        cache: KVCache | None,
-    ) -> Tensor:
-        return self.self_attn(
-            h,
-            attn_mask=attn_mask,
-            is_causal=self.causal,
-            need_weights=need_weights,
-            cache=cache,
-        )[0]
-
     def forward(
         self,
         x: Tensor,
@@ -91,13 +76,17 @@ class TransformerBlock(nn.Module):
         need_weights: bool = False,
         cache: KVCache | None = None,
     ) -> Tensor:
+        attn_args = dict(
+            attn_mask=attn_mask,
+            is_causal=self.causal,
+            need_weights=need_weights,
+            cache=cache,
+        )
         if self.norm_first:  # Pre-LN: x + F(LN(x))
-            x = x + self.drop(
-                self._attend(self.norm1(x), attn_mask, need_weights, cache)
-            )
+            x = x + self.drop(self.self_attn(self.norm1(x), **attn_args))
             return x + self.drop(self.ffn(self.norm2(x)))
         # Post-LN: LN(x + F(x))
-        x = self.norm1(x + self.drop(self._attend(x, attn_mask, need_weights, cache)))
+        x = self.norm1(x + self.drop(self.self_attn(x, **attn_args)))
         return self.norm2(x + self.drop(self.ffn(x)))
 
 
@@ -133,14 +122,6 @@ class DecoderLayer(TransformerBlock):
         )
         self.norm3 = build_norm(norm, d_model, eps, bias)
 
-    def _cross_attend(
-        self, h: Tensor, memory: Tensor, memory_mask: Tensor | None, need_weights: bool
-    ) -> Tensor:
-        # key = memory; value defaults to the key
-        return self.cross_attn(
-            h, memory, attn_mask=memory_mask, need_weights=need_weights
-        )[0]
-
     def forward(
         self,
         x: Tensor,
@@ -150,17 +131,19 @@ class DecoderLayer(TransformerBlock):
         need_weights: bool = False,
         cache: KVCache | None = None,
     ) -> Tensor:
+        attn_args = dict(
+            attn_mask=attn_mask,
+            is_causal=self.causal,
+            need_weights=need_weights,
+            cache=cache,
+        )
+        # cross-attention: queries from x, keys and values from the memory
+        cross_args = dict(attn_mask=memory_mask, need_weights=need_weights)
         if self.norm_first:  # Pre-LN: x + F(LN(x)) for each sublayer
-            x = x + self.drop(
-                self._attend(self.norm1(x), attn_mask, need_weights, cache)
-            )
-            x = x + self.drop(
-                self._cross_attend(self.norm2(x), memory, memory_mask, need_weights)
-            )
+            x = x + self.drop(self.self_attn(self.norm1(x), **attn_args))
+            x = x + self.drop(self.cross_attn(self.norm2(x), memory, **cross_args))
             return x + self.drop(self.ffn(self.norm3(x)))
         # Post-LN: LN(x + F(x)) for each sublayer
-        x = self.norm1(x + self.drop(self._attend(x, attn_mask, need_weights, cache)))
-        x = self.norm2(
-            x + self.drop(self._cross_attend(x, memory, memory_mask, need_weights))
-        )
+        x = self.norm1(x + self.drop(self.self_attn(x, **attn_args)))
+        x = self.norm2(x + self.drop(self.cross_attn(x, memory, **cross_args)))
         return self.norm3(x + self.drop(self.ffn(x)))

@@ -29,12 +29,15 @@ import glob
 import hashlib
 import os
 import tempfile
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import torch
 from torch import nn
+
+from .utils import check_int
 
 __all__ = [
     "FORMAT",
@@ -43,6 +46,7 @@ __all__ = [
     "config_from_dict",
     "state_dict_sha256",
     "save_checkpoint",
+    "atomic_write",
     "load_checkpoint",
     "remove_temp_files",
 ]
@@ -197,8 +201,7 @@ def save_checkpoint(
         ValueError: if ``step`` is negative or not an int.
         TypeError: if something cannot be loaded back with ``weights_only=True``.
     """
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be a non-negative int, got {step!r}")
+    check_int("step", step, 0)
     if config is not None and not isinstance(config, Mapping):
         config = config_to_dict(config)
     elif config is not None:
@@ -212,12 +215,30 @@ def save_checkpoint(
         "extra": dict(extra),
     }
     _check_plain(payload, "checkpoint")
+    return atomic_write(path, lambda f: torch.save(payload, f), before_replace)
+
+
+def atomic_write(
+    path: str | os.PathLike[str],
+    data: bytes | Callable[[BinaryIO], None],
+    before_replace: Callable[[Path], None] | None = None,
+) -> Path:
+    """Replace ``path`` with ``data`` (bytes, or a function that writes into the open
+    binary file) so that a reader sees the old file or the new one, never a mix.
+
+    The data go to a temporary ``<name>.<random>.tmp`` in the same folder, are flushed
+    and ``fsync``-ed, renamed over ``path`` with ``os.replace`` (atomic), and the folder
+    is ``fsync``-ed so that the rename itself is durable. On any error (even
+    ``KeyboardInterrupt``) the temporary file is removed; after SIGKILL one may remain
+    (:func:`remove_temp_files`). ``before_replace`` gets the complete temporary file
+    just before the rename (tests interrupt a save there).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
+            data(f) if callable(data) else f.write(data)
             f.flush()
             os.fsync(f.fileno())
         if before_replace is not None:
@@ -259,6 +280,52 @@ def remove_temp_files(path: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+def _torch_load(path: Path, map_location: str | torch.device) -> Any:
+    """``torch.load(weights_only=True)``, with a ``ValueError`` naming the file and the
+    damage when the file is not a complete checkpoint archive."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {str(path)!r}")
+    problem = None
+    if not zipfile.is_zipfile(path):  # e.g. truncated: no zip directory at the end
+        problem = f"not a complete zip archive ({path.stat().st_size} bytes)"
+    else:
+        try:
+            return torch.load(path, map_location=map_location, weights_only=True)
+        except (PermissionError, IsADirectoryError):
+            raise
+        except Exception as error:
+            # the unpickler's and zip reader's errors vary with the damage; torch's own
+            # message may suggest weights_only=False: not for a damaged or foreign file
+            problem = f"torch.load(weights_only=True) raised {type(error).__name__}"
+    raise ValueError(
+        f"{str(path)!r} is not a readable {FORMAT!r} checkpoint: {problem}; "
+        "the file is corrupted, truncated or of another format"
+    )
+
+
+def _check_payload(ckpt: Any, path: Path, needs_optimizer: bool) -> None:
+    """Raise ``ValueError`` unless ``ckpt`` is a complete checkpoint of this format
+    (with an optimizer state if ``needs_optimizer``)."""
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise ValueError(
+            f"{str(path)!r} is not a {FORMAT!r} checkpoint (found {found!r})"
+        )
+    missing = [key for key in _KEYS if key not in ckpt]
+    if (
+        missing
+        or not isinstance(ckpt["step"], int)
+        or not isinstance(ckpt["model"], Mapping)
+    ):
+        raise ValueError(
+            f"{str(path)!r} is a damaged {FORMAT!r} checkpoint: "
+            f"missing keys {missing}, step {ckpt.get('step')!r}, "
+            f"model of type {type(ckpt.get('model')).__name__}"
+        )
+    if needs_optimizer and ckpt["optimizer"] is None:
+        raise ValueError(f"checkpoint {str(path)!r} holds no optimizer state")
+
+
 def load_checkpoint(
     path: str | os.PathLike[str],
     model: nn.Module | None = None,
@@ -287,41 +354,10 @@ def load_checkpoint(
             given but the checkpoint holds no optimizer state.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {str(path)!r}")
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except OSError:
-        raise
-    except Exception as error:
-        # the unpickler's and zip reader's errors vary with the damage; torch's own
-        # message (kept in the chain) may suggest weights_only=False: not for a file
-        # that is damaged or foreign
-        raise ValueError(
-            f"{str(path)!r} is not a readable {FORMAT!r} checkpoint: "
-            f"torch.load(weights_only=True) raised {type(error).__name__}; "
-            "the file is corrupted, truncated or of another format"
-        ) from error
-    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise ValueError(
-            f"{str(path)!r} is not a {FORMAT!r} checkpoint (found {found!r})"
-        )
-    missing = [key for key in _KEYS if key not in ckpt]
-    if (
-        missing
-        or not isinstance(ckpt["step"], int)
-        or not isinstance(ckpt["model"], Mapping)
-    ):
-        raise ValueError(
-            f"{str(path)!r} is a damaged {FORMAT!r} checkpoint: "
-            f"missing keys {missing}, step {ckpt.get('step')!r}, "
-            f"model of type {type(ckpt.get('model')).__name__}"
-        )
+    ckpt = _torch_load(path, map_location)
+    _check_payload(ckpt, path, needs_optimizer=optimizer is not None)
     if model is not None:
         unwrap_model(model).load_state_dict(ckpt["model"], strict=strict)
     if optimizer is not None:
-        if ckpt["optimizer"] is None:
-            raise ValueError(f"checkpoint {str(path)!r} holds no optimizer state")
         optimizer.load_state_dict(ckpt["optimizer"])
     return ckpt

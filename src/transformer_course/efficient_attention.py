@@ -7,9 +7,10 @@ Three ways to avoid the (L, S) matrix of exact softmax attention:
   with the feature map phi(x) = elu(x) + 1, so that phi(Q) (phi(K)^T V) costs O(L D Dv)
   instead of O(L S D); the causal version is a recurrence (an RNN) over prefix sums;
 * **sliding-window (local) attention** (as in Longformer, arXiv:2004.05150): query i
-  only sees keys j with |i - j| <= window; ``local_attention`` computes it in
-  O(L * window * D) without an (L, L) matrix, and ``sliding_window_mask`` gives the
-  same pattern as a boolean mask for exact attention;
+  only sees the ``window`` keys nearest to it (the last ``window`` when causal, as
+  ``causal_mask(window=)``); ``local_attention`` computes it in O(L * window * D)
+  without an (L, L) matrix, and ``sliding_window_mask`` gives the same pattern as a
+  boolean mask for exact attention;
 * **low-rank attention** (Linformer, arXiv:2006.04768): keys and values are projected
   along the sequence axis from length S to k, so the weights are (L, k) instead of
   (L, S).
@@ -27,7 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .utils import check_int, check_qk, check_qkv, check_tensor
+from .utils import (
+    check_int,
+    check_non_negative,
+    check_positive_int,
+    check_qk,
+    check_qkv,
+    check_tensor,
+)
 
 __all__ = [
     "elu_feature_map",
@@ -54,6 +62,19 @@ def _check_causal_lengths(q: Tensor, k: Tensor) -> None:
             "causal linear/local attention needs L == S (self-attention), "
             f"got L={q.shape[-2]} and S={k.shape[-2]}"
         )
+
+
+def _check_self_attention(
+    query: Tensor, key: Tensor, value: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`~transformer_course.utils.check_qkv` plus L == S."""
+    q, k, v = check_qkv(query, key, value)
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            "local_attention needs L == S (self-attention), "
+            f"got L={q.shape[-2]} and S={k.shape[-2]}"
+        )
+    return q, k, v
 
 
 def linear_attention_weights(
@@ -126,19 +147,25 @@ def linear_attention(
         output (..., L, Dv).
     """
     q, k, v = check_qkv(query, key, value)
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    check_non_negative("eps", eps)
     check_int("chunk_size", chunk_size, 1)
     phi_q = feature_map(q)  # (..., L, D)
     phi_k = feature_map(k)  # (..., S, D)
-    if not causal:
-        kv = phi_k.transpose(-2, -1) @ v  # (..., D, S) @ (..., S, Dv) -> (..., D, Dv)
-        z = phi_k.sum(dim=-2)  # (..., S, D) -> (..., D)
-        num = phi_q @ kv  # (..., L, D) @ (..., D, Dv) -> (..., L, Dv)
-        den = phi_q @ z.unsqueeze(-1)  # (..., L, D) @ (..., D, 1) -> (..., L, 1)
-        return num / (den + eps)
-    _check_causal_lengths(q, k)
-    L, C = q.shape[-2], chunk_size
+    if causal:
+        _check_causal_lengths(q, k)
+        return _causal_linear_attention(phi_q, phi_k, v, eps, chunk_size)
+    kv = phi_k.transpose(-2, -1) @ v  # (..., D, S) @ (..., S, Dv) -> (..., D, Dv)
+    z = phi_k.sum(dim=-2)  # (..., S, D) -> (..., D)
+    num = phi_q @ kv  # (..., L, D) @ (..., D, Dv) -> (..., L, Dv)
+    den = phi_q @ z.unsqueeze(-1)  # (..., L, D) @ (..., D, 1) -> (..., L, 1)
+    return num / (den + eps)
+
+
+def _causal_linear_attention(
+    phi_q: Tensor, phi_k: Tensor, v: Tensor, eps: float, chunk_size: int
+) -> Tensor:
+    """The causal form of :func:`linear_attention`, chunk by chunk (see there)."""
+    L, C = phi_q.shape[-2], chunk_size
     nc = -(-L // C)  # number of chunks, ceil(L / C)
     extra = nc * C - L
     # padded query rows are 1 (finite, discarded): (..., nc, C, D)
@@ -147,7 +174,7 @@ def linear_attention(
     pk = F.pad(phi_k, (0, 0, 0, extra)).unflatten(-2, (nc, C))  # (..., nc, C, D)
     pv = F.pad(v, (0, 0, 0, extra)).unflatten(-2, (nc, C))  # (..., nc, C, Dv)
     # inside each chunk: the masked kernel matrix
-    tril = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    tril = torch.ones(C, C, dtype=torch.bool, device=phi_q.device).tril()
     a = (pq @ pk.transpose(-2, -1)).masked_fill(~tril, 0.0)  # (..., nc, C, C)
     num = a @ pv  # (..., nc, C, Dv)
     den = a.sum(dim=-1, keepdim=True)  # (..., nc, C, 1)
@@ -190,8 +217,7 @@ def linear_attention_recurrent(
     """
     q, k, v = check_qkv(query, key, value)
     _check_causal_lengths(q, k)
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    check_non_negative("eps", eps)
     phi_q, phi_k = feature_map(q), feature_map(k)
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     D, Dv = q.shape[-1], v.shape[-1]
@@ -207,21 +233,33 @@ def linear_attention_recurrent(
     return torch.stack(outputs, dim=-2)  # L x (..., Dv) -> (..., L, Dv)
 
 
+def _reach(window: int, causal: bool) -> int:
+    """How far a window of ``window`` keys reaches: query i sees i - r .. i (causal)
+    or i - r .. i + r (centred, so ``window`` must be odd)."""
+    check_positive_int("window", window)
+    if not causal and window % 2 == 0:
+        raise ValueError(
+            "a non-causal window is centred on its query, so it must be odd "
+            f"(the query and (window - 1) / 2 keys on each side), got {window}"
+        )
+    return window - 1 if causal else (window - 1) // 2
+
+
 def sliding_window_mask(
     L: int, window: int, causal: bool = False, device: torch.device | str | None = None
 ) -> Tensor:
-    """Boolean (L, L) band mask, True = may attend.
+    """Boolean (L, L) band mask, True = may attend: each query sees at most ``window``
+    keys, as in :func:`~transformer_course.causal_mask` (``window=``).
 
-    Query i may attend key j iff |i - j| <= window (non-causal), or i - window <= j <= i
-    (causal). ``window`` is the one-sided half-width: each query sees at most
-    2 * window + 1 keys (window + 1 when causal). Use it as ``attn_mask`` of scaled
-    dot-product attention.
+    Causal: query i sees keys i - window < j <= i. Non-causal: the window is centred
+    (``window`` odd): query i sees keys with |i - j| <= (window - 1) / 2. Use it as
+    ``attn_mask`` of scaled dot-product attention.
     """
-    check_int("L", L, 1)
-    check_int("window", window, 0)
+    check_positive_int("L", L)
+    reach = _reach(window, causal)
     i = torch.arange(L, device=device).unsqueeze(1)  # (L, 1)
     j = torch.arange(L, device=device).unsqueeze(0)  # (1, L)
-    mask = (i - j).abs() <= window  # (L, L)
+    mask = (i - j).abs() <= reach  # (L, L)
     if causal:
         mask = mask & (j <= i)
     return mask
@@ -239,41 +277,24 @@ def local_attention(
 
     Same result as exact attention with
     ``attn_mask=sliding_window_mask(L, window, causal)``, but no (L, L) matrix is
-    formed. The sequence is cut into blocks of B = max(window, 1) positions; a query in
-    block c can only see keys in blocks c - 1, c, c + 1 (because window <= B), so each
-    block computes a (B, 3B) score matrix, masked to the exact band.
-    Self-attention only: L must equal S.
-
-    Args:
-        query: (..., L, D).
-        key: (..., L, D).
-        value: (..., L, Dv).
-        window: one-sided half-width (>= 0): query i sees keys j with
-            |i - j| <= window.
-        causal: if True, query i only sees keys i - window .. i.
-        scale: score scale, default 1 / sqrt(D).
-
-    Returns:
-        output (..., L, Dv).
+    formed. A query sees keys up to r positions away (r = window - 1 causal,
+    (window - 1) / 2 centred). The sequence is cut into blocks of B = max(r, 1)
+    positions; a query in block c can only see keys in blocks c - 1, c, c + 1, so each
+    block computes a (B, 3B) score matrix, masked to the exact band. Self-attention
+    only (L == S). Shapes: query/key (..., L, D), value (..., L, Dv) -> (..., L, Dv).
     """
-    q, k, v = check_qkv(query, key, value)
-    if q.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            "local_attention needs L == S (self-attention), "
-            f"got L={q.shape[-2]} and S={k.shape[-2]}"
-        )
-    check_int("window", window, 0)
+    q, k, v = _check_self_attention(query, key, value)
+    reach = _reach(window, causal)
     L, D = q.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    B = max(window, 1)  # block size
+    B = max(reach, 1)  # block size
     nb = -(-L // B)  # number of blocks, ceil(L / B)
     extra = nb * B - L  # padding that makes L a multiple of B
     q_blocks = F.pad(q, (0, 0, 0, extra)).unflatten(-2, (nb, B))  # (..., nb, B, D)
-    # one zero block before and after, then overlapping windows of 3 blocks, stride B
-    k_pad = F.pad(k, (0, 0, B, extra + B))  # (..., (nb + 2) * B, D)
-    v_pad = F.pad(v, (0, 0, B, extra + B))  # (..., (nb + 2) * B, Dv)
-    k_blocks = k_pad.unfold(-2, 3 * B, B)  # (..., nb, D, 3B): blocks c-1, c, c+1
-    v_blocks = v_pad.unfold(-2, 3 * B, B).transpose(-2, -1)  # (..., nb, 3B, Dv)
+    # one zero block before and after, then overlapping windows of 3 blocks, stride B:
+    # (..., (nb + 2) * B, D) -> (..., nb, D, 3B), blocks c-1, c, c+1
+    k_blocks = F.pad(k, (0, 0, B, extra + B)).unfold(-2, 3 * B, B)
+    v_blocks = F.pad(v, (0, 0, B, extra + B)).unfold(-2, 3 * B, B).transpose(-2, -1)
     # (..., nb, B, D) @ (..., nb, D, 3B) -> (..., nb, B, 3B)
     scores = (q_blocks @ k_blocks) * scale
     c = torch.arange(nb, device=q.device).view(nb, 1, 1)
@@ -281,14 +302,30 @@ def local_attention(
     i = c * B + torch.arange(B, device=q.device).view(1, B, 1)
     j = (c - 1) * B + torch.arange(3 * B, device=q.device).view(1, 1, 3 * B)
     # (nb, B, 3B); j = i always allowed
-    allowed = ((i - j).abs() <= window) & (j >= 0) & (j < L)
+    allowed = ((i - j).abs() <= reach) & (j >= 0) & (j < L)
     if causal:
         allowed = allowed & (j <= i)
     allowed = allowed | (i >= L)  # padded query rows (discarded) read the zero padding
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # (..., nb, B, 3B)
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
     out = weights @ v_blocks  # (..., nb, B, 3B) @ (..., nb, 3B, Dv) -> (..., nb, B, Dv)
     return out.flatten(-3, -2)[..., :L, :]  # (..., nb * B, Dv) -> (..., L, Dv)
+
+
+def _check_projections(
+    proj_k: Tensor, proj_v: Tensor | None, S: int
+) -> tuple[Tensor, Tensor]:
+    """``(E, F)`` of :func:`low_rank_attention`, both ``(k, S)``; F defaults to E."""
+    proj_k = check_tensor("proj_k", proj_k)
+    proj_v = proj_k if proj_v is None else check_tensor("proj_v", proj_v)
+    for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
+        if p.dim() != 2 or p.shape[1] != S:
+            raise ValueError(f"{name} must have shape (k, S={S}), got {tuple(p.shape)}")
+    if proj_k.shape[0] != proj_v.shape[0]:
+        raise ValueError(
+            "proj_k and proj_v must have the same k, "
+            f"got {tuple(proj_k.shape)} and {tuple(proj_v.shape)}"
+        )
+    return proj_k, proj_v
 
 
 def low_rank_attention(
@@ -318,17 +355,7 @@ def low_rank_attention(
         (output (..., L, Dv), weights (..., L, k)).
     """
     q, k, v = check_qkv(query, key, value)
-    proj_k = check_tensor("proj_k", proj_k)
-    proj_v = proj_k if proj_v is None else check_tensor("proj_v", proj_v)
-    S = k.shape[-2]
-    for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
-        if p.dim() != 2 or p.shape[1] != S:
-            raise ValueError(f"{name} must have shape (k, S={S}), got {tuple(p.shape)}")
-    if proj_k.shape[0] != proj_v.shape[0]:
-        raise ValueError(
-            "proj_k and proj_v must have the same k, "
-            f"got {tuple(proj_k.shape)} and {tuple(proj_v.shape)}"
-        )
+    proj_k, proj_v = _check_projections(proj_k, proj_v, k.shape[-2])
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     k_low = proj_k @ k  # (k, S) @ (..., S, D) -> (..., k, D)
     v_low = proj_v @ v  # (k, S) @ (..., S, Dv) -> (..., k, Dv)

@@ -7,7 +7,7 @@ from functools import partial
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .utils import check_positive_int
+from .utils import check_choice, check_dropout, check_positive_int
 
 __all__ = ["ACTIVATIONS", "FeedForward"]
 
@@ -45,21 +45,16 @@ class FeedForward(nn.Module):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("d_ff", d_ff)
-        if activation not in ACTIVATIONS:
-            raise ValueError(
-                f"unknown activation {activation!r}; expected one of {ACTIVATIONS}"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.activation = activation
+        self.activation = check_choice("activation", activation, ACTIVATIONS)
+        check_dropout("dropout", dropout)
         self.w1 = nn.Linear(d_model, d_ff, bias=bias)
         self.w2 = nn.Linear(d_ff, d_model, bias=bias)
         self.w3 = nn.Linear(d_model, d_ff, bias=bias) if activation in _GATED else None
-        self.dropout = nn.Dropout(dropout)
+        self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.w3 is None:
             hidden = _PLAIN[self.activation](self.w1(x))
         else:
             hidden = _GATED[self.activation](self.w1(x)) * self.w3(x)
-        return self.w2(self.dropout(hidden))  # (N, L, d_ff) -> (N, L, E)
+        return self.w2(self.drop(hidden))  # (N, L, d_ff) -> (N, L, E)

@@ -86,20 +86,20 @@ def load_torch_transformer(ours: Transformer, theirs: nn.Transformer) -> None:
         raise ValueError(
             "nn.Transformer has final LayerNorms: use final_norm=True, norm='layernorm'"
         )
-    for o, t in zip(ours.encoder_layers, enc, strict=True):
+    for o, t in zip(ours.encoder_blocks, enc, strict=True):
         load_torch_mha(o.self_attn, t.self_attn)
         _load_ffn(o, t)
         _load_norm(o.norm1, t.norm1)
         _load_norm(o.norm2, t.norm2)
-    for o, t in zip(ours.decoder_layers, dec, strict=True):
+    for o, t in zip(ours.decoder_blocks, dec, strict=True):
         load_torch_mha(o.self_attn, t.self_attn)
         load_torch_mha(o.cross_attn, t.multihead_attn)
         _load_ffn(o, t)
         _load_norm(o.norm1, t.norm1)
         _load_norm(o.norm2, t.norm2)
         _load_norm(o.norm3, t.norm3)
-    _load_norm(ours.encoder_norm, theirs.encoder.norm)
-    _load_norm(ours.decoder_norm, theirs.decoder.norm)
+    _load_norm(ours.encoder_norm_f, theirs.encoder.norm)
+    _load_norm(ours.decoder_norm_f, theirs.decoder.norm)
 
 
 _GPT2_REQUIRED = ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions")
@@ -162,7 +162,7 @@ def load_hf_gpt2(state_dict: Mapping[str, Tensor], config: Mapping) -> MiniGPT:
         return value
 
     model.tok_emb.weight.copy_(take("wte.weight", (cfg.vocab_size, E)))
-    model.pos.embedding.weight.copy_(take("wpe.weight", (cfg.context_length, E)))
+    model.pos_emb.embedding.weight.copy_(take("wpe.weight", (cfg.context_length, E)))
     for i, block in enumerate(model.blocks):
         p = f"h.{i}."
         block.norm1.weight.copy_(take(p + "ln_1.weight", (E,)))

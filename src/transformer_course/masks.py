@@ -47,18 +47,24 @@ def causal_mask(
     positions back: query ``i`` sees ``i + (S - L) - window < j <= i + (S - L)``, at
     most ``window`` keys.
     """
-    L = check_positive_int("L", L)
-    S = L if S is None else check_positive_int("S", S)
+    S = L if S is None else S
+    _check_causal_sizes(L, S, window)
+    mask = torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=S - L)
+    if window is not None:  # hide keys more than window - 1 positions back
+        mask = mask.triu(diagonal=S - L - window + 1)
+    return mask
+
+
+def _check_causal_sizes(L: int, S: int, window: int | None) -> None:
+    check_positive_int("L", L)
+    check_positive_int("S", S)
     if S < L:
         raise ValueError(
             "causal_mask needs S >= L (queries are the last L of S keys), "
             f"got L={L}, S={S}"
         )
-    mask = torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=S - L)
     if window is not None:
         check_positive_int("window", window)
-        mask = mask.triu(diagonal=S - L - window + 1)
-    return mask
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:

@@ -1,8 +1,12 @@
 """Complete models: the encoder-decoder Transformer of Vaswani et al. (2017) and a
-decoder-only MiniGPT in the style of GPT-2 / nanoGPT. Both configs share their names:
-``d_model``, ``num_heads``, ``d_ff``, ``dropout``, ``context_length``, ``activation``,
-``norm``, ``norm_first``, ``positional``, ``tie_weights``, ``bias``, ``eps``; both
-models call their output layer ``lm_head``."""
+decoder-only MiniGPT in the style of GPT-2 / nanoGPT.
+
+Both configs share their names: ``d_model``, ``num_heads``, ``d_ff``, ``dropout``,
+``context_length``, ``activation``, ``norm``, ``norm_first``, ``positional``,
+``tie_weights``, ``bias``, ``eps``; each is checked once, when the config is built. Both
+models name their parts alike: ``tok_emb``, ``pos_emb``, ``drop``, ``blocks``,
+``norm_f``, ``lm_head`` (the encoder-decoder prefixes ``src_``/``tgt_`` to the
+embeddings and ``encoder_``/``decoder_`` to the stacks and final norms)."""
 
 from __future__ import annotations
 
@@ -13,14 +17,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache
 from .blocks import DecoderLayer, TransformerBlock
 from .feedforward import ACTIVATIONS
 from .masks import padding_mask
 from .norms import NORMS, build_norm
-from .positional import POSITIONAL_ENCODINGS, build_positional
-from .sampling import sample_next_token
-from .utils import check_positive_int
+from .positional import POSITIONAL_ENCODINGS, RotaryEmbedding, build_positional
+from .sampling import check_sampling_args, sample_next_token
+from .utils import (
+    check_choice,
+    check_dropout,
+    check_heads,
+    check_int,
+    check_positive_int,
+)
 
 __all__ = ["TransformerConfig", "Transformer", "GPTConfig", "MiniGPT"]
 
@@ -31,31 +41,21 @@ IGNORE_INDEX = -100
 def _check_common(
     cfg: TransformerConfig | GPTConfig, positional_choices: tuple[str, ...]
 ) -> None:
-    check_positive_int("d_model", cfg.d_model)
-    check_positive_int("num_heads", cfg.num_heads)
+    """The rules both configs share (each rule is one ``utils`` helper)."""
+    check_heads(cfg.d_model, cfg.num_heads, getattr(cfg, "num_kv_heads", None))
     check_positive_int("d_ff", cfg.d_ff)
     check_positive_int("context_length", cfg.context_length)
-    if cfg.d_model % cfg.num_heads:
-        raise ValueError(
-            f"d_model={cfg.d_model} is not divisible by num_heads={cfg.num_heads}"
-        )
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
-    if cfg.activation not in ACTIVATIONS:
-        raise ValueError(
-            f"unknown activation {cfg.activation!r}; expected one of {ACTIVATIONS}"
-        )
-    if cfg.norm not in NORMS:
-        raise ValueError(f"unknown norm {cfg.norm!r}; expected one of {NORMS}")
-    if cfg.positional not in positional_choices:
-        raise ValueError(
-            f"unknown positional encoding {cfg.positional!r}; "
-            f"expected one of {positional_choices}"
-        )
+    check_dropout("dropout", cfg.dropout)
+    check_choice("activation", cfg.activation, ACTIVATIONS)
+    check_choice("norm", cfg.norm, NORMS)
+    check_choice("positional encoding", cfg.positional, positional_choices)
     if cfg.positional == "sinusoidal" and cfg.d_model % 2:
         raise ValueError(
             f"sinusoidal positions need an even d_model, got {cfg.d_model}"
         )
+    head_dim = cfg.d_model // cfg.num_heads
+    if cfg.positional == "rope" and head_dim % 2:
+        raise ValueError(f"rope needs an even head_dim, got {head_dim}")
 
 
 @dataclass
@@ -128,15 +128,6 @@ def _check_ids(
         )
 
 
-def _attention_modules_skip_value_checks(model: nn.Module) -> None:
-    """A model checks its token ids; its attention layers only see its
-    own activations.
-    """
-    for module in model.modules():
-        if isinstance(module, MultiHeadAttention):
-            module.check_values = False
-
-
 class Transformer(nn.Module):
     """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) + positions, an
     encoder stack of :class:`TransformerBlock` (``causal=False``), a decoder stack of
@@ -151,25 +142,25 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         E = cfg.d_model
-        self.src_embed = nn.Embedding(cfg.src_vocab_size, E)
-        self.tgt_embed = (
-            self.src_embed
+        self.src_tok_emb = nn.Embedding(cfg.src_vocab_size, E)
+        self.tgt_tok_emb = (
+            self.src_tok_emb
             if cfg.share_embeddings
             else nn.Embedding(cfg.tgt_vocab_size, E)
         )
-        self.src_pos = build_positional(cfg.positional, E, cfg.context_length)
-        self.tgt_pos = build_positional(cfg.positional, E, cfg.context_length)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.src_pos_emb = build_positional(cfg.positional, E, cfg.context_length)
+        self.tgt_pos_emb = build_positional(cfg.positional, E, cfg.context_length)
+        self.drop = nn.Dropout(cfg.dropout)
         layer_args = dict(
             d_model=E, num_heads=cfg.num_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
             activation=cfg.activation, norm_first=cfg.norm_first, norm=cfg.norm,
             bias=cfg.bias, eps=cfg.eps,
         )  # fmt: skip
-        self.encoder_layers = nn.ModuleList(
+        self.encoder_blocks = nn.ModuleList(
             TransformerBlock(**layer_args, causal=False)
             for _ in range(cfg.num_encoder_layers)
         )
-        self.decoder_layers = nn.ModuleList(
+        self.decoder_blocks = nn.ModuleList(
             DecoderLayer(**layer_args) for _ in range(cfg.num_decoder_layers)
         )
         norm = (
@@ -177,12 +168,11 @@ class Transformer(nn.Module):
             if cfg.final_norm
             else nn.Identity
         )
-        self.encoder_norm = norm()
-        self.decoder_norm = norm()
+        self.encoder_norm_f = norm()
+        self.decoder_norm_f = norm()
         self.lm_head = nn.Linear(E, cfg.tgt_vocab_size, bias=cfg.bias)
         if cfg.tie_weights:
-            self.lm_head.weight = self.tgt_embed.weight
-        _attention_modules_skip_value_checks(self)
+            self.lm_head.weight = self.tgt_tok_emb.weight
 
     def src_mask(self, src: Tensor) -> Tensor | None:
         """Key-padding mask ``(N, 1, 1, S)`` of the source, or ``None`` when ``pad_id``
@@ -195,12 +185,11 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """Source ids ``(N, S)`` -> memory ``(N, S, E)``."""
         _check_ids("src", src, self.cfg.src_vocab_size)
-        x = self.dropout(
-            self.src_pos(self.src_embed(src) * math.sqrt(self.cfg.d_model))
-        )
-        for layer in self.encoder_layers:
-            x = layer(x, attn_mask=src_mask, need_weights=need_weights)
-        return self.encoder_norm(x)
+        x = self.src_tok_emb(src) * math.sqrt(self.cfg.d_model)
+        x = self.drop(self.src_pos_emb(x))
+        for block in self.encoder_blocks:
+            x = block(x, attn_mask=src_mask, need_weights=need_weights)
+        return self.encoder_norm_f(x)
 
     def decode(
         self,
@@ -219,14 +208,12 @@ class Transformer(nn.Module):
         """
         _check_ids("tgt", tgt, self.cfg.tgt_vocab_size)
         offset = caches[0].offset if caches else 0
-        x = self.tgt_embed(tgt) * math.sqrt(self.cfg.d_model)
-        x = self.dropout(self.tgt_pos(x, offset=offset))
-        for i, layer in enumerate(self.decoder_layers):
-            x = layer(
-                x, memory, attn_mask=tgt_mask, memory_mask=src_mask,
-                need_weights=need_weights, cache=caches[i] if caches else None,
-            )  # fmt: skip
-        return self.decoder_norm(x)
+        x = self.tgt_tok_emb(tgt) * math.sqrt(self.cfg.d_model)
+        x = self.drop(self.tgt_pos_emb(x, offset=offset))
+        for i, block in enumerate(self.decoder_blocks):
+            cache = caches[i] if caches else None
+            x = block(x, memory, tgt_mask, src_mask, need_weights, cache)
+        return self.decoder_norm_f(x)
 
     def forward(self, src: Tensor, tgt: Tensor, need_weights: bool = False) -> Tensor:
         src_mask = self.src_mask(src)
@@ -248,7 +235,7 @@ class Transformer(nn.Module):
         try:
             src_mask = self.src_mask(src)
             memory = self.encode(src, src_mask)
-            caches = [KVCache(capacity=max_len) for _ in self.decoder_layers]
+            caches = [KVCache(capacity=max_len) for _ in self.decoder_blocks]
             ys = torch.full(
                 (src.size(0), 1), bos_id, dtype=torch.long, device=src.device
             )
@@ -269,7 +256,8 @@ class Transformer(nn.Module):
 
 @dataclass
 class GPTConfig:
-    """Hyper-parameters of :class:`MiniGPT` (defaults: a small model for CPU demos)."""
+    """Hyper-parameters of :class:`MiniGPT` (defaults: a small model for CPU demos),
+    checked once, here."""
 
     vocab_size: int
     context_length: int = 128
@@ -294,19 +282,18 @@ class GPTConfig:
         check_positive_int("vocab_size", self.vocab_size)
         check_positive_int("num_layers", self.num_layers)
         _check_common(self, POSITIONAL_ENCODINGS)
-        if self.num_kv_heads is not None:
-            check_positive_int("num_kv_heads", self.num_kv_heads)
-            if self.num_heads % self.num_kv_heads:
-                raise ValueError(
-                    f"num_heads={self.num_heads} is not divisible by "
-                    f"num_kv_heads={self.num_kv_heads}"
-                )
-        if self.positional == "rope" and self.head_dim % 2:
-            raise ValueError(f"rope needs an even head_dim, got {self.head_dim}")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+
+def _positions(cfg: GPTConfig) -> tuple[nn.Module | None, RotaryEmbedding | None]:
+    """``(pos_emb, rotary)``: one of the two, by ``cfg.positional``."""
+    if cfg.positional == "rope":
+        rope = build_positional("rope", cfg.head_dim, cfg.context_length, cfg.rope_base)
+        return None, rope
+    return build_positional(cfg.positional, cfg.d_model, cfg.context_length), None
 
 
 class MiniGPT(nn.Module):
@@ -325,14 +312,8 @@ class MiniGPT(nn.Module):
         self.cfg = cfg
         E = cfg.d_model
         self.tok_emb = nn.Embedding(cfg.vocab_size, E)
-        rotary = None
-        self.pos: nn.Module | None = None
-        if cfg.positional == "rope":
-            rotary = build_positional(
-                "rope", cfg.head_dim, cfg.context_length, base=cfg.rope_base
-            )
-        else:
-            self.pos = build_positional(cfg.positional, E, cfg.context_length)
+        # absolute positions are added to x; rotary ones turn q and k in every block
+        self.pos_emb, rotary = _positions(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         block_args = dict(
             dropout=cfg.dropout, activation=cfg.activation, norm_first=cfg.norm_first,
@@ -356,7 +337,6 @@ class MiniGPT(nn.Module):
         for block in self.blocks:
             nn.init.normal_(block.self_attn.out_proj.weight, std=residual_std)
             nn.init.normal_(block.ffn.w2.weight, std=residual_std)
-        _attention_modules_skip_value_checks(self)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -386,7 +366,7 @@ class MiniGPT(nn.Module):
         window = C if self.rolling_cache else None
         return [KVCache(capacity=C, window=window) for _ in self.blocks]
 
-    def _hidden(
+    def _backbone(
         self,
         input_ids: Tensor,
         caches: list[KVCache] | None,
@@ -394,8 +374,8 @@ class MiniGPT(nn.Module):
     ) -> Tensor:
         """Final hidden states ``(N, T, E)``, after the final norm; no input checks."""
         x = self.tok_emb(input_ids)  # (N, T) -> (N, T, E)
-        if self.pos is not None:
-            x = self.pos(x, offset=caches[0].offset if caches else 0)
+        if self.pos_emb is not None:
+            x = self.pos_emb(x, offset=caches[0].offset if caches else 0)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, need_weights=need_weights, cache=caches[i] if caches else None)
@@ -410,35 +390,9 @@ class MiniGPT(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """``input_ids (N, T)`` -> ``(logits (N, T, V), loss)``; ``loss`` is the mean
         next-token cross-entropy against ``targets (N, T)`` (``-100`` ignored), or
-        ``None``.
-
-        With ``caches`` the ids are the new positions only; earlier keys/values come
-        from the caches. Ids and targets outside the vocabulary raise ``ValueError``
-        (one check of each per call).
-        """
-        _check_ids("input_ids", input_ids, self.cfg.vocab_size)
-        if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"expected {len(self.blocks)} caches, got {len(caches)}")
-        offset = caches[0].offset if caches else 0
-        T = input_ids.size(1)
-        rolls = caches is not None and caches[0].window is not None
-        if offset + T > self.cfg.context_length and not (
-            rolls and T <= self.cfg.context_length
-        ):
-            raise ValueError(
-                f"sequence of {offset + T} positions (cached {offset} + new {T}) "
-                f"exceeds context_length={self.cfg.context_length}"
-            )
-        if targets is not None:
-            if targets.shape != input_ids.shape:
-                raise ValueError(
-                    f"targets shape {tuple(targets.shape)} != "
-                    f"input_ids shape {tuple(input_ids.shape)}"
-                )
-            _check_ids(
-                "targets", targets, self.cfg.vocab_size, ignore_index=IGNORE_INDEX
-            )
-        logits = self.lm_head(self._hidden(input_ids, caches, need_weights))
+        ``None``. With ``caches`` the ids are the new positions only."""
+        self._check_inputs(input_ids, targets, caches)
+        logits = self.lm_head(self._backbone(input_ids, caches, need_weights))
         loss = None
         if targets is not None:
             # (N*T, V) logits against (N*T,) targets
@@ -447,10 +401,35 @@ class MiniGPT(nn.Module):
             )
         return logits, loss
 
+    def _check_inputs(
+        self, input_ids: Tensor, targets: Tensor | None, caches: list[KVCache] | None
+    ) -> None:
+        """Ids and targets in the vocabulary, one cache per block, and no more positions
+        than ``context_length`` (unless the caches roll): ``ValueError`` otherwise."""
+        _check_ids("input_ids", input_ids, self.cfg.vocab_size)
+        if caches is not None and len(caches) != len(self.blocks):
+            raise ValueError(f"expected {len(self.blocks)} caches, got {len(caches)}")
+        offset = caches[0].offset if caches else 0
+        T, C = input_ids.size(1), self.cfg.context_length
+        rolls = caches is not None and caches[0].window is not None
+        if offset + T > C and not (rolls and T <= C):
+            raise ValueError(
+                f"sequence of {offset + T} positions (cached {offset} + new {T}) "
+                f"exceeds context_length={C}"
+            )
+        if targets is not None:
+            if targets.shape != input_ids.shape:
+                raise ValueError(
+                    f"targets shape {tuple(targets.shape)} != "
+                    f"input_ids shape {tuple(input_ids.shape)}"
+                )
+            _check_ids("targets", targets, self.cfg.vocab_size, IGNORE_INDEX)
+
     def generate(
         self,
         input_ids: Tensor,
         max_new_tokens: int,
+        *,
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
@@ -459,64 +438,37 @@ class MiniGPT(nn.Module):
         generator: torch.Generator | None = None,
     ) -> Tensor:
         """Append ``max_new_tokens`` tokens to ``input_ids (N, T)``; returns
-        ``(N, T + max_new_tokens)``.
+        ``(N, T + max_new_tokens)``. The sampling options (keywords) are those of
+        :func:`~transformer_course.sample_next_token`.
 
-        The model sees at most ``context_length`` = C tokens. Without the cache every
-        step re-encodes the last C tokens. With ``use_cache`` (default) each step feeds
-        only the newest token and only the last position goes through ``lm_head``. Past
-        the window:
-
-        * rotary or no positions: the caches roll (:meth:`new_caches`); every step still
-          costs one token. Each token then attends to the last C tokens, whose cached
-          keys and values were computed with *their* windows (sliding-window attention),
-          not re-encoded;
-        * learned or sinusoidal (absolute) positions: a full cache is rebuilt from the
-          last ``max(1, C // 2)`` tokens, so the next C // 2 steps cost one token each.
-          The trade-off: one re-encoding of C/2 tokens per C/2 steps instead of C tokens
-          per step, but right after a re-encoding the model sees only C/2 tokens of
-          context (between C/2 and C, versus always C without the cache); the tokens can
-          then differ from ``use_cache=False``.
-
-        The mode (train/eval) the model was in is restored, also when an error is
-        raised.
+        The model sees at most ``context_length`` = C tokens. With ``use_cache``
+        (default) each step feeds only the newest token; past the window the caches roll
+        (rotary or no positions: sliding-window attention), or, with absolute positions,
+        the cache is rebuilt from the last ``C // 2`` tokens once every ``C // 2`` steps
+        (the tokens can then differ from ``use_cache=False``, which re-encodes the last
+        C tokens every step). The train/eval mode is restored, also on an error.
         """
         _check_ids("input_ids", input_ids, self.cfg.vocab_size)
-        if input_ids.size(1) == 0:
-            raise ValueError(
-                "input_ids must hold at least one token per row, "
-                f"got shape {tuple(input_ids.shape)}"
-            )
-        if (
-            not isinstance(max_new_tokens, int)
-            or isinstance(max_new_tokens, bool)
-            or max_new_tokens < 0
-        ):
-            raise ValueError(
-                f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}"
-            )
+        check_int("prompt tokens per row", input_ids.size(1), 1)
+        check_int("max_new_tokens", max_new_tokens, 0)
+        check_sampling_args(temperature, top_k, top_p, greedy)
+        sampling = dict(
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            greedy=greedy,
+            generator=generator,
+        )
         was_training = self.training
         self.eval()
         try:
-            # no autograd bookkeeping at all: less overhead per decoding step
-            with torch.inference_mode():
-                out = self._generate(
-                    input_ids,
-                    max_new_tokens,
-                    use_cache,
-                    temperature,
-                    top_k,
-                    top_p,
-                    greedy,
-                    generator,
-                )
+            with torch.no_grad():
+                return self._generate(input_ids, max_new_tokens, use_cache, sampling)
         finally:
             self.train(was_training)
-        # a normal tensor: an inference-mode tensor could not be saved
-        # for a later backward
-        return out.clone()
 
     def _generate(
-        self, input_ids: Tensor, max_new_tokens: int, use_cache: bool, *sampling
+        self, input_ids: Tensor, max_new_tokens: int, use_cache: bool, sampling: dict
     ) -> Tensor:
         N, T0 = input_ids.shape
         C = self.cfg.context_length
@@ -528,14 +480,14 @@ class MiniGPT(nn.Module):
         for step in range(max_new_tokens):
             if step == 0 or not use_cache:
                 # the last C tokens (with the cache: the prefill of the prompt)
-                hidden = self._hidden(out[:, max(0, n - C) : n], caches)
+                hidden = self._backbone(out[:, max(0, n - C) : n], caches)
             elif len(caches[0]) < C or self.rolling_cache:
-                hidden = self._hidden(out[:, n - 1 : n], caches)
+                hidden = self._backbone(out[:, n - 1 : n], caches)
             else:  # full cache and absolute positions: re-encode the last C // 2 tokens
                 for cache in caches:
                     cache.reset()
-                hidden = self._hidden(out[:, n - max(1, C // 2) : n], caches)
+                hidden = self._backbone(out[:, n - max(1, C // 2) : n], caches)
             logits = self.lm_head(hidden[:, -1])  # (N, V): the last position only
-            out[:, n] = sample_next_token(logits, *sampling)[:, 0]  # (N, 1) -> (N,)
+            out[:, n] = sample_next_token(logits, **sampling)[:, 0]  # (N, 1) -> (N,)
             n += 1
         return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from .models import GPTConfig, TransformerConfig
+from .utils import check_type
 
 __all__ = [
     "count_parameters",
@@ -18,8 +19,7 @@ __all__ = [
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
     """Number of scalar parameters; tied (shared) tensors are counted once."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    check_type("model", model, nn.Module)
     return sum(
         p.numel() for p in model.parameters() if p.requires_grad or not trainable_only
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .utils import check_positive_int
+from .utils import check_int, check_positive_int
 
 __all__ = [
     "POSITIONAL_ENCODINGS",
@@ -69,8 +69,7 @@ def relative_position_transform(
     formulas), so it depends on the offset ``k`` only, never on ``p``. ``k`` may be
     negative.
     """
-    if not isinstance(k, int) or isinstance(k, bool):
-        raise TypeError(f"k must be an int, got {k!r}")
+    check_int("k", k)  # any int: negative offsets look back
     check_positive_int("d_model", d_model)
     _check_even("d_model", d_model)
     phi = k * _inverse_frequencies(d_model, base)

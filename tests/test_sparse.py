@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_course.sparsemax import (
+from transformer_course.sparse import (
     SparsemaxFunction,
     sparsemax,
     sparsemax_attention,
