@@ -58,6 +58,7 @@ CONTENT_JS = """
       const body = [...el.children].filter((c) => !c.classList.contains("admonition-title"));
       return body.map(text).join(" ");
     }),
+    optional: [...document.querySelectorAll("article details.optional > .optional-content")].map(text),
     hiddenSolutions: [...document.querySelectorAll("article div.solution")].filter((el) =>
       [...el.children].some((c) => !c.classList.contains("admonition-title") &&
                                    !c.checkVisibility({ visibilityProperty: true }))).length,
@@ -228,20 +229,22 @@ def check(pdf: Path, content: dict | None) -> list[str]:
         if found:
             problems.append(f"{len(found)} {kind} problems in print media:\n    " + "\n    ".join(found[:15]))
 
-    # each solution's runs of Chinese text (>= 4 characters between formulas and code), compared with
+    # each solution's (and 选读 block's) runs of Chinese text (>= 4 characters between formulas and code), compared with
     # the Chinese characters of the PDF only: pdftotext puts the pieces of formulas (subscripts,
     # display math) between and around the words. At least half of the runs must be there.
     def chinese(t: str) -> str:
         return re.sub(r"[^\u4e00-\u9fff]", "", t)
 
     pdf_chinese = chinese(text)
-    missing_solutions = []
-    for solution in content["solutions"]:
-        runs = re.findall(r"[\u4e00-\u9fff]{4,}", solution)
-        if runs and sum(run in pdf_chinese for run in runs) < max(1, len(runs) // 2):
-            missing_solutions.append(runs[0])
-    if missing_solutions:
-        problems.append(f"{len(missing_solutions)} solutions missing from the PDF, e.g. {missing_solutions[:3]}")
+    for kind in ("solutions", "optional"):
+        missing = []
+        for block in content.get(kind, []):
+            runs = re.findall(r"[\u4e00-\u9fff]{4,}", block)
+            if runs and sum(run in pdf_chinese for run in runs) < max(1, len(runs) // 2):
+                missing.append(runs[0])
+        if missing:
+            name = "solutions" if kind == "solutions" else "选读 blocks"
+            problems.append(f"{len(missing)} {name} missing from the PDF, e.g. {missing[:3]}")
     return problems
 
 

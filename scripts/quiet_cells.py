@@ -138,10 +138,7 @@ def quiet(path: Path) -> int:
         flags = dict(cell.metadata.get("jupyter", {}))
         for flag in lacking:
             flags[flag] = True
-        # "jupyter" first, as CONTRACT.md and the chapters write it (jupytext keeps the order)
-        rest = {k: v for k, v in cell.metadata.items() if k != "jupyter"}
-        cell.metadata.clear()
-        cell.metadata.update({"jupyter": flags, **rest})
+        cell.metadata["jupyter"] = flags
         changed += 1
     if not changed:
         return 0
@@ -151,7 +148,10 @@ def quiet(path: Path) -> int:
             "add the flags by hand (see the docstring) or reformat it once with "
             f"`jupytext --to {FORMAT} {path}`"
         )
-    path.write_text(jupytext.writes(notebook, FORMAT), encoding="utf-8")
+    # written in the form an md -> ipynb -> md round trip gives (metadata keys sorted), so
+    # that saving the page from JupyterLab changes nothing
+    canonical = jupytext.reads(jupytext.writes(notebook, "ipynb"), "ipynb")
+    path.write_text(jupytext.writes(canonical, FORMAT), encoding="utf-8")
     return changed
 
 

@@ -220,3 +220,57 @@ def test_optional_block_rules_catch_mistakes(tmp_path):
         with pytest.raises(AssertionError):
             test_optional_blocks_are_well_formed(page)
         print("caught:", name)
+
+
+def _sphinx_build(tmp_path, text: str) -> tuple[str, str]:
+    """Build one MyST page with book/_ext/book_optional.py; returns (HTML of the page, warnings)."""
+    import io
+
+    from sphinx.application import Sphinx
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(BOOK / '_ext')!r})\nextensions = ['myst_parser', 'book_optional']\n",
+        encoding="utf-8",
+    )
+    (src / "index.md").write_text(text, encoding="utf-8")
+    warnings = io.StringIO()
+    app = Sphinx(
+        str(src), str(src), str(tmp_path / "html"), str(tmp_path / "doctrees"), "html",
+        status=None, warning=warnings, freshenv=True,
+    )  # fmt: skip
+    app.build()
+    return (tmp_path / "html" / "index.html").read_text(encoding="utf-8"), warnings.getvalue()
+
+
+def test_optional_block_html(tmp_path):
+    page = (
+        "# 标题\n\n## 一节\n\n见{ref}`opt-demo`。\n\n"
+        "```{admonition} 选读：更深的推导\n:class: optional\n:name: opt-demo\n\n一句导语。\n```\n\n"
+        "选读正文。\n\n```python\nx = 1\n```\n\n% optional-end\n\n主线继续。\n"
+    )
+    html, warnings = _sphinx_build(tmp_path, page)
+    assert not warnings.strip(), warnings
+    start = html.index('<details class="optional" id="opt-demo">')
+    block = html[start : html.index("</details>", start)]
+    assert '<span class="optional-title">选读：更深的推导</span>' in block
+    assert '<div class="optional-lead"><p>一句导语。</p>' in block
+    assert "选读正文。" in block and "x" in block and "主线继续" not in block
+    assert '<a class="reference internal" href="#opt-demo"><span class="std std-ref">选读：更深的推导</span>' in html
+    assert "optional-end" not in html
+
+
+@pytest.mark.parametrize(
+    ("page", "warning"),
+    [
+        ("```{admonition} 选读：甲\n:class: optional\n\n导语。\n```\n\n正文。\n", "has no '% optional-end'"),
+        ("```{admonition} 选读：甲\n:class: optional\n\n导语。\n```\n\n## 小节\n\n% optional-end\n", "no '% optional"),
+        ("正文。\n\n% optional-end\n", "without a 选读 block"),
+        ("```{admonition} 甲\n:class: optional\n\n导语。\n```\n\n% optional-end\n", "starts with 选读"),
+        ("```{optional-start} 选读：甲\n```\n", "is retired"),
+    ],
+)
+def test_optional_block_mistakes_warn(tmp_path, page, warning):
+    _, warnings = _sphinx_build(tmp_path, "# 标题\n\n## 一节\n\n" + page)
+    assert warning in warnings, warnings

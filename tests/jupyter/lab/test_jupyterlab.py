@@ -56,6 +56,7 @@ CELLS_JS = """
     return {
       kind: model.type,
       text: code ? "" : cell.innerText,
+      // a collapsed input is replaced by a one-line placeholder (the editor leaves the DOM)
       collapsed: !!cell.querySelector(".jp-InputPlaceholder") &&
                  !shown(cell.querySelector(".jp-InputArea-editor")),
       count: code ? model.executionCount : null,
