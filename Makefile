@@ -131,7 +131,7 @@ test: $(STAMP)  ## everything CI runs: lint, unit, nbval, jupyter, strict book b
 # present); writes bench/results/<device>.json and figures. Not part of `make test`.
 # BENCH_ARGS, e.g. --nbval-junit _build/nbval.xml (reuse a report) or --skip-chapters.
 bench: $(STAMP)  ## benchmarks (not part of make test) -> bench/results/
-	$(BIN)/python bench/run.py --full $(BENCH_ARGS)
+	$(BIN)/python -m bench.run --full $(BENCH_ARGS)
 
 notebooks: $(STAMP)  ## .ipynb copies of the chapters and appendices with code -> _build/notebooks/
 	@mkdir -p _build/notebooks

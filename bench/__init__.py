@@ -1,1 +1,1 @@
-"""Benchmarks of the transformer_course package; run ``python bench/run.py --quick|--full``."""
+"""Benchmarks of the transformer_course package; run ``python -m bench.run --quick|--full`` from the repository root."""

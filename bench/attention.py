@@ -55,8 +55,8 @@ def _check_outputs(ours, theirs, x) -> float:
     """Largest difference between our two paths and nn.MultiheadAttention (same weights)."""
     with torch.no_grad():
         ref = theirs(x, x, x, need_weights=False)[0]
-        fused = ours(x)[0]
-        explicit = ours(x, need_weights=True)[0]
+        fused = ours(x)  # our MultiHeadAttention returns the output only
+        explicit = ours(x, need_weights=True)
     diff = max((fused - ref).abs().max().item(), (explicit - ref).abs().max().item())
     if diff > 1e-3:
         raise AssertionError(f"attention outputs disagree with nn.MultiheadAttention by {diff}")
@@ -75,11 +75,11 @@ def _train_fns(ours, theirs, x, qkv):
 
     def fused() -> None:
         clear()
-        ours(x)[0].sum().backward()
+        ours(x).sum().backward()
 
     def explicit() -> None:
         clear()
-        ours(x, need_weights=True)[0].sum().backward()
+        ours(x, need_weights=True).sum().backward()
 
     def torch_mha() -> None:
         clear()

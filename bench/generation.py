@@ -50,7 +50,7 @@ def _profile_decode_step(model: tc.MiniGPT, ids: torch.Tensor, ctx: Context, ste
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.cuda else [])
-    with torch.inference_mode():  # as in generate()
+    with torch.no_grad():  # as in generate()
         caches = model.new_caches()
         model(ids, caches=caches)
         last = ids[:, -1:]

@@ -1,7 +1,9 @@
 """Run the benchmarks of the transformer_course package and write results + figures.
 
-    python bench/run.py --quick            # a minute or two, results in a temp folder
-    python bench/run.py --full             # the full suite -> bench/results/<device>.json + PNGs
+    python -m bench.run --quick            # a minute or two, results in a temp folder
+    python -m bench.run --full             # the full suite -> bench/results/<device>.json + PNGs
+
+(from the repository root: ``-m`` puts the root on ``sys.path``, so ``bench`` is a package)
 
 The device is CUDA when present (``--device auto``, the default), else the CPU. On the CPU the
 suite uses one intra-op thread by default (``--threads 1``): numbers from a busy machine are then
@@ -18,15 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from bench import attention, chapters, generation, memory, reference, training
+from bench.common import Context, log
+from transformer_course import benchmarking as tb
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo root, on sys.path
-    sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-
-from bench import attention, chapters, generation, memory, reference, training  # noqa: E402
-from bench.common import Context, log  # noqa: E402
-from transformer_course import benchmarking as tb  # noqa: E402
 
 BENCHMARKS = {
     "attention": attention,

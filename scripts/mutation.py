@@ -91,6 +91,12 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
         "self.w_key = nn.Linear(key_dim, hidden_dim, )",
         "bias=True is nn.Linear's default; kept explicit to show which layer has the bias",
     ),
+    (
+        "attention",
+        "MultiHeadAttention._mask",
+        "check_mask(attn_mask, (N, H, L, S), check_values=None)",
+        "check_mask tests `if check_values and ...`, so None acts like False",
+    ),
     ("masks", "bool_to_additive", 'return out.masked_fill(~mask, float("-INF"))', _INF),
     ("masks", "merge_masks", 'return attn_mask.masked_fill(~structural, float("-INF"))', _INF),
     (

@@ -883,16 +883,15 @@ def sample(args: argparse.Namespace) -> int:
     )
     ids = ids[:, -cfg.context_length :]
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    with torch.no_grad():
-        out = model.generate(
-            ids,
-            args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            greedy=args.greedy,
-            generator=gen,
-        )
+    out = model.generate(
+        ids,
+        args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        greedy=args.greedy,
+        generator=gen,
+    )
     for i, row in enumerate(out.tolist()):
         if args.num_samples > 1:
             print(f"----- sample {i} (step {ckpt['step']})")
