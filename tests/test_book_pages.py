@@ -7,11 +7,16 @@
 * Prose carries no ``{glue}`` roles, which Jupyter shows as raw text.
 * Code cells fit in 88 columns (wide characters count twice), so they never scroll sideways.
 * Code never reaches outside the page with ``..`` paths: it runs from any working directory.
+* Cells that the HTML hides are collapsed in JupyterLab too (``jupyter.source_hidden``, added by
+  ``scripts/quiet_cells.py``), and jupytext keeps that flag.
+* 选读 blocks (an ``{admonition}`` with ``:class: optional`` … ``% optional-end``) are closed, not
+  nested, hold no heading.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -84,3 +89,117 @@ def test_errata_appendix_lists_every_erratum_box(chapter):
     section = appendix.split(f"### 第 {chapter} 章", 1)[1].split("###", 1)[0]
     listed = re.findall(r"<(ch\d\d-errata-[\w-]+)>", section)
     assert sorted(listed) == sorted(boxes)
+
+
+# --------------------------------------------------------------------------- quiet checks in Jupyter
+# scripts/quiet_cells.py: a cell that the HTML hides (hide-input, remove-input, ...) carries the
+# metadata that makes JupyterLab collapse it (jupyter.source_hidden: true).
+sys.path.insert(0, str(BOOK.parent / "scripts"))
+import quiet_cells  # noqa: E402
+
+HIDDEN_CELL_WITHOUT_FLAG = """\
+---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+    format_version: 0.13
+    jupytext_version: 1.19.6
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# 标题
+
+```{code-cell} ipython3
+x = 1
+```
+
+```{code-cell} ipython3
+:tags: [hide-input]
+
+assert x == 1
+```
+"""
+
+
+@pytest.mark.parametrize("page", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_hidden_cells_are_collapsed_in_jupyterlab(page):
+    """Every hide-input/remove-input cell has jupyter.source_hidden (run scripts/quiet_cells.py)."""
+    lacking = quiet_cells.problems(page)
+    assert not lacking, (
+        f"{len(lacking)} hidden cells would be expanded in JupyterLab; "
+        f"run `python scripts/quiet_cells.py {page.relative_to(BOOK.parent)}`:\n" + "\n".join(lacking[:5])
+    )
+
+
+def test_quiet_cells_adds_the_flag_and_jupytext_keeps_it(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(HIDDEN_CELL_WITHOUT_FLAG, encoding="utf-8")
+    assert len(quiet_cells.problems(page)) == 1  # the check sees the missing flag
+    assert quiet_cells.quiet(page) == 1
+    text = page.read_text(encoding="utf-8")
+    assert "jupyter:\n  source_hidden: true\ntags: [hide-input]" in text
+    assert quiet_cells.problems(page) == []
+    assert quiet_cells.quiet(page) == 0  # idempotent
+    # what JupyterLab's jupytext does when it opens and saves the page: md -> notebook -> md
+    notebook = jupytext.reads(text, fmt="md:myst")
+    assert notebook.cells[-1].metadata["jupyter"] == {"source_hidden": True}
+    ipynb = jupytext.writes(notebook, fmt="ipynb")
+    assert jupytext.reads(ipynb, fmt="ipynb").cells[-1].metadata["jupyter"] == {"source_hidden": True}
+    assert jupytext.writes(jupytext.reads(ipynb, fmt="ipynb"), fmt="md:myst") == text
+    # the unhidden cell is left alone
+    assert "jupyter" not in notebook.cells[-2].metadata
+
+
+# --------------------------------------------------------------------------- 选读 blocks
+# book/_ext/book_optional.py gathers the cells from a ```{admonition} 选读：…``` with
+# ":class: optional" to the comment line "% optional-end"; a heading in between, a missing end or
+# a nested start fails the build. The same rules, read from the source with line numbers, and no
+# {optional-start}/{optional-end} directives (JupyterLab shows them as unknown directives).
+OPTIONAL_RE = re.compile(
+    r"^```\{admonition\}(?P<title>.*)\n(?P<options>(?::\w+:.*\n)*)"
+    r"|^% optional-end[ \t]*$|^(?P<heading>#{1,6}) |^```\{(?P<retired>optional-(?:start|end))\}",
+    re.M,
+)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
+def test_optional_blocks_are_well_formed(page):
+    text = page.read_text(encoding="utf-8")
+    open_at = None
+    for m in OPTIONAL_RE.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        assert not m.group("retired"), f"line {line}: {{{m.group('retired')}}} is retired (book_optional.py)"
+        if m.group("title") is not None:
+            if not re.search(r"^:class:.*\boptional\b", m.group("options"), re.M):
+                continue  # an ordinary admonition
+            assert open_at is None, f"line {line}: 选读 block inside the block of line {open_at}"
+            assert m.group("title").strip().startswith("选读"), f"line {line}: the title starts with 选读"
+            open_at = line
+        elif m.group("heading"):
+            assert open_at is None, f"line {line}: heading inside the 选读 block of line {open_at}"
+        else:
+            assert open_at is not None, f"line {line}: '% optional-end' without a 选读 block"
+            open_at = None
+    assert open_at is None, f"line {open_at}: 选读 block without '% optional-end'"
+
+
+def test_optional_block_rules_catch_mistakes(tmp_path):
+    good = "```{admonition} 选读：标题\n:class: optional\n:name: x\n\n导语。\n```\n\n正文。\n\n% optional-end\n"
+    bad = {
+        "no end": good.replace("% optional-end\n", ""),
+        "heading inside": good.replace("正文。", "## 小节"),
+        "title": good.replace("选读：标题", "标题"),
+        "retired": "```{optional-start} 选读：标题\n```\n",
+    }
+    page = tmp_path / "page.md"
+    page.write_text(good, encoding="utf-8")
+    test_optional_blocks_are_well_formed(page)
+    for name, text in bad.items():
+        page.write_text(text, encoding="utf-8")
+        with pytest.raises(AssertionError):
+            test_optional_blocks_are_well_formed(page)
+        print("caught:", name)
