@@ -5,6 +5,8 @@
 #                    browser tests of the built book
 #   make browser     browser tests of the built book (after make book) -> _build/screenshots/
 #   make pdf         the whole book as one PDF (after make book: nothing runs twice) -> _build/pdf/book.pdf
+#   make lab         JupyterLab (4.4 + jupyterlab-myst) on the repository: open book/chNN_*.md with
+#                    right-click -> Open With -> Notebook;  make lab-test: each chapter run in it (browser)
 #   make bench       benchmarks (not part of make test) -> bench/results/
 #   make notebooks   .ipynb copies of the chapters and appendices with code -> _build/notebooks/
 #   make jupyter     run every page as .ipynb in a temp folder outside the repository (nbclient)
@@ -34,10 +36,11 @@ PIP_ARGS ?=
 LINT_PATHS := $(wildcard src tests bench scripts book/_ext conftest.py)
 JB_BUILD   := $(BIN)/jupyter-book build . -W -n --keep-going
 
-.PHONY: help venv book test lint unit nbval jupyter claims browser pdf bench notebooks check-chapter clean distclean
+.PHONY: help venv book test lint unit nbval jupyter claims browser pdf bench notebooks check-chapter clean distclean \
+	lab lab-test
 
 help:
-	@sed -n '3,15p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,17p' Makefile | sed 's/^# \{0,1\}//'
 
 # The stamp is rebuilt (pip install re-run) whenever requirements.txt or
 # pyproject.toml is newer than the last successful install.
@@ -100,15 +103,36 @@ pdf: $(STAMP)
 	bash scripts/install_browser_deps.sh
 	$(BIN)/python scripts/book_pdf.py
 
+# JupyterLab 4.4 + jupyterlab-myst 2.7 (requirements-lab.txt) in .venv. The pins of requirements.txt
+# are constraints: pip stops rather than change one of them.
+LAB_STAMP := $(VENV)/.lab.stamp
+
+$(LAB_STAMP): requirements-lab.txt $(STAMP)
+	grep -E '^[A-Za-z0-9_.-]+==' requirements.txt > $(VENV)/constraints.txt
+	$(BIN)/python -m pip install $(PIP_ARGS) -r requirements-lab.txt -c $(VENV)/constraints.txt
+	@touch $@
+
+# A learner's JupyterLab on the repository (the chapters: right-click -> Open With -> Notebook).
+lab: $(LAB_STAMP)
+	$(BIN)/jupyter-lab
+
+# Each chapter opened in JupyterLab in headless Chromium, run top to bottom and checked: hidden
+# cells collapsed, no raw directive, no error output (tests/jupyter/lab). LAB_CHAPTERS=... limits it.
+lab-test: $(LAB_STAMP)
+	bash scripts/install_browser_deps.sh
+	OMP_NUM_THREADS=1 $(BIN)/pytest -p no:cacheprovider tests/jupyter/lab
+
 # Each step stops the run on failure; the strict book build from a clean _build
 # comes next to last, and the browser tests of that build last. The browser dependencies
-# are installed before the book build: they bring the Chinese font that figures use.
+# (Chromium, fonts-noto-cjk, ...) are installed first, before any page executes: the figures'
+# Chinese labels need the font (the script also refreshes matplotlib's font cache).
 test: $(STAMP)
+	bash scripts/install_browser_deps.sh
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval
 	$(MAKE) --no-print-directory jupyter
-	bash scripts/install_browser_deps.sh
+	$(MAKE) --no-print-directory lab-test
 	$(MAKE) --no-print-directory book
 	$(MAKE) --no-print-directory browser
 

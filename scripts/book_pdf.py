@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import argparse
 import functools
-import http.server
-import os
 import re
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
-from bookbrowser import CHROMIUM_ARGS, SETTLE_JS, TIMEOUT_MS, toc_pages  # noqa: E402
+from bookbrowser import CHROMIUM_ARGS, SETTLE_JS, TIMEOUT_MS, chromium_executable, serve, toc_pages  # noqa: E402
 
 BUILD = ROOT / "_build"  # --path-output moves it (as jupyter-book's option does)
 
@@ -91,47 +88,33 @@ def single_page(single_dir: Path) -> Path:
     return page
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # the base class's signature
-        pass
-
-
 def print_pdf(page: Path, out: Path) -> dict:
-    single_dir = page.parent
     from playwright.sync_api import sync_playwright
 
-    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    exe = chromium_executable()
     if not exe:
         raise SystemExit("Chromium not found: run scripts/install_browser_deps.sh or set CHROMIUM")
-    handler = functools.partial(_QuietHandler, directory=str(single_dir))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/{page.name}"
     out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            context = browser.new_context(locale="zh-CN")
-            context.set_default_timeout(4 * TIMEOUT_MS)
-            tab = context.new_page()
-            tab.goto(url, wait_until="load")
-            tab.evaluate(SETTLE_JS)
-            tab.emulate_media(media="print")
-            content = tab.evaluate(CONTENT_JS)
-            tab.pdf(
-                path=str(out),
-                format="A4",
-                margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
-                print_background=True,
-                display_header_footer=True,
-                header_template="<span></span>",
-                footer_template=FOOTER,
-                outline=True,
-            )
-            browser.close()
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve(page.parent) as server, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        context = browser.new_context(locale="zh-CN")
+        context.set_default_timeout(4 * TIMEOUT_MS)
+        tab = context.new_page()
+        tab.goto(server + page.name, wait_until="load")
+        tab.evaluate(SETTLE_JS)
+        tab.emulate_media(media="print")
+        content = tab.evaluate(CONTENT_JS)
+        tab.pdf(
+            path=str(out),
+            format="A4",
+            margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
+            print_background=True,
+            display_header_footer=True,
+            header_template="<span></span>",
+            footer_template=FOOTER,
+            outline=True,
+        )
+        browser.close()
     return content
 
 

@@ -11,22 +11,38 @@ The build-exercise pattern of every chapter:
    ``Solution...``), graded by the same checker with ``solution=True``. "Run All" never
    overwrites the learner's code, and CI grades the solution.
 
+In code::
+
+    def my_self_attention(Q, K, V, mask=None):
+        # 在这里写你的代码：返回 (输出, 权重) 或只返回输出
+        pass
+
+    tc.exercises.check_self_attention(my_self_attention)  # skeleton: 尚未实现…
+
+    # (in the closed solution dropdown)
+    def solution_self_attention(Q, K, V, mask=None):
+        ...
+
+    tc.exercises.check_self_attention(solution_self_attention, solution=True)
+
 Every checker ``check_xxx(candidate, *, solution=False)`` compares the candidate with
 the package's own implementation (or with a reference computed from the candidate's own
 weights) on several random inputs: several shapes, batch > 1, masks, odd lengths. The
 inputs come from a local ``torch.Generator`` and the global RNG state of the notebook is
 restored afterwards, so a check is deterministic and changes nothing around it. Then:
 
-* right: prints one line starting with ``✓`` and returns ``True``;
+* right: prints one line starting with ``✓``;
 * wrong: raises :class:`ExerciseError` (an ``AssertionError``) whose message says in
   Chinese what is wrong, with the shapes/values involved, and the likely mistake,
   diagnosed from the symptom (missing scale, softmax on the wrong axis, inverted mask,
   ...);
 * still a skeleton (returns ``None`` or raises ``NotImplementedError``; for a class:
   construction raises it, or ``forward`` returns ``None``): prints
-  ``尚未实现：…（写好后重新运行本单元格）`` and returns ``False`` without raising, so a
-  notebook runs through with the skeletons in place. With ``solution=True`` a skeleton
-  raises instead.
+  ``尚未实现：…（写好后重新运行本单元格）`` without raising, so a notebook runs through
+  with the skeletons in place. With ``solution=True`` a skeleton raises instead.
+
+A checker returns ``None``, so a checker call as the last line of a cell echoes
+nothing under its one line.
 
 Contracts (boolean masks: ``True`` = may attend):
 
@@ -77,6 +93,15 @@ __all__ = [
     "check_multi_head_attention",
     "check_layer_norm",
     "check_sinusoidal_encoding",
+    "check_rope",
+    "check_feed_forward",
+    "check_swiglu",
+    "check_transformer_block",
+    "check_gpt",
+    "check_train_step",
+    "check_lm_batch",
+    "check_generate",
+    "check_kv_cache",
 ]
 
 # Every check seeds its own generator from this; the learner's RNG state is untouched.
@@ -123,12 +148,12 @@ def _name(candidate: object) -> str:
     return getattr(candidate, "__name__", None) or type(candidate).__name__
 
 
-def _checker(title: str) -> Callable:
+def _checker(title: str, wants_class: bool = False) -> Callable:
     """Turn ``body(candidate) -> detail`` into a checker with the common protocol."""
 
     def decorate(body: Callable[[object], str]) -> Callable[..., bool]:
         @functools.wraps(body)
-        def check(candidate: object, *, solution: bool = False) -> bool:
+        def check(candidate: object, *, solution: bool = False) -> None:
             __tracebackhide__ = True  # IPython and pytest hide this frame
             name = _name(candidate)
             if not callable(candidate):
@@ -136,6 +161,12 @@ def _checker(title: str) -> Callable:
                     f"{title}：要检查的应是一个函数或类，得到的是 "
                     f"{type(candidate).__name__}（{candidate!r:.60}）。"
                     "把函数/类本身传进来，不要先调用它。"
+                )
+            if wants_class and not isinstance(candidate, type):
+                raise ExerciseError(
+                    f"{title}：要检查的是类本身（如 MyMultiHeadAttention），得到的是"
+                    f"一个 {type(candidate).__name__} 实例：去掉类名后面的括号和参数，"
+                    "检查器会自己用不同的参数构造它。"
                 )
             try:
                 with _isolated_rng():
@@ -147,9 +178,15 @@ def _checker(title: str) -> Callable:
                         "（solution=True）。"
                     ) from None
                 print(f"尚未实现：{skel.what} {skel.reason}（写好后重新运行本单元格）")
-                return False
+                return
+            except ExerciseError:
+                raise
+            except Exception as err:  # an unexpected value made the checker trip
+                raise ExerciseError(
+                    f"{title}：检查 {name} 时出错（{type(err).__name__}: {err}）。"
+                    "多半是返回值的类型或形状出乎意料：对照练习说明检查返回值。"
+                ) from err
             print(f"✓ {title}：{name} 通过（{detail}）")
-            return True
 
         return check
 
@@ -175,6 +212,8 @@ def _user_line(err: BaseException) -> str:
 
 def _crash_hint(err: BaseException) -> str:
     text = str(err)
+    if isinstance(err, TypeError) and "argument" in text:
+        return "检查参数：函数（或 __init__、forward）的签名要与练习说明的一致。"
     shape_words = ("size", "shape", "dimension", "mat1", "broadcast")
     if any(word in text for word in shape_words):
         return "多半是形状对不上：在出错的行前打印各个张量的 .shape 看看。"
@@ -195,6 +234,8 @@ def _run(
     """Call the learner's ``fn``; a crash becomes an :class:`ExerciseError` naming the
     inputs; ``NotImplementedError`` (or ``None`` from a ``first`` call) a skeleton."""
     __tracebackhide__ = True
+    # the learner's code may change its inputs in place: it gets copies
+    args = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
     try:
         out = fn(*args, **kwargs)
     except NotImplementedError:
@@ -266,10 +307,9 @@ def _forward(
     )
 
 
-def _shape(x: object) -> str:
-    if isinstance(x, Tensor):
-        return str(tuple(x.shape))
-    return type(x).__name__
+def _first(out: object) -> Tensor:
+    """The package's modules return a tensor or a tuple led by one (across versions)."""
+    return out[0] if isinstance(out, tuple) else out
 
 
 def _as_tensor(out: object, what: str, case: str = "") -> Tensor:
@@ -287,8 +327,18 @@ def _as_tensor(out: object, what: str, case: str = "") -> Tensor:
         hint = "得到的是一个数：是不是只算了一个元素，或者提前调用了 .item()？"
     else:
         hint = "检查 return 语句"
-    _fail(f"{what} 应返回 torch.Tensor{where}，得到的是 {kind}：{hint}。")
+    _fail(f"{_sp(what)}应是 torch.Tensor{where}，得到的是 {kind}：{hint}。")
     return out  # unreachable
+
+
+def _sp(what: str) -> str:
+    """``what`` followed by a space unless it ends in a Chinese character."""
+    return what if what and ord(what[-1]) > 0x2E80 else what + " "
+
+
+def _of(what: str) -> str:
+    """``what`` + "的", e.g. ``"fn 的输出"`` -> ``"fn 的输出的"``."""
+    return f"{_sp(what)}的"
 
 
 def _check_shape(
@@ -299,7 +349,7 @@ def _check_shape(
     if tuple(t.shape) != expected:
         where = f"（{case}）" if case else ""
         _fail(
-            f"{what} 的形状不对{where}：应为 {expected}，得到 {tuple(t.shape)}。"
+            f"{_of(what)}形状不对{where}：应为 {expected}，得到 {tuple(t.shape)}。"
             + (hint or "")
         )
 
@@ -308,7 +358,7 @@ def _check_float(t: Tensor, what: str) -> None:
     __tracebackhide__ = True
     if not t.is_floating_point():
         _fail(
-            f"{what} 应是浮点张量，得到 dtype {t.dtype}：计算中是否用了整数张量"
+            f"{_sp(what)}应是浮点张量，得到 dtype {t.dtype}：计算中是否用了整数张量"
             "（如 torch.arange 默认是 int64）？"
         )
 
@@ -359,7 +409,7 @@ def _check_nan(t: Tensor, what: str, case: str, hint: str = "") -> None:
     __tracebackhide__ = True
     if t.is_floating_point() and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
-        _fail(f"{what} 含 NaN 或 inf（{case}：{bad} 个元素）。" + hint)
+        _fail(f"{_sp(what)}含 NaN 或 inf（{case}：{bad} 个元素）。" + hint)
 
 
 # ---------------------------------------------------------------------------
@@ -596,11 +646,20 @@ def _check_attention_weights(
         leaked = (weights.detach().abs() > 1e-6) & ~mask
         if bool(leaked.any()):
             idx = tuple(int(i) for i in leaked.nonzero()[0])
+            # rows with something masked: an inverted mask gives weight only there
+            allowed = (mask & ~mask.all(-1, keepdim=True)).expand_as(weights)
+            if bool((weights.detach()[allowed].abs() < 1e-6).all()):
+                why = (
+                    "掩码方向可能反了（True = 可以看）：应写 masked_fill(~mask, -inf)。"
+                )
+            else:
+                why = (
+                    "屏蔽没有生效：应在 softmax 之前把掩码为 False 的分数填成 -inf"
+                    "（填 0 不行，0 分经 softmax 后仍有权重）。"
+                )
             _fail(
                 f"被屏蔽的位置仍有权重（{case}）：例如位置 {idx} 的掩码为 False，"
-                f"权重却是 {weights[idx].item():.3g}。"
-                "掩码方向可能反了（True = 可以看），"
-                "或者屏蔽没有在 softmax 之前把分数填成 -inf。"
+                f"权重却是 {weights[idx].item():.3g}。{why}"
             )
     sums = weights.detach().double().sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
@@ -784,13 +843,13 @@ def _mha_reference(
                 theirs.bias.zero_()
             else:
                 theirs.bias.copy_(mine.bias)
-        return ref(Q, K, V, attn_mask=mask)[0]
+        return _first(ref(Q, K, V, attn_mask=mask))
 
 
 _MHA_NAMES = ("W_q", "W_k", "W_v", "W_o")
 
 
-@_checker("多头注意力")
+@_checker("多头注意力", wants_class=True)
 def check_multi_head_attention(cls: type) -> str:
     """Grade ``cls(d_model, num_heads)``: multi-head attention.
 
@@ -838,7 +897,13 @@ def check_multi_head_attention(cls: type) -> str:
         module = _construct(cls, E, H, what=name)
         args = (Q, K, V) if mask is None else (Q, K, V, mask)
         with torch.no_grad():
-            out = _forward(module, *args, what=what, case=case, first=i == 0)
+            hint = ""
+            if K.size(1) != Q.size(1):
+                hint = (
+                    "交叉注意力里 K、V 的长度 S 可以与 Q 的长度 L 不同：拆分 K、V "
+                    "的多头时用它们自己的长度（K.size(1)），不要用 Q 的 L。"
+                )
+            out = _forward(module, *args, what=what, case=case, first=i == 0, hint=hint)
         if isinstance(out, tuple) and len(out) == 2:
             out = out[0]
         out = _as_tensor(out, f"{what} 的输出", case)
@@ -859,12 +924,14 @@ def check_multi_head_attention(cls: type) -> str:
             " 多头注意力的输出应与 Q 同形 (N, L, E)。",
         )
         _check_float(out, f"{what} 的输出")
-        _check_nan(
-            out,
-            f"{what} 的输出",
-            case,
-            "若只在有掩码时出现：掩码方向可能反了（True = 可以看）。",
-        )
+        nan_hint = "检查 softmax 之前的分数，是否某一行全被填成了 -inf？"
+        if mask is not None and bool(mask.all(-1).any()):
+            nan_hint = (
+                "NaN 出现在有掩码的情形：掩码整行为 True 的 query 得到了 NaN，"
+                "说明被填成 -inf 的恰是「可以看」的位置：掩码方向可能反了"
+                "（True = 可以看）：应写 masked_fill(~mask, -inf)。"
+            )
+        _check_nan(out, f"{what} 的输出", case, nan_hint)
         if _close(out, ref):
             continue
         D = E // H
@@ -990,7 +1057,7 @@ def _ln_variant(x: Tensor, w: Tensor, b: Tensor, eps: float, mistake: str) -> Te
     return y * w + b
 
 
-@_checker("层归一化")
+@_checker("层归一化", wants_class=True)
 def check_layer_norm(cls: type) -> str:
     """Grade ``cls(d_model, eps=1e-5)``: layer normalisation.
 
@@ -1214,3 +1281,1434 @@ def check_sinusoidal_encoding(fn: Callable) -> str:
             )
         )
     return "max_len × d_model = 7×8, 1×2, 50×16, 11×6"
+
+
+# ---------------------------------------------------------------------------
+# 6. rotary position embedding
+# ---------------------------------------------------------------------------
+
+
+def _rope_variant(x: Tensor, mistake: str) -> Tensor:
+    """RoPE (interleaved pairs, positions along dim -2) with one typical mistake."""
+    D = x.size(-1)
+    two_i = torch.arange(0, D, 2, dtype=torch.float64)
+    freq = 10000.0 ** (-(two_i / 2 if mistake == "exp_i" else two_i) / D)
+    if mistake == "pos_heads":  # the angle of head h instead of position l
+        pos = torch.arange(x.size(1), dtype=torch.float64)[:, None, None]
+    else:
+        pos = torch.arange(x.size(-2), dtype=torch.float64)[:, None]
+    if mistake == "pos1":
+        pos = pos + 1
+    angles = pos * freq
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if mistake == "reversed":
+        sin = -sin
+    if mistake == "halves":
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    r1, r2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+    if mistake == "cat":
+        return torch.cat([r1, r2], dim=-1)
+    return torch.stack([r1, r2], dim=-1).flatten(-2)
+
+
+@_checker("旋转位置编码 RoPE")
+def check_rope(fn: Callable) -> str:
+    """Grade ``fn(x)``: rotary position embedding of ``x (N, H, L, D)``, D even.
+
+    Feature pair ``(2i, 2i+1)`` of the vector at position ``m`` (``m = 0..L-1``, along
+    dim -2) is rotated by the angle ``m · 10000^(-2i/D)``:
+    ``(x₁, x₂) -> (x₁ cos − x₂ sin, x₁ sin + x₂ cos)``. Returns a tensor of the shape of
+    ``x``. Compared with :class:`transformer_course.RotaryEmbedding` (its default,
+    interleaved pairs).
+    """
+    __tracebackhide__ = True
+    from .positional import RotaryEmbedding
+
+    name = _name(fn)
+    g = _generator(6)
+    shapes = ((2, 3, 5, 8), (1, 2, 7, 4), (2, 1, 1, 6), (3, 2, 9, 2))
+    for i, shape in enumerate(shapes):
+        case = f"x {shape}"
+        x = _randn(g, *shape)
+        out = _as_tensor(
+            _run(fn, x.clone(), what=name, case=case, first=i == 0), name, case
+        )
+        _check_shape(out, shape, f"{name} 的输出", case, " RoPE 只旋转，不改变形状。")
+        _check_float(out, f"{name} 的输出")
+        ref = RotaryEmbedding(shape[-1])(x)
+        if _close(out, ref):
+            continue
+        variants = [
+            (
+                "配对方式不对：本约定是相邻两维 (2i, 2i+1) 一对（交错，x[..., 0::2] 与 "
+                "x[..., 1::2]），你用的是前后两半 (i, i + D/2)。",
+                "halves",
+            ),
+            (
+                "旋转后要按 (2i, 2i+1) 交错放回"
+                "（torch.stack([…], dim=-1).flatten(-2)），"
+                "不是前后拼接（torch.cat）。",
+                "cat",
+            ),
+            (
+                "旋转方向反了：x₁' = x₁·cos − x₂·sin，x₂' = x₁·sin + x₂·cos。",
+                "reversed",
+            ),
+            ("位置应从 0 开始：第 0 个位置不旋转（torch.arange(L)）。", "pos1"),
+            (
+                "频率写错了：θ_i = 10000^(−2i/D)，i 是维度对的编号"
+                "（torch.arange(0, D, 2) / D 即是 2i/D）。",
+                "exp_i",
+            ),
+            (
+                f"位置应沿倒数第二维 L 数（x 的形状是 (N, H, L, D) = {shape}），"
+                "你用的是头的编号。",
+                "pos_heads",
+            ),
+        ]
+        hint = _diagnose(
+            out, [(h, functools.partial(_rope_variant, x, m)) for h, m in variants]
+        )
+        if hint is None:
+            norms = out.detach().double().norm(dim=-1)
+            if not torch.allclose(norms, x.double().norm(dim=-1), rtol=1e-4):
+                hint = (
+                    "旋转不改变向量的长度，你的输出却改变了它：检查每一对用的是"
+                    "同一个角度的 cos 和 sin，且 cos² + sin² = 1。"
+                )
+            else:
+                hint = (
+                    "对照公式：第 m 个位置、第 i 对 (x[2i], x[2i+1]) 旋转角度 "
+                    "m · 10000^(−2i/D)。"
+                )
+        _fail(
+            f"{name} 的输出与参考（tc.RotaryEmbedding）不一致（{case}；"
+            f"{_where_differs(out, ref)}）。\n可能的原因：{hint}"
+        )
+    return "4 种形状 (N, H, L, D)，含 L = 1 与 D = 2"
+
+
+# ---------------------------------------------------------------------------
+# 7. feed-forward networks
+# ---------------------------------------------------------------------------
+
+
+def _copy_linear(src: nn.Linear, dst: nn.Linear) -> None:
+    """Copy ``src`` into ``dst``; a missing bias becomes zeros."""
+    with torch.no_grad():
+        dst.weight.copy_(src.weight)
+        if dst.bias is not None:
+            if src.bias is None:
+                dst.bias.zero_()
+            else:
+                dst.bias.copy_(src.bias)
+
+
+def _ffn_variant(l1: nn.Linear, l2: nn.Linear, x: Tensor, mistake: str) -> Tensor:
+    acts = {
+        "relu": F.relu,
+        "tanh": functools.partial(F.gelu, approximate="tanh"),
+        "none": lambda t: t,
+        "silu": F.silu,
+        "sigmoid": torch.sigmoid,
+    }
+    act = acts.get(mistake, F.gelu)
+    out = _lin(l2, act(_lin(l1, x)))
+    if mistake == "twice":
+        return F.gelu(out)
+    if mistake == "residual":
+        return x + out
+    return out
+
+
+def _ffn_cases(g: torch.Generator) -> list[tuple[str, int, int, Tensor]]:
+    return [
+        ("d_model=8, d_ff=32, x (2, 5, 8)", 8, 32, _randn(g, 2, 5, 8)),
+        ("d_model=6, d_ff=10, x (3, 6)", 6, 10, _randn(g, 3, 6, scale=2.0)),
+        ("d_model=4, d_ff=12, x (2, 3, 1, 4)", 4, 12, _randn(g, 2, 3, 1, 4)),
+    ]
+
+
+@_checker("前馈网络 FFN", wants_class=True)
+def check_feed_forward(cls: type) -> str:
+    """Grade ``cls(d_model, d_ff)``: the position-wise FFN ``linear2(gelu(linear1 x))``.
+
+    ``linear1 = nn.Linear(d_model, d_ff)``, ``linear2 = nn.Linear(d_ff, d_model)``
+    (with or without bias), the exact GELU (``F.gelu`` / ``nn.GELU()``) between them, no
+    dropout; ``forward(x)`` works on any leading dimensions. Compared with
+    :class:`transformer_course.FeedForward` (``activation="gelu"``) holding the same
+    weights.
+    """
+    __tracebackhide__ = True
+    from .feedforward import FeedForward
+
+    name = _name(cls)
+    for i, (case, E, d_ff, x) in enumerate(_ffn_cases(_generator(7))):
+        what = f"{name}({E}, {d_ff})"
+        module = _construct(cls, E, d_ff, what=name)
+        with torch.no_grad():
+            out = _forward(module, x, what=what, case=case, first=i == 0)
+        l1 = _linear(module, "linear1", E, d_ff, what)
+        l2 = _linear(module, "linear2", d_ff, E, what)
+        out = _as_tensor(out, f"{what} 的输出", case)
+        _check_shape(
+            out, x.shape, f"{what} 的输出", case, " FFN 逐位置作用，输出与输入同形。"
+        )
+        _check_float(out, f"{what} 的输出")
+        ref_mod = FeedForward(E, d_ff, activation="gelu")
+        _copy_linear(l1, ref_mod.w1)
+        _copy_linear(l2, ref_mod.w2)
+        with torch.no_grad():
+            ref = ref_mod(x)
+        if _close(out, ref):
+            continue
+        variants = [
+            ("激活函数用了 ReLU；本练习用 GELU（F.gelu 或 nn.GELU()）。", "relu"),
+            (
+                "用了 GELU 的 tanh 近似（approximate='tanh'）；本练习用精确的 GELU"
+                "（F.gelu 的默认）。",
+                "tanh",
+            ),
+            ("两层之间缺少激活函数：两个线性层叠在一起仍是一个线性变换。", "none"),
+            ("激活只在两层之间：linear2 之后不要再过 GELU。", "twice"),
+            ("FFN 本身不含残差：x + … 由 Transformer 块去加。", "residual"),
+            ("激活函数用了 SiLU；本练习用 GELU。", "silu"),
+            ("激活函数用了 sigmoid；本练习用 GELU。", "sigmoid"),
+        ]
+        hint = _diagnose(
+            out,
+            [(h, functools.partial(_ffn_variant, l1, l2, x, m)) for h, m in variants],
+        ) or ("对照公式：linear2(gelu(linear1(x)))。")
+        _fail(
+            f"{what} 的输出与参考不一致（{case}；{_where_differs(out, ref)}）。"
+            f"\n可能的原因：{hint}"
+        )
+    return "2 到 4 维输入，3 组 (d_model, d_ff)"
+
+
+def _swiglu_variant(
+    w1: nn.Linear, w2: nn.Linear, w3: nn.Linear, x: Tensor, mistake: str
+) -> Tensor:
+    a, b = _lin(w1, x), _lin(w3, x)
+    hidden = {
+        "swapped": lambda: F.silu(b) * a,
+        "gelu": lambda: F.gelu(a) * b,
+        "sigmoid": lambda: torch.sigmoid(a) * b,
+        "relu": lambda: F.relu(a) * b,
+        "no_gate": lambda: F.silu(a),
+        "sum": lambda: F.silu(a) + b,
+        "after": lambda: F.silu(a * b),
+        "both": lambda: F.silu(a) * F.silu(b),
+    }[mistake]()
+    return _lin(w2, hidden)
+
+
+@_checker("SwiGLU 前馈网络", wants_class=True)
+def check_swiglu(cls: type) -> str:
+    """Grade ``cls(d_model, d_ff)``: the SwiGLU FFN ``w2(silu(w1 x) * w3 x)``.
+
+    Three bias-free layers: ``w1 = nn.Linear(d_model, d_ff, bias=False)``, ``w3`` the
+    same, ``w2 = nn.Linear(d_ff, d_model, bias=False)``. Compared with
+    :class:`transformer_course.FeedForward` (``activation="swiglu"``, ``bias=False``)
+    holding the same weights.
+    """
+    __tracebackhide__ = True
+    from .feedforward import FeedForward
+
+    name = _name(cls)
+    for i, (case, E, d_ff, x) in enumerate(_ffn_cases(_generator(8))):
+        what = f"{name}({E}, {d_ff})"
+        module = _construct(cls, E, d_ff, what=name)
+        with torch.no_grad():
+            out = _forward(module, x, what=what, case=case, first=i == 0)
+        w1 = _linear(module, "w1", E, d_ff, what, bias=False)
+        w3 = _linear(module, "w3", E, d_ff, what, bias=False)
+        w2 = _linear(module, "w2", d_ff, E, what, bias=False)
+        out = _as_tensor(out, f"{what} 的输出", case)
+        _check_shape(
+            out, x.shape, f"{what} 的输出", case, " FFN 逐位置作用，输出与输入同形。"
+        )
+        _check_float(out, f"{what} 的输出")
+        ref_mod = FeedForward(E, d_ff, activation="swiglu", bias=False)
+        for src, dst in ((w1, ref_mod.w1), (w2, ref_mod.w2), (w3, ref_mod.w3)):
+            _copy_linear(src, dst)
+        with torch.no_grad():
+            ref = ref_mod(x)
+        if _close(out, ref):
+            continue
+        variants = [
+            (
+                "silu 应作用在 w1 x 上，w3 x 是不过激活的另一支："
+                "w2(silu(w1 x) * w3 x)。",
+                "swapped",
+            ),
+            (
+                "SwiGLU 的激活是 SiLU（F.silu，即 x·sigmoid(x)），不是 GELU"
+                "（那是 GEGLU）。",
+                "gelu",
+            ),
+            (
+                "用了 sigmoid（那是 GLU）：SwiGLU 用 SiLU(x) = x·sigmoid(x)，"
+                "即 F.silu。",
+                "sigmoid",
+            ),
+            ("激活函数用了 ReLU；SwiGLU 用 SiLU（F.silu）。", "relu"),
+            ("缺了门控：silu(w1 x) 还要逐元素乘以 w3 x。", "no_gate"),
+            ("门控是逐元素相乘，不是相加：silu(w1 x) * w3 x。", "sum"),
+            (
+                "silu 只作用在 w1 x 上，之后再乘 w3 x：silu(w1 x) * w3 x，"
+                "不是 silu(w1 x * w3 x)。",
+                "after",
+            ),
+            ("w3 x 那一支不过激活：silu(w1 x) * w3 x。", "both"),
+        ]
+        hint = _diagnose(
+            out,
+            [
+                (h, functools.partial(_swiglu_variant, w1, w2, w3, x, m))
+                for h, m in variants
+            ],
+        ) or ("对照公式：w2(silu(w1(x)) * w3(x))。")
+        _fail(
+            f"{what} 的输出与参考不一致（{case}；{_where_differs(out, ref)}）。"
+            f"\n可能的原因：{hint}"
+        )
+    return "2 到 4 维输入，3 组 (d_model, d_ff)"
+
+
+# ---------------------------------------------------------------------------
+# 8. the GPT block and the GPT model: the learner's names -> the package's
+# ---------------------------------------------------------------------------
+
+
+def _block_name_map(block: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(the learner's attribute path, the package module it corresponds to) for one
+    Pre-LN block. The one place that knows the package's attribute names."""
+    attn, ffn = block.self_attn, block.ffn
+    return [
+        ("ln1", block.norm1),
+        ("attn.W_q", attn.q_proj),
+        ("attn.W_k", attn.k_proj),
+        ("attn.W_v", attn.v_proj),
+        ("attn.W_o", attn.out_proj),
+        ("ln2", block.norm2),
+        ("ffn.linear1", ffn.w1),
+        ("ffn.linear2", ffn.w2),
+    ]
+
+
+def _gpt_name_map(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The same for :class:`~transformer_course.MiniGPT` (learned positions)."""
+    pos = getattr(model, "pos_emb", None) or getattr(model, "pos", None)
+    pairs = [
+        ("tok_emb", model.tok_emb),
+        ("pos_emb", getattr(pos, "embedding", pos)),
+        ("ln_f", model.norm_f),
+        ("lm_head", model.lm_head),
+    ]
+    for i, block in enumerate(model.blocks):
+        pairs += [(f"blocks.{i}.{path}", m) for path, m in _block_name_map(block)]
+    return pairs
+
+
+def _resolve(obj: nn.Module, path: str, what: str) -> nn.Module:
+    __tracebackhide__ = True
+    current: object = obj
+    done = what
+    for part in path.split("."):
+        if part.isdigit():
+            try:
+                current = current[int(part)]
+            except (TypeError, IndexError):
+                _fail(f"{done} 应是 nn.ModuleList，且至少有 {int(part) + 1} 个元素。")
+            done += f"[{part}]"
+            continue
+        nxt = getattr(current, part, None)
+        if nxt is None:
+            _fail(
+                f"{done} 缺少属性 {part}：按约定要有 {what}.{path}（名字要一致，"
+                "检查器按名字把你的权重复制到参考实现里）。"
+            )
+        current, done = nxt, f"{done}.{part}"
+    return current
+
+
+def _param(module: nn.Module, names: Sequence[str]) -> Tensor | None:
+    for n in names:
+        p = getattr(module, n, None)
+        if isinstance(p, Tensor):
+            return p
+    return None
+
+
+def _copy_weights(
+    candidate: nn.Module,
+    pairs: Sequence[tuple[str, nn.Module]],
+    what: str,
+    randomize_norms: torch.Generator | None = None,
+) -> None:
+    """Copy the candidate's weights into the package modules of ``pairs``.
+
+    With ``randomize_norms`` the candidate's norm weights/biases are first set to random
+    values (initially all 1/0, they would not tell ``ln1`` from ``ln2``)."""
+    __tracebackhide__ = True
+    for path, dst in pairs:
+        src = _resolve(candidate, path, what)
+        w = _param(src, ("weight", "gamma"))
+        b = _param(src, ("bias", "beta"))
+        if w is None:
+            _fail(
+                f"{what}.{path} 没有权重（weight）：它应是 {type(dst).__name__}"
+                "（nn.Linear / nn.LayerNorm / nn.Embedding）。"
+            )
+        if tuple(w.shape) != tuple(dst.weight.shape):
+            _fail(
+                f"{what}.{path}.weight 的形状应为 {tuple(dst.weight.shape)}，"
+                f"得到 {tuple(w.shape)}。"
+            )
+        norm = w.dim() == 1
+        with torch.no_grad():
+            if randomize_norms is not None and norm:
+                w.copy_(1.0 + 0.3 * _randn(randomize_norms, *w.shape))
+                if b is not None:
+                    b.copy_(0.2 * _randn(randomize_norms, *b.shape))
+            dst.weight.copy_(w)
+            dst_b = getattr(dst, "bias", None)
+            if dst_b is None:
+                if b is not None and bool(b.detach().ne(0).any()):
+                    _fail(f"{what}.{path} 不应带偏置（nn.Linear(…, bias=False)）。")
+            elif b is None:
+                dst_b.zero_()
+            else:
+                if tuple(b.shape) != tuple(dst_b.shape):
+                    _fail(
+                        f"{what}.{path}.bias 的形状应为 {tuple(dst_b.shape)}，"
+                        f"得到 {tuple(b.shape)}。"
+                    )
+                dst_b.copy_(b)
+
+
+def _attend(block: nn.Module, h: Tensor, causal: bool = True) -> Tensor:
+    return _first(block.self_attn(h, is_causal=causal))
+
+
+def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor:
+    """The package block's pieces, wired with one typical mistake."""
+    ln1, ln2, ffn = block.norm1, block.norm2, block.ffn
+    causal = mistake != "no_causal"
+
+    def attn(h: Tensor) -> Tensor:
+        return _attend(block, h, causal)
+
+    if mistake == "post_ln":
+        x = ln1(x + attn(x))
+        return ln2(x + ffn(x))
+    if mistake == "no_res_attn":
+        x = attn(ln1(x))
+        return x + ffn(ln2(x))
+    if mistake == "no_res_ffn":
+        return ffn(ln2(x + attn(ln1(x))))
+    if mistake == "no_res":
+        return ffn(ln2(attn(ln1(x))))
+    if mistake == "res_from_norm":
+        h = ln1(x)
+        x = h + attn(h)
+        h = ln2(x)
+        return h + ffn(h)
+    if mistake == "parallel":
+        return x + attn(ln1(x)) + ffn(ln2(x))
+    if mistake == "ln1_twice":
+        x = x + attn(ln1(x))
+        return x + ffn(ln1(x))
+    if mistake == "no_ln2":
+        x = x + attn(ln1(x))
+        return x + ffn(x)
+    if mistake == "no_ln":
+        x = x + attn(x)
+        return x + ffn(x)
+    x = x + attn(ln1(x))
+    return x + ffn(ln2(x))
+
+
+_BLOCK_HINTS = [
+    ("少了注意力子层的残差连接：x = x + attn(ln1(x))。", "no_res_attn"),
+    ("少了 FFN 子层的残差连接：x = x + ffn(ln2(x))。", "no_res_ffn"),
+    (
+        "两个子层都少了残差连接：x = x + attn(ln1(x))，然后 x = x + ffn(ln2(x))。",
+        "no_res",
+    ),
+    (
+        "这是 Post-LN（先加残差再归一化：ln(x + attn(x))）；本练习要 Pre-LN："
+        "x + attn(ln1(x))。",
+        "post_ln",
+    ),
+    (
+        "注意力没有因果掩码：GPT 块里位置 i 只能看 0..i（mask = causal_mask(L)）。",
+        "no_causal",
+    ),
+    (
+        "残差要加在归一化之前的 x 上：x + attn(ln1(x))，不是 ln1(x) + attn(ln1(x))。",
+        "res_from_norm",
+    ),
+    (
+        "两个子层是串行的：FFN 的输入是加过注意力残差之后的 x，"
+        "不是原来的 x（x + attn(…) + ffn(…) 是并行块）。",
+        "parallel",
+    ),
+    ("第二个子层应该用 ln2，你用了两次 ln1。", "ln1_twice"),
+    ("FFN 之前忘了 ln2：x + ffn(ln2(x))。", "no_ln2"),
+    ("没有用 ln1 和 ln2：Pre-LN 先归一化再进子层，x + attn(ln1(x))。", "no_ln"),
+]
+
+
+def _causality_hint(
+    run: Callable[[Tensor], Tensor], x: Tensor, t: int, noise: Tensor
+) -> str | None:
+    """Change the inputs from position ``t`` on; earlier outputs must not move."""
+    with torch.no_grad():
+        before = run(x)
+        x2 = x.clone()
+        x2[:, t:] = noise
+        after = run(x2)
+    if (
+        isinstance(before, Tensor)
+        and isinstance(after, Tensor)
+        and not _close(before[:, :t], after[:, :t])
+    ):
+        return (
+            f"改动第 {t} 个位置及以后的输入，前 {t} 个位置的输出也变了："
+            "缺少因果掩码（或方向反了），位置 i 只能看 0..i。"
+        )
+    return None
+
+
+@_checker("Transformer 块（Pre-LN，GPT）", wants_class=True)
+def check_transformer_block(cls: type) -> str:
+    """Grade ``cls(d_model, num_heads)``: a Pre-LN GPT block, d_ff = 4·d_model, no
+    dropout.
+
+    Attributes: ``ln1`` and ``ln2`` (``nn.LayerNorm(d_model)``), ``attn`` (the
+    multi-head attention of :func:`check_multi_head_attention`: ``W_q, W_k, W_v, W_o``),
+    ``ffn`` (the FFN of :func:`check_feed_forward`: ``linear1``, GELU, ``linear2``).
+    ``forward(x)`` with x ``(N, L, E)``, causal: ``x = x + attn(ln1(x))`` then
+    ``x = x + ffn(ln2(x))``. Compared with :class:`transformer_course.TransformerBlock`
+    (``.gpt``) holding the same weights (the norms get random γ/β first).
+    """
+    __tracebackhide__ = True
+    from .blocks import TransformerBlock
+
+    name = _name(cls)
+    g = _generator(9)
+    cases = [
+        ("d_model=16, 4 个头, x (2, 7, 16)", 16, 4, _randn(g, 2, 7, 16)),
+        ("d_model=12, 3 个头, x (3, 5, 12)", 12, 3, _randn(g, 3, 5, 12, scale=2.0)),
+        ("d_model=8, 2 个头, x (1, 1, 8)", 8, 2, _randn(g, 1, 1, 8)),
+    ]
+    for i, (case, E, H, x) in enumerate(cases):
+        what = f"{name}({E}, {H})"
+        module = _construct(cls, E, H, what=name)
+        with torch.no_grad():
+            _forward(module, x, what=what, case=case, first=i == 0)
+        ref_mod = TransformerBlock.gpt(E, H, 4 * E)
+        ref_mod.eval()
+        _copy_weights(module, _block_name_map(ref_mod), what, randomize_norms=g)
+        module.eval()  # no dropout in the contract; eval() in case there is some
+        with torch.no_grad():
+            out = _forward(module, x, what=what, case=case)
+            ref = ref_mod(x)
+        out = _as_tensor(out, f"{what} 的输出", case)
+        _check_shape(out, x.shape, f"{what} 的输出", case, " 块的输出与输入同形。")
+        _check_float(out, f"{what} 的输出")
+        _check_nan(
+            out,
+            f"{what} 的输出",
+            case,
+            "因果掩码的方向可能反了（True = 可以看）：最后一行全被屏蔽时会得到 NaN。",
+        )
+        if _close(out, ref):
+            continue
+        hint = _diagnose(
+            out,
+            [
+                (h, functools.partial(_block_variant, ref_mod, x, m))
+                for h, m in _BLOCK_HINTS
+            ],
+        )
+        if hint is None and x.size(1) > 2:
+            hint = _causality_hint(
+                functools.partial(_forward, module, what=what, case=case),
+                x,
+                2,
+                _randn(g, x.size(0), x.size(1) - 2, E),
+            )
+        hint = hint or (
+            "逐项对照：ln1/ln2 是 nn.LayerNorm(d_model)，注意力带因果掩码，"
+            "FFN 的 d_ff = 4·d_model、激活是精确 GELU；x = x + attn(ln1(x))，"
+            "x = x + ffn(ln2(x))。先分别用 check_multi_head_attention、"
+            "check_feed_forward 检查子模块。"
+        )
+        _fail(
+            f"{what} 的输出与参考（同样权重的 tc.TransformerBlock.gpt）不一致"
+            f"（{case}；{_where_differs(out, ref)}）。\n可能的原因：{hint}"
+        )
+    return "3 组 (d_model, 头数, 形状)，含 L = 1，因果性与 Pre-LN 连线"
+
+
+def _gpt_reference(V: int, C: int, E: int, H: int, n_layers: int) -> nn.Module:
+    from .models import GPTConfig, MiniGPT
+
+    cfg = GPTConfig(
+        vocab_size=V,
+        context_length=C,
+        d_model=E,
+        num_heads=H,
+        num_layers=n_layers,
+        d_ff=4 * E,
+        dropout=0.0,
+        positional="learned",
+        norm="layernorm",
+        norm_first=True,
+        activation="gelu",
+        tie_weights=False,
+        bias=True,
+    )
+    return MiniGPT(cfg).eval()
+
+
+def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor:
+    """The package model's pieces, wired with one typical mistake."""
+    pairs = dict(_gpt_name_map(ref))
+    L = idx.size(1)
+    tok = ref.tok_emb(idx)
+    pos = pairs["pos_emb"].weight
+    if mistake == "no_pos":
+        x = tok
+    elif mistake == "pos_by_id":  # only where every id < context_length
+        x = tok + pos[idx]
+    else:
+        x = tok + pos[:L]
+    h = x
+    for block in ref.blocks:
+        if mistake == "no_causal":
+            h = _block_variant(block, h, "no_causal")
+        else:
+            h = block(x if mistake == "same_input" else h)
+    if mistake != "no_ln_f":
+        h = ref.norm_f(h)
+    logits = ref.lm_head(h)
+    return torch.softmax(logits, -1) if mistake == "softmax" else logits
+
+
+_GPT_HINTS = [
+    ("忘了加位置嵌入：x = tok_emb(idx) + pos_emb(torch.arange(L))。", "no_pos"),
+    (
+        "位置嵌入应按位置 0..L-1 查表（pos_emb(torch.arange(L))），不是按 token id。",
+        "pos_by_id",
+    ),
+    ("lm_head 之前忘了最后的 ln_f。", "no_ln_f"),
+    (
+        "forward 应返回 logits（未经 softmax）：交叉熵和采样都从 logits 出发。",
+        "softmax",
+    ),
+    (
+        "每个块的输入应是上一个块的输出：for block in self.blocks: x = block(x)。",
+        "same_input",
+    ),
+    ("注意力没有因果掩码：位置 i 只能看 0..i。", "no_causal"),
+]
+
+
+@_checker("GPT 模型", wants_class=True)
+def check_gpt(cls: type) -> str:
+    """Grade ``cls(vocab_size, context_length, d_model, num_heads, num_layers)``.
+
+    Attributes: ``tok_emb`` (``nn.Embedding(vocab_size, d_model)``), ``pos_emb``
+    (learned, ``nn.Embedding(context_length, d_model)``), ``blocks``
+    (``nn.ModuleList`` of blocks of the :func:`check_transformer_block` contract),
+    ``ln_f`` (``nn.LayerNorm``), ``lm_head`` (``nn.Linear(d_model, vocab_size,
+    bias=False)``; tying it to ``tok_emb`` is fine). ``forward(idx)`` with idx
+    ``(N, L)``,
+    ``L <= context_length``, returns logits ``(N, L, vocab_size)`` (a tuple
+    ``(logits, loss)`` is accepted too). Graded by copying the weights into
+    :class:`transformer_course.MiniGPT` (learned positions, GELU, Pre-LN).
+    """
+    __tracebackhide__ = True
+    name = _name(cls)
+    g = _generator(10)
+    # (vocab, context, d_model, heads, layers, idx shapes)
+    configs = [(23, 8, 16, 2, 2, ((2, 8), (3, 5))), (11, 6, 12, 3, 1, ((1, 1), (2, 6)))]
+    first = True
+    for V, C, E, H, n_layers, shapes in configs:
+        args = (V, C, E, H, n_layers)
+        what = f"{name}{_fmt_args(args, {})}"
+        module = _construct(cls, *args, what=name)
+        probe = torch.randint(V, shapes[0], generator=g)
+        with torch.no_grad():
+            _forward(
+                module,
+                probe,
+                what=what,
+                case=f"idx {shapes[0]}",
+                first=first,
+                hint=_embedding_hint,
+            )
+        first = False
+        ref = _gpt_reference(*args)
+        _copy_weights(module, _gpt_name_map(ref), what, randomize_norms=g)
+        module.eval()
+        for shape in shapes:
+            case = f"vocab={V}, context={C}, idx {shape}"
+            idx = torch.randint(V, shape, generator=g)
+            with torch.no_grad():
+                out = _forward(module, idx, what=what, case=case, hint=_embedding_hint)
+                expected = _first(ref(idx))
+            if isinstance(out, tuple) and len(out) == 2:
+                out = out[0]
+            out = _as_tensor(out, f"{what} 的输出", case)
+            N, L = shape
+            if tuple(out.shape) == (N, V) and L > 1:
+                _fail(
+                    f"{what} 只返回了最后一个位置的 logits {tuple(out.shape)}（{case}）"
+                    f"：forward 应返回每个位置的 (N, L, V) = {(N, L, V)}。"
+                )
+            if tuple(out.shape) == (N * L, V) and N > 1:
+                _fail(
+                    f"{what} 的输出被展平成了 {tuple(out.shape)}（{case}）：forward "
+                    f"应返回 (N, L, V) = {(N, L, V)}，展平留给算损失的地方。"
+                )
+            _check_shape(out, (N, L, V), f"{what} 的输出", case)
+            _check_float(out, f"{what} 的输出")
+            _check_nan(out, f"{what} 的输出", case)
+            if _close(out, expected):
+                continue
+            hint = _diagnose(
+                out,
+                [
+                    (h, functools.partial(_gpt_variant, ref, idx, m))
+                    for h, m in _GPT_HINTS
+                ],
+            )
+            if hint is None:
+                hint = _gpt_block_hint(module, ref, idx, what)
+            _fail(
+                f"{what} 的 logits 与参考（同样权重的 tc.MiniGPT）不一致（{case}；"
+                f"{_where_differs(out, expected)}）。\n可能的原因：{hint}"
+            )
+    return "2 组配置、1 到 2 层、L = 1 到 context_length、批量 1 到 3"
+
+
+_embedding_hint = (
+    "nn.Embedding 的下标越界时：token 嵌入用 idx 查表，位置嵌入用 "
+    "torch.arange(L) 查表；检查 vocab_size 和 context_length 有没有用反。"
+)
+
+
+def _gpt_block_hint(module: nn.Module, ref: nn.Module, idx: Tensor, what: str) -> str:
+    """Locate the first block whose output differs, given the reference's input."""
+    pairs = dict(_gpt_name_map(ref))
+    with torch.no_grad():
+        h = ref.tok_emb(idx) + pairs["pos_emb"].weight[: idx.size(1)]
+        for i, block in enumerate(ref.blocks):
+            mine = module.blocks[i]
+            try:
+                got = mine(h)
+            except Exception:
+                return (
+                    f"{what}.blocks[{i}] 单独运行时出错："
+                    "先用 check_transformer_block 检查块。"
+                )
+            expected = block(h)
+            if not (isinstance(got, Tensor) and _close(got, expected)):
+                return (
+                    f"{what}.blocks[{i}] 的输出与参考块不一致：先用 "
+                    "check_transformer_block 检查你的块类。"
+                )
+            h = expected
+    return (
+        "各个块都对，问题在嵌入或最后几步：x = tok_emb(idx) + pos_emb(arange(L))，"
+        "逐个过 blocks，再 ln_f，最后 lm_head。"
+    )
+
+
+# ---------------------------------------------------------------------------
+# 9. one training step
+# ---------------------------------------------------------------------------
+
+
+class _TinyLM(nn.Module):
+    """A small model for the training-step check: ``idx (N, T) -> logits (N, T, V)``."""
+
+    def __init__(self, vocab_size: int = 13, d: int = 8) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, d)
+        self.head = nn.Linear(d, vocab_size)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.head(torch.tanh(self.emb(idx)))
+
+
+class _RecordingSGD(torch.optim.SGD):
+    """SGD that writes down when ``zero_grad`` and ``step`` are called."""
+
+    def __init__(self, params, lr: float, events: list[str]) -> None:
+        super().__init__(params, lr=lr)
+        self.events = events
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.events.append("zero_grad")
+        super().zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):  # noqa: ANN001 - torch's signature
+        self.events.append("step")
+        return super().step(closure)
+
+
+def _params_close(a: nn.Module, b: nn.Module) -> bool:
+    return all(
+        _close(p, q, 1e-5, 1e-6)
+        for p, q in zip(a.parameters(), b.parameters(), strict=True)
+    )
+
+
+def _lm_loss(model: nn.Module, x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
+    logits = model(x)
+    return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction=reduction)
+
+
+def _order_hint(events: list[str]) -> str | None:
+    """The ordering mistake in one call's events, if any."""
+    if "backward" not in events:
+        return "没有调用 loss.backward()：没有梯度，参数不会更新。"
+    if "step" not in events:
+        return "没有调用 optimizer.step()：梯度算出来了，参数却没有更新。"
+    first_backward, last_step = (
+        events.index("backward"),
+        len(events) - 1 - events[::-1].index("step"),
+    )
+    if events.index("step") < first_backward:
+        return (
+            "optimizer.step() 在 loss.backward() 之前：这一步用的是上一次的梯度，"
+            "顺序应为 zero_grad → backward → step。"
+        )
+    if "zero_grad" in events[first_backward:last_step]:
+        return (
+            "optimizer.zero_grad() 放在了 backward 和 step 之间：梯度刚算出来就被清掉"
+            "了。顺序应为 zero_grad → backward → step。"
+        )
+    return None
+
+
+@_checker("一步训练")
+def check_train_step(fn: Callable) -> str:
+    """Grade ``fn(model, optimizer, x, y)``: one optimisation step of a language model.
+
+    ``model(x)`` returns logits ``(N, T, V)`` for ids ``x (N, T)``; the loss is the mean
+    cross-entropy over all ``N·T`` positions against ``y (N, T)``; then ``zero_grad``,
+    ``backward``, ``step``. ``fn`` returns the loss (before the update) as a Python
+    ``float`` (``loss.item()``). Checked over two steps with plain SGD against the same
+    step done by the checker on a copy of the model.
+    """
+    __tracebackhide__ = True
+    import copy
+
+    name = _name(fn)
+    g = _generator(11)
+    V, N, T = 13, 3, 5
+    model = _TinyLM(V)
+    reference = copy.deepcopy(model)
+    events: list[str] = []
+    optimizer = _RecordingSGD(model.parameters(), lr=0.5, events=events)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(
+            lambda _p: (
+                events.append("backward") if events[-1:] != ["backward"] else None
+            )
+        )
+    for step in range(2):
+        case = f"第 {step + 1} 步，x 和 y 形状 ({N}, {T})，V = {V}"
+        x = torch.randint(V, (N, T), generator=g)
+        y = torch.randint(V, (N, T), generator=g)
+        events.clear()
+        before = copy.deepcopy(model)
+        loss = _run(
+            fn,
+            model,
+            optimizer,
+            x,
+            y,
+            what=name,
+            case=case,
+            first=step == 0,
+            hint=_train_crash_hint,
+        )
+        ref_opt.zero_grad()
+        ref_loss = _lm_loss(reference, x, y)
+        ref_loss.backward()
+        ref_opt.step()
+        if isinstance(loss, Tensor):
+            _fail(
+                f"{name} 应返回 Python float（loss.item()），得到张量 "
+                f"{tuple(loss.shape)}：返回张量会把整张计算图留在内存里。"
+            )
+        if not isinstance(loss, float):
+            _fail(f"{name} 应返回损失（float），得到 {type(loss).__name__}。")
+        if not math.isclose(loss, ref_loss.item(), rel_tol=1e-5, abs_tol=1e-6):
+            with torch.no_grad():
+                variants = {
+                    "应对所有位置取平均（F.cross_entropy 默认的 reduction='mean'），"
+                    "你返回的是求和。": _lm_loss(before, x, y, "sum").item(),
+                    "返回的应是这一步更新之前的损失，不是更新后重新算的。": _lm_loss(
+                        model, x, y
+                    ).item(),
+                    "x 和 y 已经错开一位了（y[t] 就是 x[t] 的下一个词元），"
+                    "不要再移位：直接对展平的 logits 和 y 算交叉熵。": F.cross_entropy(
+                        before(x)[:, :-1].flatten(0, 1), y[:, 1:].flatten()
+                    ).item(),
+                }
+            hint = next(
+                (
+                    h
+                    for h, v in variants.items()
+                    if math.isclose(loss, v, rel_tol=1e-5, abs_tol=1e-6)
+                ),
+                "损失应为 F.cross_entropy(logits.view(-1, V), y.view(-1))。",
+            )
+            _fail(
+                f"{name} 返回的损失不对（{case}）：应为 {ref_loss.item():.6f}，"
+                f"得到 {loss:.6f}。{hint}"
+            )
+        if _params_close(model, reference):
+            continue
+        hint = _order_hint(events)
+        if hint is None and step == 1 and "zero_grad" not in events:
+            hint = (
+                "第二步的参数不对：梯度在两步之间累积了——忘了 optimizer.zero_grad()"
+                "（每步在 backward 之前清零梯度）。"
+            )
+        if hint is None and _params_close(model, before):
+            hint = "调用之后参数没有变化：检查 backward 和 optimizer.step()。"
+        _fail(
+            f"{name} 之后的参数与参考不一致（{case}）。"
+            + (hint or "顺序应为 zero_grad → 前向 → 损失 → backward → step。")
+        )
+    return "连续两步 SGD：损失的值、参数更新、梯度清零"
+
+
+_train_crash_hint = (
+    "F.cross_entropy 要求类别在第 1 维：把 logits 展平成 (N*T, V)、y 展平成 (N*T,)，"
+    "即 F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))。"
+)
+
+
+# ---------------------------------------------------------------------------
+# 10. language-model batches
+# ---------------------------------------------------------------------------
+
+
+@_checker("语言模型批次")
+def check_lm_batch(fn: Callable) -> str:
+    """Grade ``fn(data, batch_size, context_length, generator)`` -> ``(x, y)``.
+
+    ``data`` is a 1-D int64 tensor of token ids. The ``batch_size`` window starts are
+    drawn by ``torch.randint(len(data) - context_length, (batch_size,),
+    generator=generator)``; ``x[b] = data[i : i+T]``, ``y[b] = data[i+1 : i+T+1]``, both
+    int64 ``(batch_size, context_length)``. Compared with
+    :func:`transformer_course.lm_batch` using a generator with the same seed.
+    """
+    __tracebackhide__ = True
+    from .data import lm_batch
+
+    name = _name(fn)
+    g = _generator(12)
+    # (len(data), batch_size, context_length)
+    cases = [(40, 4, 8), (10, 3, 9), (25, 5, 1), (30, 2, 7)]
+    for i, (n, B, T) in enumerate(cases):
+        case = f"len(data)={n}, batch_size={B}, context_length={T}"
+        data = torch.randperm(200, generator=g)[:n]  # distinct ids: positions traceable
+        seed = _SEED + 100 + i
+        out = _run(
+            fn,
+            data.clone(),
+            B,
+            T,
+            _generator(100 + i),
+            what=name,
+            case=case,
+            first=i == 0,
+            hint=_batch_crash_hint,
+        )
+        if not (isinstance(out, tuple) and len(out) == 2):
+            _fail(
+                f"{name} 应返回两个张量 (x, y)，得到 {type(out).__name__}"
+                + (f"（{len(out)} 个元素）" if isinstance(out, (tuple, list)) else "")
+                + "。"
+            )
+        x, y = (
+            _as_tensor(t, f"{name} 返回的 {n_}", case)
+            for t, n_ in zip(out, "xy", strict=True)
+        )
+        for t, n_ in ((x, "x"), (y, "y")):
+            _check_shape(
+                t,
+                (B, T),
+                f"{name} 返回的 {n_}",
+                case,
+                " 应为 (batch_size, context_length)。",
+            )
+            if t.dtype != torch.int64:
+                _fail(
+                    f"{name} 返回的 {n_} 应是 torch.long（int64），得到 {t.dtype}："
+                    "nn.Embedding 和 F.cross_entropy 都要整数 id。"
+                )
+        ref_x, ref_y = lm_batch(
+            data, B, T, generator=torch.Generator().manual_seed(seed)
+        )
+        if torch.equal(x, ref_x) and torch.equal(y, ref_y):
+            continue
+        again = _run(fn, data.clone(), B, T, _generator(100 + i), what=name, case=case)
+        if not (isinstance(again, tuple) and torch.equal(again[0], x)):
+            _fail(
+                f"{name} 用同一个种子的 generator 调用两次，结果却不同（{case}）："
+                "没有把 generator 传给 torch.randint（generator=generator）。"
+            )
+        pos = {int(v): j for j, v in enumerate(data)}
+        starts = []
+        for b in range(B):
+            j = pos.get(int(x[b, 0]), -1)
+            if j < 0 or j + T > n or not torch.equal(x[b], data[j : j + T]):
+                _fail(
+                    f"{name} 返回的 x[{b}] 不是 data 里连续的一段（{case}）："
+                    "每一行应为 data[i : i + context_length]。"
+                )
+            starts.append(j)
+        for b, j in enumerate(starts):
+            if torch.equal(y[b], x[b]):
+                _fail(
+                    f"{name} 返回的 y 与 x 相同（{case}）：y 应比 x 错后一位，"
+                    "y = data[i + 1 : i + 1 + context_length]。"
+                )
+            if not torch.equal(y[b], data[j + 1 : j + 1 + T]):
+                shifted = [
+                    k for k in range(n - T + 1) if torch.equal(y[b], data[k : k + T])
+                ]
+                if shifted and shifted[0] != j + 1:
+                    _fail(
+                        f"{name} 返回的 y[{b}] 从 data[{shifted[0]}] 开始，x[{b}] 从 "
+                        f"data[{j}] 开始（{case}）：y 应正好错后一位，与 x 用同一个"
+                        "起点 i（y = data[i+1 : i+1+T]），不要为 y 另抽随机数。"
+                    )
+                _fail(
+                    f"{name} 返回的 y[{b}] 不对（{case}）：应为 "
+                    f"data[{j + 1} : {j + 1 + T}]。"
+                )
+        ref_starts = [pos[int(v)] for v in ref_x[:, 0]]
+        for delta, word in ((1, "多"), (-1, "少")):
+            high = n - T + delta
+            if high > 0:
+                alt = torch.randint(high, (B,), generator=_generator(100 + i))
+                if alt.tolist() == starts:
+                    _fail(
+                        f"{name} 抽到的起点 {starts} 与约定的抽样 {ref_starts} 不一致"
+                        f"（{case}）：torch.randint 的上界应为 len(data) - "
+                        f"context_length = {n - T}，你的{word}了 1。"
+                    )
+        _fail(
+            f"{name} 抽到的起点 {starts} 与约定的抽样 {ref_starts} 不一致（{case}）："
+            "应写 torch.randint(len(data) - context_length, (batch_size,), "
+            "generator=generator)，在其它随机调用之前只抽这一次。"
+        )
+    return "4 组 (len(data), batch_size, context_length)，含只有一个可选起点的情形"
+
+
+_batch_crash_hint = (
+    "下标越界时：起点 i 最大只能是 len(data) - context_length - 1，"
+    "这样 y 的最后一个 data[i + context_length] 仍在范围内。"
+)
+
+
+# ---------------------------------------------------------------------------
+# 11. generation
+# ---------------------------------------------------------------------------
+
+
+class _ToyLM(nn.Module):
+    """A small random GPT that returns logits ``(N, L, V)`` and refuses inputs longer
+    than its context; it records what it was given."""
+
+    def __init__(self, vocab_size: int, context_length: int) -> None:
+        super().__init__()
+        from .models import GPTConfig, MiniGPT
+
+        cfg = GPTConfig(
+            vocab_size=vocab_size,
+            context_length=context_length,
+            d_model=16,
+            num_heads=2,
+            num_layers=1,
+            dropout=0.0,
+        )
+        self.gpt = MiniGPT(cfg).eval()
+        # logits of std ~1: no near-ties for argmax, yet sampling is far from greedy
+        with torch.no_grad():
+            self.gpt.lm_head.weight.normal_(0.0, 0.12)
+        self.context_length = context_length
+        self.calls: list[Tensor] = []
+
+    def logits(self, idx: Tensor) -> Tensor:
+        with torch.no_grad():
+            return _first(self.gpt(idx))
+
+    def forward(self, idx: Tensor) -> Tensor:
+        __tracebackhide__ = True
+        if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.is_floating_point():
+            _fail(
+                f"传给 model 的应是整数 id 张量 (N, L)，得到 "
+                f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}"
+                + (f" {idx.dtype}" if isinstance(idx, Tensor) else "")
+                + "。"
+            )
+        if idx.size(1) > self.context_length:
+            _fail(
+                "模型一次最多看 context_length = "
+                f"{self.context_length} 个词元，却收到了 "
+                f"{idx.size(1)} 个：每一步先裁剪 idx_cond = idx[:, -context_length:]"
+                "，再送进模型。"
+            )
+        self.calls.append(idx.detach().clone())
+        return self.logits(idx)
+
+
+def _generate_reference(
+    model: _ToyLM,
+    idx: Tensor,
+    steps: int,
+    C: int,
+    top_k: int | None,
+    seed: int | None,
+    mistake: str = "",
+) -> Tensor:
+    """The contract's generation loop (or one typical mistake in it); ``seed`` seeds a
+    fresh generator (``None``: greedy)."""
+    generator = None if seed is None else _generator(seed)
+    for _ in range(steps):
+        ctx = {"first": idx[:, :C], "short": idx[:, -(C - 1) :] if C > 1 else idx}.get(
+            mistake, idx[:, -C:]
+        )
+        all_logits = model.logits(ctx)
+        logits = all_logits[:, 0] if mistake == "pos0" else all_logits[:, -1]
+        if generator is None or mistake == "greedy":
+            nxt = logits.argmax(-1, keepdim=True)
+        else:
+            k = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
+            if top_k is not None and mistake != "no_top_k":
+                kk = max(1, min(top_k + k, logits.size(-1)))
+                vals, inds = torch.topk(logits, kk)
+                if mistake == "gather":
+                    choice = torch.multinomial(
+                        torch.softmax(vals, -1), 1, generator=generator
+                    )
+                    nxt = inds.gather(-1, choice)
+                    idx = torch.cat([idx, nxt], dim=1)
+                    continue
+                logits = logits.masked_fill(logits < vals[:, -1:], -math.inf)
+            nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+_GENERATE_HINTS = [
+    ("取了第一个位置的 logits：应取最后一个位置 logits[:, -1, :]。", "pos0"),
+    (
+        "裁剪保留的是最前面的 context_length 个词元：应保留最后的 "
+        "idx[:, -context_length:]。",
+        "first",
+    ),
+    (
+        "裁剪多了一个：应保留最后 context_length 个词元（idx[:, -context_length:]）。",
+        "short",
+    ),
+    ("给了 generator 时应按概率抽样（torch.multinomial），不是取 argmax。", "greedy"),
+    (
+        "top-k 只保留了 k − 1 个词元：阈值应是第 k 大的值 v[:, [-1]]，"
+        "把小于它的（logits < 阈值）设为 -inf。",
+        "k_minus_1",
+    ),
+    (
+        "top-k 多保留了一个（k + 1 个）：阈值应是第 k 大的值，torch.topk(logits, k)。",
+        "k_plus_1",
+    ),
+    ("top_k 没有起作用：应只保留最大的 top_k 个 logits，其余设为 -inf。", "no_top_k"),
+]
+
+
+@_checker("自回归生成")
+def check_generate(fn: Callable) -> str:
+    """Grade ``fn(model, idx, max_new_tokens, context_length, top_k=None,
+    generator=None)`` -> ``(N, L + max_new_tokens)``.
+
+    ``model(idx)`` returns logits ``(N, L, V)`` and accepts at most ``context_length``
+    tokens. Each step: crop to the last ``context_length`` tokens, take the last
+    position's logits; ``generator is None``: greedy argmax; otherwise keep the
+    ``top_k`` largest logits (if given; the rest -inf), softmax, and
+    ``torch.multinomial(probs, 1, generator=generator)`` (sampling among
+    ``torch.topk``'s values and mapping back is accepted too); append. Compared with
+    that loop run on the same model with a generator of the same seed.
+    """
+    __tracebackhide__ = True
+    name = _name(fn)
+    g = _generator(13)
+    V, C = 17, 5
+    # (description, idx shape, new tokens, top_k, sample)
+    cases = [
+        (
+            "贪心，idx (3, 3)，生成 6 个（超过 context_length = 5）",
+            (3, 3),
+            6,
+            None,
+            False,
+        ),
+        (
+            "贪心，idx (1, 7) 比 context_length = 5 长，生成 3 个",
+            (1, 7),
+            3,
+            None,
+            False,
+        ),
+        ("top_k = 3 抽样，idx (3, 2)，生成 8 个", (3, 2), 8, 3, True),
+        ("不限 top_k 抽样，idx (1, 1)，生成 6 个", (1, 1), 6, None, True),
+    ]
+    model = _ToyLM(V, C)
+    for i, (case, shape, steps, top_k, sample) in enumerate(cases):
+        idx = torch.randint(V, shape, generator=g)
+        kwargs = {}
+        if top_k is not None:
+            kwargs["top_k"] = top_k
+        if sample:
+            kwargs["generator"] = _generator(200 + i)
+        model.calls.clear()
+        out = _run(
+            fn,
+            model,
+            idx.clone(),
+            steps,
+            C,
+            what=name,
+            case=case,
+            first=i == 0,
+            hint=_generate_crash_hint,
+            **kwargs,
+        )
+        out = _as_tensor(out, f"{name} 的输出", case)
+        N, L = shape
+        if tuple(out.shape) == (N, steps):
+            _fail(
+                f"{name} 只返回了新生成的词元 {tuple(out.shape)}（{case}）："
+                f"应返回 prompt 加新词元，形状 (N, L + max_new_tokens) = "
+                f"{(N, L + steps)}。"
+            )
+        _check_shape(
+            out,
+            (N, L + steps),
+            f"{name} 的输出",
+            case,
+            " 每一步在 dim=1 上拼接一个新词元：torch.cat([idx, next_id], dim=1)。",
+        )
+        if out.dtype != torch.int64:
+            _fail(
+                f"{name} 的输出应是 torch.long（int64）的词元 id，得到 {out.dtype}："
+                "argmax 和 torch.multinomial 的结果本来就是 long，不要转成浮点。"
+            )
+        if not torch.equal(out[:, :L], idx):
+            _fail(f"{name} 的输出前 {L} 列应原样是输入 idx（{case}）。")
+        gen = functools.partial(
+            _generate_reference,
+            model,
+            idx,
+            steps,
+            C,
+            top_k,
+            200 + i if sample else None,
+        )
+        if torch.equal(out, gen()) or (
+            top_k is not None and torch.equal(out, gen("gather"))
+        ):
+            continue
+        if sample:
+            model.calls.clear()
+            again = _run(
+                fn,
+                model,
+                idx.clone(),
+                steps,
+                C,
+                what=name,
+                case=case,
+                **{**kwargs, "generator": _generator(200 + i)},
+            )
+            if not (isinstance(again, Tensor) and torch.equal(again, out)):
+                _fail(
+                    f"{name} 用同一个种子的 generator 运行两次，结果却不同（{case}）："
+                    "没有把 generator 传给 torch.multinomial（generator=generator）。"
+                )
+        hint = next((h for h, m in _GENERATE_HINTS if torch.equal(out, gen(m))), None)
+        if hint is None and not sample:
+            hint = (
+                "generator 为 None 时应贪心地取 argmax（logits[:, -1, :].argmax"
+                "(dim=-1, keepdim=True)），不要抽样。"
+            )
+        expected = gen()
+        bad = (out != expected).nonzero()[0].tolist()
+        _fail(
+            f"{name} 生成的词元与参考不一致（{case}）：位置 {tuple(bad)} 应为 "
+            f"{int(expected[tuple(bad)])}，得到 {int(out[tuple(bad)])}。"
+            + (
+                f"\n可能的原因：{hint}"
+                if hint
+                else "\n对照：裁剪 → 取最后位置 logits → top-k → softmax → "
+                "multinomial。"
+            )
+        )
+    return "贪心与抽样（top-k、带种子的 generator），prompt 长于上下文，批量 1 到 3"
+
+
+_generate_crash_hint = (
+    "model(idx) 直接返回 logits (N, L, V)，不是 (logits, loss) 元组；"
+    "torch.multinomial 需要非负的概率（先 softmax）。"
+)
+
+
+# ---------------------------------------------------------------------------
+# 12. KV cache
+# ---------------------------------------------------------------------------
+
+
+def _call_len(cache: object, what: str, first: bool = False) -> int:
+    __tracebackhide__ = True
+    n = _run(type(cache).__len__, cache, what=f"{what}.__len__", first=first)
+    if not isinstance(n, int) or isinstance(n, bool):
+        _fail(
+            f"len({what}) 应返回 int，得到 {type(n).__name__}：用 Python 整数"
+            "（如 self.k.size(2)，或累加的计数）。"
+        )
+    return n
+
+
+@_checker("KV 缓存", wants_class=True)
+def check_kv_cache(cls: type) -> str:
+    """Grade ``cls()``: a KV cache.
+
+    ``update(k, v)`` takes the new keys and values ``(N, H, T, D)`` (``T`` new
+    positions) and returns ``(K_all, V_all)``: everything cached so far, old positions
+    first, concatenated along dim -2 (``torch.cat([old, new], dim=-2)``);
+    ``len(cache)`` is the number of cached positions (0 when empty). Two caches do not
+    share state.
+    """
+    __tracebackhide__ = True
+    name = _name(cls)
+    g = _generator(14)
+    # (N, H, D, chunk lengths)
+    configs = [(2, 3, 4, (1, 1, 3, 2)), (1, 2, 6, (2, 2, 1))]
+    first = True
+    for N, H, D, chunks in configs:
+        cache = _run(cls, what=f"{name}()", first=first)
+        other = _run(cls, what=f"{name}()")
+        if not hasattr(cache, "update"):
+            _fail(f"{name} 缺少方法 update(k, v)。")
+        keys: list[Tensor] = []
+        values: list[Tensor] = []
+        for step, T in enumerate(chunks):
+            k, v = _randn(g, N, H, T, D), _randn(g, N, H, T, D)
+            keys.append(k)
+            values.append(v)
+            total = sum(chunks[: step + 1])
+            case = f"(N, H, D) = {(N, H, D)}，第 {step + 1} 次 update，新增 {T} 个位置"
+            out = _run(
+                cache.update,
+                k.clone(),
+                v.clone(),
+                what=f"{name}.update",
+                case=case,
+                first=first,
+                hint=_cache_crash_hint,
+            )
+            if first:
+                _call_len(cache, name, first=True)
+            first = False
+            if not (isinstance(out, tuple) and len(out) == 2):
+                _fail(
+                    f"{name}.update 应返回 (K_all, V_all) 两个张量，得到 "
+                    f"{type(out).__name__}。"
+                )
+            K_all, V_all = (
+                _as_tensor(t, f"{name}.update 返回的 {n}", case)
+                for t, n in zip(out, ("K_all", "V_all"), strict=True)
+            )
+            exp_k, exp_v = torch.cat(keys, dim=-2), torch.cat(values, dim=-2)
+            expected = (N, H, total, D)
+            for got, n in ((K_all, "K_all"), (V_all, "V_all")):
+                if tuple(got.shape) != expected:
+                    hint = _cache_shape_hint(
+                        tuple(got.shape), (N, H, T, D), expected, step + 1
+                    )
+                    _fail(
+                        f"{name}.update 返回的 {n} 形状不对（{case}）：应为 "
+                        f"{expected}，得到 {tuple(got.shape)}。{hint}"
+                    )
+            if torch.equal(K_all, exp_k) and torch.equal(V_all, exp_v):
+                n_len = _call_len(cache, name)
+                if n_len != total:
+                    extra = (
+                        "：len 应是缓存的位置数（每次新增 T 个的总和），"
+                        "不是 update 的调用次数。"
+                        if n_len == step + 1
+                        else "：len 应是缓存的位置数（dim=-2 的长度）。"
+                    )
+                    _fail(f"len({name}) 应为 {total}，得到 {n_len}（{case}）{extra}")
+                continue
+            if torch.equal(K_all, exp_v) and torch.equal(V_all, exp_k):
+                _fail(
+                    f"{name}.update 返回的 K 和 V 顺序反了（{case}）：应为 "
+                    "(K_all, V_all)。"
+                )
+            if step and torch.equal(K_all, torch.cat(keys[::-1], dim=-2)):
+                _fail(
+                    f"{name}.update 拼接的顺序反了（{case}）：旧的位置在前、新的在后，"
+                    "torch.cat([self.k, k], dim=-2)。"
+                )
+            _fail(
+                f"{name}.update 返回的 K_all/V_all 与逐次拼接的结果不一致（{case}）："
+                "应为到目前为止所有 k（v）沿 dim=-2 拼接。"
+            )
+        if _call_len(other, name) != 0:
+            _fail(
+                f"另一个新建的 {name}() 的 len 不是 0：两个缓存共享了数据。把 "
+                "self.k = None 之类写在 __init__ 里，不要用类属性（class 级别的列表）。"
+            )
+    return "两种 (N, H, D)，每次新增 1 到 3 个位置，len 与两个缓存互不影响"
+
+
+_cache_crash_hint = (
+    "torch.cat 报形状不匹配时，多半是拼接的维度不对：应沿时间维 dim=-2"
+    "（(N, H, T, D) 的 T）拼接，torch.cat([self.k, k], dim=-2)。"
+)
+
+
+def _cache_shape_hint(got: tuple, chunk: tuple, expected: tuple, updates: int) -> str:
+    if got == chunk:
+        return "只返回了这一步的 k/v：应返回缓存里全部的（旧的在前，新的在后）。"
+    N, H, T_all, D = expected
+    for dim, shape in ((0, (N * updates, H)), (1, (N, H * updates))):
+        if got[:2] == shape and updates > 1:
+            return (
+                f"拼接的维度不对：你沿 dim={dim} 拼接了；应沿时间维 dim=-2"
+                "（(N, H, T, D) 的 T）拼接。"
+            )
+    if got[:2] == (N, H) and got[-1] != D:
+        return (
+            "拼接的维度不对：你沿最后一维拼接了；应沿时间维 dim=-2"
+            "（(N, H, T, D) 的 T）拼接。"
+        )
+    return "应沿时间维 dim=-2 拼接：torch.cat([self.k, k], dim=-2)。"

@@ -9,8 +9,13 @@ default ``chromium`` on ``PATH``, i.e. Debian's ``/usr/bin/chromium``).
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
+import shutil
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urldefrag, urlsplit
@@ -226,3 +231,160 @@ class Book:
                 screenshot=shot,
             )
         return self._visit
+
+
+# --------------------------------------------------------------------------- local server, browser
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # the base class's signature
+        pass
+
+
+@contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """Serve ``directory`` on 127.0.0.1 (a free port); yields the base URL, ending in '/'."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, name="book-http", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+def chromium_executable() -> str | None:
+    """The system Chromium: ``$CHROMIUM``, else ``chromium``/``chromium-browser`` on ``PATH``."""
+    return os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+# --------------------------------------------------------------------------- the page as read
+# What a reader sees of a page with every box closed (dropdowns, solutions, hidden inputs, 选读
+# blocks): scripts/page_metrics.py prints it, tests/browser/test_reading.py holds the chapters to
+# the goals of the chapter issues (COURSE_GUIDE.md section 6).
+
+# Phrases about how or when the book was written: they mean nothing to a reader.
+DEV_NOTE_PHRASES = [
+    "开发时",
+    "开发过程中",
+    "早先的版本",
+    "早先版本",
+    "评审",
+    "审稿",
+    "构建本书的机器",
+    "写作本书时",
+    "本书的上一版",
+]
+# A line of check code: an assert, tc.check / tc.check_close / tc.checks (not a learner's
+# tc.exercises.check_… call, which is the visible half of a build exercise).
+CHECK_LINE_RE = r"\bassert\b|(?<![\w.])(?:tc\.)?check(?:s|_close)?\("
+
+# Close every box a reader opens by hand, then measure the visible text. A text node counts when
+# its element is rendered (not inside a closed <details>, not display:none/visibility:hidden/
+# opacity 0) and has a size.
+PAGE_METRICS_JS = r"""
+async ({ devNotes, checkLine }) => {
+  const article = document.querySelector("article.bd-article") || document.body;
+  article.querySelectorAll("details[open]").forEach((d) => { d.open = false; });
+  for (const t of article.querySelectorAll(".toggle:not(.toggle-hidden)")) {
+    const button = t.querySelector("button.toggle-button");
+    if (button) button.click();
+  }
+  await new Promise((r) => setTimeout(r, 300));  // togglebutton's transition
+  const seen = new Map();
+  const visible = (el) => {
+    if (!el) return false;
+    if (!seen.has(el)) {
+      const r = el.getBoundingClientRect();
+      seen.set(el, el.checkVisibility({ visibilityProperty: true, opacityProperty: true }) &&
+                   r.width > 0 && r.height > 0);
+    }
+    return seen.get(el);
+  };
+  const isCode = (el) => !!el.closest("pre, div.highlight, .cell_output, script, style");
+  // prose: the visible text of the article outside code blocks and outputs
+  let prose = "";
+  const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    if (!el || isCode(el) || !visible(el)) continue;
+    prose += node.data;
+  }
+  const han = (prose.match(/[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]/g) || []).length;
+  const linesOf = (pres) => pres.filter(visible).flatMap((pre) =>
+    pre.innerText.replace(/\n$/, "").split("\n")).filter((l) => l.trim() !== "");
+  const pres = [...article.querySelectorAll("pre")];
+  const code = linesOf(pres.filter((pre) => !pre.closest(".cell_output")));
+  const output = linesOf(pres.filter((pre) => pre.closest(".cell_output")));
+  const checkRe = new RegExp(checkLine);
+  const checks = code.filter((l) => checkRe.test(l));
+  const ticks = [...code, ...output].filter((l) => l.trim().startsWith("✓"));
+  // figures: visible <figure>s, and visible images of cell outputs outside a figure
+  const figures = [...article.querySelectorAll("figure")].filter(visible).length +
+    [...article.querySelectorAll(".cell_output img, .cell_output svg")]
+      .filter((img) => !img.closest("figure") && !img.parentElement.closest(".cell_output svg"))
+      .filter(visible).length;
+  const notes = [];
+  for (const phrase of devNotes) {
+    let i = prose.indexOf(phrase);
+    while (i >= 0) {
+      notes.push(prose.slice(Math.max(0, i - 20), i + phrase.length + 20).replace(/\s+/g, " "));
+      i = prose.indexOf(phrase, i + phrase.length);
+    }
+  }
+  return { han, codeLines: code.length, outputLines: output.length, tickLines: ticks.length,
+           checkLines: checks.length, figures, devNotes: notes.length,
+           examples: { checks: checks.slice(0, 10), notes: notes.slice(0, 20) } };
+}
+"""
+
+METRIC_COLUMNS = [
+    ("han", "汉字"),
+    ("codeLines", "code lines"),
+    ("tickLines", "✓ lines"),
+    ("checkLines", "check lines"),
+    ("figures", "figures"),
+    ("devNotes", "dev notes"),
+]
+
+
+def page_metrics(page) -> dict:
+    """Measure a loaded, settled Playwright page (see ``PAGE_METRICS_JS``). Closes every box."""
+    return page.evaluate(PAGE_METRICS_JS, {"devNotes": DEV_NOTE_PHRASES, "checkLine": CHECK_LINE_RE})
+
+
+# The goals of the chapter issues 22-26 for the main path of each chapter (COURSE_GUIDE.md
+# section 6): at most so many 汉字 / code lines / ✓ lines, no check code and no development note
+# in view, at least so many figures.
+MAX_HAN, MAX_CODE_LINES, MAX_TICK_LINES = 9000, 250, 30
+MIN_FIGURES = {
+    "ch01_core_concepts": 10,
+    "ch02_formula_derivations": 9,
+    "ch03_math_essence_minigpt": 11,
+    "ch04_design_deep_dive": 14,
+    "ch05_hands_on_roadmap": 9,
+}
+
+
+def chapter_goal_failures(page: str, metrics: dict) -> list[str]:
+    """The goals that a chapter page (``ch01_core_concepts`` …) misses; [] for other pages."""
+    name = Path(page).name
+    if name not in MIN_FIGURES:
+        return []
+    failures = []
+    if metrics["han"] > MAX_HAN:
+        failures.append(f"{metrics['han']:,} 汉字 > {MAX_HAN:,}")
+    if metrics["codeLines"] > MAX_CODE_LINES:
+        failures.append(f"{metrics['codeLines']} code lines > {MAX_CODE_LINES}")
+    if metrics["tickLines"] > MAX_TICK_LINES:
+        failures.append(f"{metrics['tickLines']} ✓ lines > {MAX_TICK_LINES}")
+    if metrics["checkLines"]:
+        failures.append(f"{metrics['checkLines']} check lines in view (goal 0)")
+    if metrics["devNotes"]:
+        failures.append(f"{metrics['devNotes']} development notes (goal 0)")
+    if metrics["figures"] < MIN_FIGURES[name]:
+        failures.append(f"{metrics['figures']} figures < {MIN_FIGURES[name]}")
+    return failures

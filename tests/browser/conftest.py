@@ -13,16 +13,23 @@ A plain ``pytest tests`` (the unit tests) does not collect this folder; name it:
 
 from __future__ import annotations
 
-import functools
-import http.server
-import os
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bookbrowser import CHROMIUM_ARGS, HTML_DIR, PHONE_VIEWPORT, SHOT_DIR, TIMEOUT_MS, VIEWPORT, Book, toc_pages
+from bookbrowser import (
+    CHROMIUM_ARGS,
+    HTML_DIR,
+    PHONE_VIEWPORT,
+    SHOT_DIR,
+    TIMEOUT_MS,
+    VIEWPORT,
+    Book,
+    chromium_executable,
+    serve,
+    toc_pages,
+)
 
 BROWSER_DIR = Path(__file__).resolve().parent
 
@@ -49,11 +56,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("docname", toc_pages(), scope="session")
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # the base class's signature
-        pass
-
-
 @pytest.fixture(scope="session")
 def html_dir() -> Path:
     if not (HTML_DIR / "index.html").is_file():
@@ -64,23 +66,15 @@ def html_dir() -> Path:
 @pytest.fixture(scope="session")
 def server(html_dir: Path) -> Iterator[str]:
     """Serve the built book on 127.0.0.1 (a free port); yields the base URL, ending in '/'."""
-    handler = functools.partial(_QuietHandler, directory=str(html_dir))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, name="book-http", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
+    with serve(html_dir) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator:
     from playwright.sync_api import sync_playwright
 
-    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    exe = chromium_executable()
     if not exe:
         pytest.fail(
             "Chromium not found: install the Debian package `chromium` (scripts/install_browser_deps.sh does) "

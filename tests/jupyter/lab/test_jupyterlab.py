@@ -1,0 +1,159 @@
+"""Each chapter as a learner meets it in JupyterLab (``make lab-test``; part of ``make test``).
+
+JupyterLab 4.4 with jupyterlab-myst 2.7 and jupytext 1.19 (``requirements-lab.txt``), driven in
+headless Chromium like a reader: the chapter is opened from the file browser with the menu item
+the README names (right-click → "Open With" → "Notebook"), run with "Run" → "Run All Cells", and
+then the test looks at what is on the screen:
+
+* every cell that the HTML book hides (tagged ``hide-input``/``remove-input``) is collapsed
+  (``jupyter.source_hidden``: ``scripts/quiet_cells.py``), so no check code is in view;
+* no markdown cell shows a directive raw or as jupyterlab-myst's red "Unknown Directive" box
+  (``{prf:…}``, ``{exercise…}``, ``{solution…}``, ``{optional…}``, …);
+* no cell printed an error or anything on stderr (the book build fails on both, too);
+* every code cell ran (it has an execution count).
+
+The chapters run one at a time in the same server (each kernel is shut down afterwards).
+A screenshot of each chapter after the run: ``_build/screenshots/jupyterlab-<chapter>.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import jupytext
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+BOOK = ROOT / "book"
+# LAB_CHAPTERS="book/ch02_formula_derivations.md …" checks only those pages
+CHAPTERS = [Path(p).resolve() for p in os.environ.get("LAB_CHAPTERS", "").split()] or sorted(
+    BOOK.glob("ch[0-9][0-9]_*.md")
+)
+SHOT_DIR = ROOT / "_build" / "screenshots"
+HIDDEN_TAGS = {"hide-input", "remove-input", "hide-cell", "remove-cell"}
+RUN_TIMEOUT_S = 900  # one chapter, run top to bottom on a small, busy machine
+RAW_DIRECTIVE = re.compile(r"\{(?:prf:[\w-]+|exercise[\w-]*|solution[\w-]*|optional[\w-]*|admonition|glue[\w:-]*)\}")
+
+# What the notebook shows after the run, cell by cell (in document order): the DOM for what the
+# reader sees, the notebook's model (window.jupyterapp) for execution counts.
+CELLS_JS = """
+() => {
+  const panel = jupyterapp.shell.currentWidget;
+  const shown = (el) => !!el && el.checkVisibility() && el.getBoundingClientRect().height > 0;
+  return panel.content.widgets.map((widget) => {
+    const cell = widget.node;
+    const model = widget.model;
+    const code = model.type === "code";
+    return {
+      kind: model.type,
+      text: code ? "" : cell.innerText,
+      collapsed: !!cell.querySelector(".jp-InputPlaceholder") &&
+                 !shown(cell.querySelector(".jp-InputArea-editor")),
+      count: code ? model.executionCount : null,
+      errors: [...cell.querySelectorAll(
+          ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], " +
+          ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")]
+        .map((o) => o.innerText.trim().slice(0, 300)),
+      unknown: [...cell.querySelectorAll("code")].filter((c) =>
+        (c.parentElement.innerText || "").includes("Unknown Directive")).map((c) => c.innerText),
+    };
+  });
+}
+"""
+# Cells still queued or running, and the kernel's status.
+BUSY_JS = """
+() => {
+  const panel = jupyterapp.shell.currentWidget;
+  const cells = panel.content.widgets.filter((w) => w.model.type === "code");
+  const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
+  return { pending: cells.filter((w) => w.model.executionState === "running").length,
+           total: cells.length, ran: cells.filter((w) => w.model.executionCount !== null).length,
+           kernel: kernel ? kernel.status : "none" };
+}
+"""
+
+
+def _open_as_notebook(page, lab, name: str) -> None:
+    """Right-click the file in the file browser → "Open With" → "Notebook" (jupytext's viewer)."""
+    page.goto(f"{lab.url}lab?reset&token={lab.token}", wait_until="load")
+    item = page.locator(".jp-DirListing-item", has_text=name)
+    item.wait_for(timeout=120_000)
+    item.click(button="right")
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Open With$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Notebook$")).click()
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=120_000)
+    # the kernel named in the page's kernelspec starts by itself
+    page.wait_for_selector(
+        ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status='idle']",
+        timeout=120_000,
+    )
+
+
+def _accept_kernel_dialog(page) -> None:
+    """JupyterLab may ask "Select Kernel" (preselected: the page's Python 3): accept it."""
+    dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
+    if dialog.count() and dialog.first.is_visible():
+        dialog.first.locator(".jp-Dialog-button.jp-mod-accept").click()
+
+
+def _run_all(page) -> None:
+    """Menu "Run" → "Run All Cells", then wait until every code cell has run."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        time.sleep(2)
+        _accept_kernel_dialog(page)
+        state = page.evaluate(BUSY_JS)
+        if state["pending"] == 0 and state["kernel"] == "idle":
+            # done, or stopped early (an error stops "Run All"; the checks below report it)
+            time.sleep(2)
+            if page.evaluate(BUSY_JS)["pending"] == 0:
+                return
+        if time.monotonic() > deadline:
+            pytest.fail(f"not finished after {RUN_TIMEOUT_S} s: {state}")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
+def test_chapter_reads_and_runs_in_jupyterlab(lab, browser, chapter: Path):
+    shutil.copy(chapter, lab.root / chapter.name)
+    notebook = jupytext.read(chapter)
+    expected = [c for c in notebook.cells if c.cell_type in ("code", "markdown")]
+    context = browser.new_context(viewport={"width": 1366, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    try:
+        start = time.monotonic()
+        _open_as_notebook(page, lab, chapter.name)
+        time.sleep(2)
+        _accept_kernel_dialog(page)
+        _run_all(page)
+        elapsed = time.monotonic() - start
+        cells = page.evaluate(CELLS_JS)
+        SHOT_DIR.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOT_DIR / f"jupyterlab-{chapter.stem}.png"))
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+    print(f"{chapter.stem}: opened and ran in JupyterLab in {elapsed:.0f} s")
+
+    assert [c["kind"] for c in cells] == [c.cell_type for c in expected], "the notebook's cells differ from the page's"
+    problems = []
+    for i, (cell, source) in enumerate(zip(cells, expected, strict=True)):
+        first = source.source.strip().splitlines()[0][:70] if source.source.strip() else ""
+        where = f"cell {i} ({first!r})"
+        if source.cell_type == "code":
+            hidden = HIDDEN_TAGS & set(source.metadata.get("tags", []))
+            if hidden and not cell["collapsed"]:
+                problems.append(f"{where}: tagged {sorted(hidden)} but expanded in JupyterLab")
+            if cell["count"] is None:
+                problems.append(f"{where}: did not run")
+            problems += [f"{where}: error/stderr output: {e}" for e in cell["errors"]]
+        else:
+            problems += [f"{where}: unknown directive {name!r}" for name in cell["unknown"]]
+            problems += [f"{where}: raw directive {m!r}" for m in RAW_DIRECTIVE.findall(cell["text"])]
+    assert not problems, f"{chapter.stem}: {len(problems)} problems in JupyterLab:\n  " + "\n  ".join(problems[:25])
