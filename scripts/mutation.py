@@ -72,6 +72,12 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
         "causal=False is TransformerBlock's default",
     ),
     (
+        "models",
+        "Transformer.__init__",
+        "TransformerBlock(**layer_args, causal=None)",
+        "the block only tests `if is_causal` (MultiHeadAttention._mask gives the kernel a bool): None acts like False",
+    ),
+    (
         "attention",
         "masked_softmax",
         "weights = torch.softmax(scores.masked_fill(dead, 1.0), dim=-1)",
