@@ -11,7 +11,10 @@
 3. Checks, with poppler-utils (``pdffonts``, ``pdftotext``; installed by
    ``scripts/install_browser_deps.sh``): every font is embedded and one of them has Chinese
    glyphs; the text holds the title of every page of the table of contents, every numbered
-   figure caption of the single page, and the text of every exercise solution.
+   figure caption of the single page, and the text of every exercise solution. Before printing,
+   the page in print media at the printed column's width (``LAYOUT_JS``) has no empty box (such
+   as the frame a hidden input would leave above its output), no table wider than the column or
+   with cut cells, and every 选读 block open; solutions are expanded.
 
     python scripts/book_pdf.py                # build, print, check
     python scripts/book_pdf.py --check-only   # check an existing _build/pdf/book.pdf
@@ -55,10 +58,61 @@ CONTENT_JS = """
       const body = [...el.children].filter((c) => !c.classList.contains("admonition-title"));
       return body.map(text).join(" ");
     }),
+    optional: [...document.querySelectorAll("article details.optional > .optional-content")].map(text),
     hiddenSolutions: [...document.querySelectorAll("article div.solution")].filter((el) =>
       [...el.children].some((c) => !c.classList.contains("admonition-title") &&
                                    !c.checkVisibility({ visibilityProperty: true }))).length,
   };
+}
+"""
+# Layout problems of the printed page, read in print media at the width of the printed column
+# (A4 minus the margins): empty boxes (a frame with no text, figure or formula in it, such as the
+# frame a hidden input would leave above its output), tables wider than the column or with
+# cells whose content is cut, and 选读 blocks whose content is not shown.
+PRINT_WIDTH_PX = round((210 - 2 * 16) / 25.4 * 96)  # A4, 16 mm margins: 673 CSS px
+LAYOUT_JS = """
+() => {
+  const article = document.querySelector("article.bd-article");
+  const col = article.getBoundingClientRect();
+  const shown = (el) => el.checkVisibility({ visibilityProperty: true, opacityProperty: true }) &&
+    el.getBoundingClientRect().height > 2;
+  const where = (el) => {
+    const doc = [...document.querySelectorAll('article span[id^="document-"]')]
+      .filter((s) => s.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING).pop();
+    const section = el.closest("section[id]");
+    return (doc ? doc.id.slice("document-".length) : "?") + (section ? "#" + section.id : "");
+  };
+  const short = (el) => el.innerText.replace(/\\s+/g, " ").trim().slice(0, 50);
+  // some visible text (a text node whose element is rendered), figure or formula
+  const hasContent = (el) => {
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (n.data.trim() && n.parentElement.checkVisibility({ visibilityProperty: true }) &&
+          n.parentElement.getBoundingClientRect().height > 0) return true;
+    }
+    return [...el.querySelectorAll("img, svg, canvas, mjx-container, iframe, video")].some(shown);
+  };
+  const empty = [...article.querySelectorAll(
+      ".cell, .cell_input, .cell_output, details, div.highlight, .admonition, figure, table")]
+    .filter((el) => shown(el) && !hasContent(el))
+    .map((el) => `${where(el)}: empty ${el.tagName.toLowerCase()}.${[...el.classList].join(".")}`);
+  const tables = [];
+  for (const table of article.querySelectorAll("table")) {
+    if (!shown(table)) continue;
+    const r = table.getBoundingClientRect();
+    if (r.right > col.right + 1 || r.left < col.left - 1 || table.scrollWidth > table.clientWidth + 1) {
+      tables.push(`${where(table)}: table ${Math.round(r.width)} px wide in a ${Math.round(col.width)} px ` +
+                  `column: ${short(table)}`);
+      continue;
+    }
+    const cut = [...table.querySelectorAll("th, td")].filter((c) => c.scrollWidth > c.clientWidth + 1);
+    if (cut.length) tables.push(`${where(table)}: ${cut.length} cells cut, e.g. ${short(cut[0])}`);
+  }
+  const closedOptional = [...article.querySelectorAll("details.optional")].filter((d) => {
+    const content = d.querySelector(":scope > .optional-content");
+    return content && content.innerText.trim() !== "" && !shown(content);
+  }).map((d) => `${where(d)}: 选读 block closed: ${short(d.querySelector("summary"))}`);
+  return { empty, tables, closedOptional, optional: article.querySelectorAll("details.optional").length };
 }
 """
 FOOTER = (
@@ -102,8 +156,13 @@ def print_pdf(page: Path, out: Path) -> dict:
         tab = context.new_page()
         tab.goto(server + page.name, wait_until="load")
         tab.evaluate(SETTLE_JS)
+        # 选读 blocks open on paper (the print style shows them too, book/_static/book.css)
+        tab.evaluate("() => document.querySelectorAll('details.optional').forEach((d) => { d.open = true; })")
         tab.emulate_media(media="print")
         content = tab.evaluate(CONTENT_JS)
+        # the layout checks at the printed column's width; printing lays the page out anew
+        tab.set_viewport_size({"width": PRINT_WIDTH_PX, "height": 1000})
+        content["layout"] = tab.evaluate(LAYOUT_JS)
         tab.pdf(
             path=str(out),
             format="A4",
@@ -164,21 +223,28 @@ def check(pdf: Path, content: dict | None) -> list[str]:
         problems.append(f"figure numbers missing from the PDF: {missing_captions}")
     if content["hiddenSolutions"]:
         problems.append(f"{content['hiddenSolutions']} solutions are collapsed in print media")
+    layout = content.get("layout", {})
+    for kind in ("empty", "tables", "closedOptional"):
+        found = layout.get(kind, [])
+        if found:
+            problems.append(f"{len(found)} {kind} problems in print media:\n    " + "\n    ".join(found[:15]))
 
-    # each solution's runs of Chinese text (>= 4 characters between formulas and code), compared with
+    # each solution's (and 选读 block's) runs of Chinese text (>= 4 characters between formulas and code), compared with
     # the Chinese characters of the PDF only: pdftotext puts the pieces of formulas (subscripts,
     # display math) between and around the words. At least half of the runs must be there.
     def chinese(t: str) -> str:
         return re.sub(r"[^\u4e00-\u9fff]", "", t)
 
     pdf_chinese = chinese(text)
-    missing_solutions = []
-    for solution in content["solutions"]:
-        runs = re.findall(r"[\u4e00-\u9fff]{4,}", solution)
-        if runs and sum(run in pdf_chinese for run in runs) < max(1, len(runs) // 2):
-            missing_solutions.append(runs[0])
-    if missing_solutions:
-        problems.append(f"{len(missing_solutions)} solutions missing from the PDF, e.g. {missing_solutions[:3]}")
+    for kind in ("solutions", "optional"):
+        missing = []
+        for block in content.get(kind, []):
+            runs = re.findall(r"[\u4e00-\u9fff]{4,}", block)
+            if runs and sum(run in pdf_chinese for run in runs) < max(1, len(runs) // 2):
+                missing.append(runs[0])
+        if missing:
+            name = "solutions" if kind == "solutions" else "选读 blocks"
+            problems.append(f"{len(missing)} {name} missing from the PDF, e.g. {missing[:3]}")
     return problems
 
 
@@ -207,7 +273,8 @@ def main() -> int:
     summary += f"{count.group(1) if count else '?'} PDF pages"
     if content:
         summary += f", {len(content['titles'])} book pages, {len(content['captions'])} numbered figures, "
-        summary += f"{len(content['solutions'])} solutions"
+        summary += f"{len(content['solutions'])} solutions, "
+        summary += f"{content.get('layout', {}).get('optional', 0)} 选读 blocks (open)"
     print(summary)
     for problem in problems:
         print("PDF check failed:", problem, file=sys.stderr)

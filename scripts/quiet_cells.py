@@ -9,13 +9,19 @@ when the cell's metadata says ``jupyter: {source_hidden: true}`` (and its output
 ``jupyter: {outputs_hidden: true}``). This script gives every code cell of the jupytext MyST files
 the flags that match its tags:
 
-=============================  ==========================================
-tag                            JupyterLab metadata added
-=============================  ==========================================
-``hide-input``/``remove-input``  ``jupyter.source_hidden: true``
-``hide-output``/``remove-output``  ``jupyter.outputs_hidden: true``
-``hide-cell``/``remove-cell``    both
-=============================  ==========================================
+===================================  ==========================================
+cell                                 JupyterLab metadata added
+===================================  ==========================================
+tagged ``hide-input``/``remove-input``  ``jupyter.source_hidden: true``
+tagged ``hide-output``/``remove-output``  ``jupyter.outputs_hidden: true``
+tagged ``hide-cell``/``remove-cell``    both
+inside a closed solution                both
+===================================  ==========================================
+
+A closed solution is the code between ``{solution-start}`` (with ``:class: dropdown``) and
+``{solution-end}``: the HTML shows it only when the reader opens the dropdown, and JupyterLab
+then shows only the first line of each of its cells, so a learner does not read the solution
+right under the exercise before trying it.
 
 The files are read and written with jupytext (the cells' header becomes the YAML form
 ``---`` … ``---`` that jupytext writes for nested metadata), and only when jupytext reproduces
@@ -27,6 +33,7 @@ notebooks (no ``kernelspec``) are skipped.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -44,15 +51,53 @@ FLAGS = {
 }
 
 
-def missing_flags(cell) -> list[str]:
-    """The ``jupyter.*`` flags that the cell's tags call for and its metadata lacks."""
+SOLUTION_FLAGS = ("source_hidden", "outputs_hidden")
+GATE_RE = re.compile(r"^```\{solution-(start|end)\}[^\n]*\n((?::[\w-]+:[^\n]*\n)*)", re.M)
+
+
+def solution_state(markdown: str, inside: bool) -> bool:
+    """Whether the cells after this markdown cell are inside a closed (dropdown) solution."""
+    for match in GATE_RE.finditer(markdown + "\n"):
+        if match.group(1) == "start":
+            inside = bool(re.search(r"^:class:.*\bdropdown\b", match.group(2), re.M))
+        else:
+            inside = False
+    return inside
+
+
+def missing_flags(cell, in_solution: bool = False) -> list[str]:
+    """The ``jupyter.*`` flags that the cell's tags (or its place in a closed solution) call for
+    and its metadata lacks."""
     if cell.cell_type != "code":
         return []
-    wanted: list[str] = []
+    wanted: list[str] = list(SOLUTION_FLAGS) if in_solution else []
     for tag in cell.metadata.get("tags", []):
         wanted += [f for f in FLAGS.get(tag, ()) if f not in wanted]
     flags = cell.metadata.get("jupyter", {})
     return [f for f in wanted if flags.get(f) is not True]
+
+
+def wanted_flags(notebook) -> list[set[str]]:
+    """For every cell of the notebook, the ``jupyter.*`` flags it should carry."""
+    inside, wanted = False, []
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            inside = solution_state(cell.source, inside)
+        stripped = type(cell)({**cell, "metadata": {k: v for k, v in cell.metadata.items() if k != "jupyter"}})
+        wanted.append(set(missing_flags(stripped, inside)))
+    return wanted
+
+
+def cells_with_missing_flags(notebook):
+    """(index, cell, missing flags) for every code cell that lacks a flag."""
+    inside = False
+    for i, cell in enumerate(notebook.cells):
+        if cell.cell_type == "markdown":
+            inside = solution_state(cell.source, inside)
+            continue
+        lacking = missing_flags(cell, inside)
+        if lacking:
+            yield i, cell, lacking
 
 
 def cell_line(text: str, index: int, notebook) -> int:
@@ -74,12 +119,11 @@ def problems(path: Path) -> list[str]:
     if "kernelspec" not in notebook.metadata:
         return []
     found = []
-    for i, cell in enumerate(notebook.cells):
-        lacking = missing_flags(cell)
-        if lacking:
-            tags = ", ".join(cell.metadata.get("tags", []))
-            flags = ", ".join(f"jupyter.{f}: true" for f in lacking)
-            found.append(f"{path}:{cell_line(text, i, notebook)}: cell tagged [{tags}] lacks {flags}")
+    for i, cell, lacking in cells_with_missing_flags(notebook):
+        tags = ", ".join(cell.metadata.get("tags", []))
+        flags = ", ".join(f"jupyter.{f}: true" for f in lacking)
+        what = f"cell tagged [{tags}]" if tags else "cell of a closed solution"
+        found.append(f"{path}:{cell_line(text, i, notebook)}: {what} lacks {flags}")
     return found
 
 
@@ -90,17 +134,12 @@ def quiet(path: Path) -> int:
     if "kernelspec" not in notebook.metadata:
         return 0
     changed = 0
-    for cell in notebook.cells:
-        lacking = missing_flags(cell)
-        if lacking:
-            flags = dict(cell.metadata.get("jupyter", {}))
-            for flag in lacking:
-                flags[flag] = True
-            # "jupyter" first, as CONTRACT.md and the chapters write it (jupytext keeps the order)
-            rest = {k: v for k, v in cell.metadata.items() if k != "jupyter"}
-            cell.metadata.clear()
-            cell.metadata.update({"jupyter": flags, **rest})
-            changed += 1
+    for _, cell, lacking in list(cells_with_missing_flags(notebook)):
+        flags = dict(cell.metadata.get("jupyter", {}))
+        for flag in lacking:
+            flags[flag] = True
+        cell.metadata["jupyter"] = flags
+        changed += 1
     if not changed:
         return 0
     if jupytext.writes(jupytext.reads(text, FORMAT), FORMAT) != text:
@@ -109,7 +148,10 @@ def quiet(path: Path) -> int:
             "add the flags by hand (see the docstring) or reformat it once with "
             f"`jupytext --to {FORMAT} {path}`"
         )
-    path.write_text(jupytext.writes(notebook, FORMAT), encoding="utf-8")
+    # written in the form an md -> ipynb -> md round trip gives (metadata keys sorted), so
+    # that saving the page from JupyterLab changes nothing
+    canonical = jupytext.reads(jupytext.writes(notebook, "ipynb"), "ipynb")
+    path.write_text(jupytext.writes(canonical, FORMAT), encoding="utf-8")
     return changed
 
 

@@ -7,8 +7,8 @@
 * Prose carries no ``{glue}`` roles, which Jupyter shows as raw text.
 * Code cells fit in 88 columns (wide characters count twice), so they never scroll sideways.
 * Code never reaches outside the page with ``..`` paths: it runs from any working directory.
-* Cells that the HTML hides are collapsed in JupyterLab too (``jupyter.source_hidden``, added by
-  ``scripts/quiet_cells.py``), and jupytext keeps that flag.
+* Cells that the HTML hides (hidden inputs, code of closed solutions) are collapsed in JupyterLab
+  too (``jupyter.source_hidden``, added by ``scripts/quiet_cells.py``), and jupytext keeps that flag.
 * 选读 blocks (an ``{admonition}`` with ``:class: optional`` … ``% optional-end``) are closed, not
   nested, hold no heading.
 """
@@ -154,6 +154,23 @@ def test_quiet_cells_adds_the_flag_and_jupytext_keeps_it(tmp_path):
     assert "jupyter" not in notebook.cells[-2].metadata
 
 
+def test_quiet_cells_collapses_closed_solutions(tmp_path):
+    """Code of a dropdown solution is collapsed (source and outputs); an open solution is not."""
+    page = tmp_path / "page.md"
+    body = (
+        "\n```{solution-start} ex-1\n:class: dropdown\n```\n\n解答。\n\n"
+        "```{code-cell} ipython3\nsolution = 1\n```\n\n```{solution-end}\n```\n\n"
+        "```{code-cell} ipython3\nafter = 2\n```\n\n```{solution-start} ex-2\n```\n\n"
+        "```{code-cell} ipython3\nopen_solution = 3\n```\n\n```{solution-end}\n```\n"
+    )
+    page.write_text(HIDDEN_CELL_WITHOUT_FLAG + body, encoding="utf-8")
+    assert len(quiet_cells.problems(page)) == 2  # the hide-input cell and the closed solution's cell
+    assert quiet_cells.quiet(page) == 2
+    cells = [c for c in jupytext.read(page).cells if c.cell_type == "code"]
+    flags = [c.metadata.get("jupyter", {}) for c in cells]
+    assert flags == [{}, {"source_hidden": True}, {"source_hidden": True, "outputs_hidden": True}, {}, {}]
+
+
 # --------------------------------------------------------------------------- 选读 blocks
 # book/_ext/book_optional.py gathers the cells from a ```{admonition} 选读：…``` with
 # ":class: optional" to the comment line "% optional-end"; a heading in between, a missing end or
@@ -164,11 +181,18 @@ OPTIONAL_RE = re.compile(
     r"|^% optional-end[ \t]*$|^(?P<heading>#{1,6}) |^```\{(?P<retired>optional-(?:start|end))\}",
     re.M,
 )
+CODE_CELL_RE = re.compile(r"^```\{code-cell\}.*?^```[ \t]*$", re.M | re.S)
+
+
+def _without_code_cells(text: str) -> str:
+    """``text`` with the body of every code cell blanked (line numbers kept): a ``# comment``
+    in code is no heading."""
+    return CODE_CELL_RE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
 def test_optional_blocks_are_well_formed(page):
-    text = page.read_text(encoding="utf-8")
+    text = _without_code_cells(page.read_text(encoding="utf-8"))
     open_at = None
     for m in OPTIONAL_RE.finditer(text):
         line = text.count("\n", 0, m.start()) + 1
@@ -196,10 +220,66 @@ def test_optional_block_rules_catch_mistakes(tmp_path):
         "retired": "```{optional-start} 选读：标题\n```\n",
     }
     page = tmp_path / "page.md"
-    page.write_text(good, encoding="utf-8")
-    test_optional_blocks_are_well_formed(page)
+    commented = good.replace("正文。", "```{code-cell} ipython3\n# 代码里的注释不是标题\nx = 1\n```")
+    for text in (good, commented):
+        page.write_text(text, encoding="utf-8")
+        test_optional_blocks_are_well_formed(page)
     for name, text in bad.items():
         page.write_text(text, encoding="utf-8")
         with pytest.raises(AssertionError):
             test_optional_blocks_are_well_formed(page)
         print("caught:", name)
+
+
+def _sphinx_build(tmp_path, text: str) -> tuple[str, str]:
+    """Build one MyST page with book/_ext/book_optional.py; returns (HTML of the page, warnings)."""
+    import io
+
+    from sphinx.application import Sphinx
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(BOOK / '_ext')!r})\nextensions = ['myst_parser', 'book_optional']\n",
+        encoding="utf-8",
+    )
+    (src / "index.md").write_text(text, encoding="utf-8")
+    warnings = io.StringIO()
+    app = Sphinx(
+        str(src), str(src), str(tmp_path / "html"), str(tmp_path / "doctrees"), "html",
+        status=None, warning=warnings, freshenv=True,
+    )  # fmt: skip
+    app.build()
+    return (tmp_path / "html" / "index.html").read_text(encoding="utf-8"), warnings.getvalue()
+
+
+def test_optional_block_html(tmp_path):
+    page = (
+        "# 标题\n\n## 一节\n\n见{ref}`opt-demo`。\n\n"
+        "```{admonition} 选读：更深的推导\n:class: optional\n:name: opt-demo\n\n一句导语。\n```\n\n"
+        "选读正文。\n\n```python\nx = 1\n```\n\n% optional-end\n\n主线继续。\n"
+    )
+    html, warnings = _sphinx_build(tmp_path, page)
+    assert not warnings.strip(), warnings
+    start = html.index('<details class="optional" id="opt-demo">')
+    block = html[start : html.index("</details>", start)]
+    assert '<span class="optional-title">选读：更深的推导</span>' in block
+    assert '<div class="optional-lead"><p>一句导语。</p>' in block
+    assert "选读正文。" in block and "x" in block and "主线继续" not in block
+    assert '<a class="reference internal" href="#opt-demo"><span class="std std-ref">选读：更深的推导</span>' in html
+    assert "optional-end" not in html
+
+
+@pytest.mark.parametrize(
+    ("page", "warning"),
+    [
+        ("```{admonition} 选读：甲\n:class: optional\n\n导语。\n```\n\n正文。\n", "has no '% optional-end'"),
+        ("```{admonition} 选读：甲\n:class: optional\n\n导语。\n```\n\n## 小节\n\n% optional-end\n", "no '% optional"),
+        ("正文。\n\n% optional-end\n", "without a 选读 block"),
+        ("```{admonition} 甲\n:class: optional\n\n导语。\n```\n\n% optional-end\n", "starts with 选读"),
+        ("```{optional-start} 选读：甲\n```\n", "is retired"),
+    ],
+)
+def test_optional_block_mistakes_warn(tmp_path, page, warning):
+    _, warnings = _sphinx_build(tmp_path, "# 标题\n\n## 一节\n\n" + page)
+    assert warning in warnings, warnings

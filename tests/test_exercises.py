@@ -1143,3 +1143,99 @@ def test_gpt_name_map_covers_every_minigpt_parameter():
     mapped = {id(p) for _, module in ex._gpt_name_map(ref) for p in module.parameters()}
     missing = [name for name, p in ref.named_parameters() if id(p) not in mapped]
     assert not missing, missing
+
+
+# ---------------------------------------------------------------------------
+# more rejected mistakes: one per remaining branch of the checkers' diagnoses
+# ---------------------------------------------------------------------------
+
+
+def attention_three_values(Q, K, V, mask=None):
+    out, weights = tc.scaled_dot_product_attention(Q, K, V, mask)
+    return out, weights, None
+
+
+def attention_swapped(Q, K, V, mask=None):
+    out, weights = tc.scaled_dot_product_attention(Q, K, V, mask)
+    return weights, out
+
+
+def attention_nan(Q, K, V, mask=None):
+    return tc.scaled_dot_product_attention(Q, K, V, mask)[0] * math.nan
+
+
+def lm_batch_reversed_rows(data, batch_size, context_length, generator):
+    x, y = lm_batch(data, batch_size, context_length, generator)
+    return x.flip(-1), y.flip(-1)
+
+
+def lm_batch_reversed_y(data, batch_size, context_length, generator):
+    x, y = lm_batch(data, batch_size, context_length, generator)
+    return x, y.flip(-1)
+
+
+def lm_batch_extra_draw(data, batch_size, context_length, generator):
+    torch.randint(10, (1,), generator=generator)
+    return lm_batch(data, batch_size, context_length, generator)
+
+
+def generate_float(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    return make_generate()(model, idx, max_new_tokens, context_length, top_k, generator).float()
+
+
+def generate_changed_prompt(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    out = make_generate()(model, idx, max_new_tokens, context_length, top_k, generator)
+    out[:, 0] += 1
+    return out
+
+
+def generate_hot(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """Samples at temperature 2 (logits / 2): a mistake the checker has no hint for."""
+
+    def hot_model(ctx):
+        return model(ctx) / 2
+
+    return make_generate()(hot_model, idx, max_new_tokens, context_length, top_k, generator)
+
+
+class CacheWithoutUpdate:
+    def __len__(self):
+        return 0
+
+
+def make_cache_returning(result):
+    base = make_cache()
+
+    class Cache(base):
+        def update(self, k, v):
+            return result(*super().update(k, v))
+
+    return Cache
+
+
+@pytest.mark.parametrize(
+    "checker, candidate, keyword",
+    [
+        pytest.param(ex.check_self_attention, attention_three_values, "3 个值的元组", id="attention: three values"),
+        pytest.param(ex.check_self_attention, attention_swapped, "顺序反了", id="attention: (weights, output)"),
+        pytest.param(ex.check_self_attention, attention_nan, "含 NaN 或 inf", id="attention: NaN without a mask"),
+        pytest.param(ex.check_lm_batch, lm_batch_reversed_rows, "连续的一段", id="lm_batch: x not a window"),
+        pytest.param(ex.check_lm_batch, lm_batch_reversed_y, "y[0] 不对", id="lm_batch: y not a window"),
+        pytest.param(ex.check_lm_batch, lm_batch_extra_draw, "只抽这一次", id="lm_batch: another draw first"),
+        pytest.param(ex.check_generate, generate_float, "torch.long", id="generate: float ids"),
+        pytest.param(ex.check_generate, generate_changed_prompt, "原样是输入 idx", id="generate: prompt changed"),
+        pytest.param(ex.check_generate, generate_hot, "对照：裁剪", id="generate: unknown sampling mistake"),
+        pytest.param(ex.check_kv_cache, CacheWithoutUpdate, "缺少方法 update", id="kv cache: no update"),
+        pytest.param(
+            ex.check_kv_cache, make_cache_returning(lambda k, v: (k, v, k)), "两个张量", id="kv cache: three values"
+        ),
+        pytest.param(
+            ex.check_kv_cache,
+            make_cache_returning(lambda k, v: (2 * k, 2 * v)),
+            "逐次拼接的结果不一致",
+            id="kv cache: wrong values",
+        ),
+    ],
+)
+def test_rejects_more_mistakes(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)

@@ -118,7 +118,9 @@ _LAZY_VIZ = (
     "plot_loss_curves",
     "plot_positional_encoding",
 )
-_LAZY_MODULES = ("viz", "diagrams", "benchmarking", "train_gpt", "exercises")
+_LAZY_MODULES = (
+    "viz", "diagrams", "benchmarking", "train_gpt", "exercises", "explorer"
+)  # fmt: skip
 
 
 def __getattr__(name: str):

@@ -405,6 +405,19 @@ def _diagnose(
     return None
 
 
+def _diagnose_mistakes(
+    got: Tensor,
+    mistakes: Sequence[tuple[str, str]],
+    variant: Callable[[str], Tensor],
+    rtol: float = _RTOL,
+    atol: float = _ATOL,
+) -> str | None:
+    """:func:`_diagnose` over a table of ``(hint, mistake)``: ``variant(mistake)``
+    computes the result of that mistake."""
+    variants = [(hint, functools.partial(variant, m)) for hint, m in mistakes]
+    return _diagnose(got, variants, rtol, atol)
+
+
 def _check_nan(t: Tensor, what: str, case: str, hint: str = "") -> None:
     __tracebackhide__ = True
     if t.is_floating_point() and not bool(torch.isfinite(t).all()):
@@ -459,18 +472,10 @@ def _random_mask(g: torch.Generator, *shape: int) -> Tensor:
     return mask
 
 
-@_checker("缩放点积注意力")
-def check_self_attention(fn: Callable) -> str:
-    """Grade ``fn(Q, K, V, mask=None)``: scaled dot-product attention.
-
-    Q ``(..., L, D)``, K and V ``(..., S, D)`` (3-D and 4-D inputs); ``mask`` is bool,
-    broadcastable to ``(..., L, S)``, ``True`` = may attend. ``fn`` returns the output
-    ``(..., L, D)`` or ``(output, weights)`` with weights ``(..., L, S)``. Compared with
-    :func:`transformer_course.scaled_dot_product_attention`.
-    """
-    __tracebackhide__ = True
-    g = _generator(1)
-    # (description, Q, K, V, mask)
+def _attention_cases(
+    g: torch.Generator,
+) -> list[tuple[str, Tensor, Tensor, Tensor, Tensor | None]]:
+    """The self-attention checks: ``(description, Q, K, V, mask)``."""
     cases = [
         (
             "3 维输入 N=2, L=5, S=7, D=8，无掩码",
@@ -504,127 +509,172 @@ def check_self_attention(fn: Callable) -> str:
     ]
     x = _randn(g, 3, 5, 8)
     cases[2] = (cases[2][0], x, x, x, cases[2][4])
-    for i, (case, Q, K, V, mask) in enumerate(cases):
+    return cases
+
+
+_FOUR_D_HINT = (
+    "4 维输入 (N, H, L, D) 也要能算：转置 K 用 K.transpose(-2, -1)，"
+    "不要写死维度编号（K.transpose(1, 2)、K.T 只适合特定维数）。"
+)
+
+
+@_checker("缩放点积注意力")
+def check_self_attention(fn: Callable) -> str:
+    """Grade ``fn(Q, K, V, mask=None)``: scaled dot-product attention.
+
+    Q ``(..., L, D)``, K and V ``(..., S, D)`` (3-D and 4-D inputs); ``mask`` is bool,
+    broadcastable to ``(..., L, S)``, ``True`` = may attend. ``fn`` returns the output
+    ``(..., L, D)`` or ``(output, weights)`` with weights ``(..., L, S)``. Compared with
+    :func:`transformer_course.scaled_dot_product_attention`.
+    """
+    __tracebackhide__ = True
+    name = _name(fn)
+    for i, (case, Q, K, V, mask) in enumerate(_attention_cases(_generator(1))):
         args = (Q, K, V) if mask is None else (Q, K, V, mask)
-        hint = ""
-        if Q.dim() == 4:
-            hint = (
-                "4 维输入 (N, H, L, D) 也要能算：转置 K 用 K.transpose(-2, -1)，"
-                "不要写死维度编号（K.transpose(1, 2)、K.T 只适合特定维数）。"
-            )
-        out = _run(fn, *args, what=_name(fn), case=case, first=i == 0, hint=hint)
-        weights = None
-        if isinstance(out, tuple):
-            if len(out) != 2:
-                _fail(
-                    f"{_name(fn)} 返回了 {len(out)} 个值的元组：应返回输出，或 "
-                    "(输出, 权重) 两个值。"
-                )
-            out, weights = out
+        hint = _FOUR_D_HINT if Q.dim() == 4 else ""
+        out = _run(fn, *args, what=name, case=case, first=i == 0, hint=hint)
         ref_out, ref_w = scaled_dot_product_attention(Q, K, V, mask)
-        out = _as_tensor(out, f"{_name(fn)} 的输出", case)
-        if weights is not None:
-            weights = _as_tensor(weights, f"{_name(fn)} 返回的权重", case)
-            if tuple(out.shape) == tuple(ref_w.shape) != tuple(ref_out.shape) and tuple(
-                weights.shape
-            ) == tuple(ref_out.shape):
-                _fail(
-                    f"{_name(fn)} 返回值的顺序反了（{case}）：应为 (输出, 权重)，"
-                    f"输出 {tuple(ref_out.shape)}、权重 {tuple(ref_w.shape)}。"
-                )
-        if tuple(out.shape) == tuple(ref_w.shape) != tuple(ref_out.shape):
-            _fail(
-                f"{_name(fn)} 的输出形状是 {tuple(out.shape)}，这是权重 (…, L, S) "
-                f"的形状（{case}）：别忘了用权重对 V 加权求和（weights @ V），"
-                f"输出应为 {tuple(ref_out.shape)}。"
-            )
-        _check_shape(
-            out,
-            ref_out.shape,
-            f"{_name(fn)} 的输出",
-            case,
-            " Q 是 (…, L, D)、K/V 是 (…, S, D)，输出应为 (…, L, D)。",
-        )
-        _check_float(out, f"{_name(fn)} 的输出")
+        out, weights = _attention_outputs(fn, out, ref_out, ref_w, case)
+        _check_attention_output_shape(fn, out, ref_out, ref_w, case)
         if weights is not None:
             _check_attention_weights(fn, weights, ref_w, mask, case)
-        if not bool(torch.isfinite(out).all()):
-            if mask is not None and bool(mask.all(-1).any()):
-                _fail(
-                    f"{_name(fn)} 的输出含 NaN（{case}）：NaN 出现在掩码整行为 True"
-                    "（全都可以看）的 query 上，说明填成 -inf 的恰是「可以看」的位置："
-                    "掩码方向可能反了（True = 可以看）：应写 masked_fill(~mask, -inf)。"
-                )
+        _check_attention_finite(fn, out, mask, case)
+        if not _close(out, ref_out):
             _fail(
-                f"{_name(fn)} 的输出含 NaN 或 inf（{case}）：检查 softmax 之前的"
-                "分数，是否某一行全被填成了 -inf？"
+                f"{name} 的输出与参考实现不一致（{case}；"
+                f"{_where_differs(out, ref_out)}）。\n可能的原因："
+                f"{_attention_hint(out, Q, K, V, mask)}"
             )
-        if _close(out, ref_out):
-            if weights is not None and not _close(weights, ref_w):
-                _fail(
-                    f"{_name(fn)} 的输出正确，返回的权重却与参考不一致（{case}；"
-                    f"{_where_differs(weights, ref_w)}）：返回的应是乘 V 的那个权重。"
-                )
-            continue
-        d = Q.size(-1)
-        variants = [
+        if weights is not None and not _close(weights, ref_w):
+            _fail(
+                f"{name} 的输出正确，返回的权重却与参考不一致（{case}；"
+                f"{_where_differs(weights, ref_w)}）：返回的应是乘 V 的那个权重。"
+            )
+    return "3 维和 4 维输入、批量 > 1、L ≠ S、因果掩码与随机掩码，共 5 组"
+
+
+def _attention_outputs(
+    fn: Callable, out: object, ref_out: Tensor, ref_w: Tensor, case: str
+) -> tuple[Tensor, Tensor | None]:
+    """``fn``'s result as ``(output, weights or None)``; a swapped pair is a mistake."""
+    __tracebackhide__ = True
+    name = _name(fn)
+    weights = None
+    if isinstance(out, tuple):
+        if len(out) != 2:
+            _fail(
+                f"{name} 返回了 {len(out)} 个值的元组：应返回输出，或 "
+                "(输出, 权重) 两个值。"
+            )
+        out, weights = out
+    out = _as_tensor(out, f"{name} 的输出", case)
+    if weights is None:
+        return out, None
+    weights = _as_tensor(weights, f"{name} 返回的权重", case)
+    if tuple(out.shape) == tuple(ref_w.shape) != tuple(ref_out.shape) and tuple(
+        weights.shape
+    ) == tuple(ref_out.shape):
+        _fail(
+            f"{name} 返回值的顺序反了（{case}）：应为 (输出, 权重)，"
+            f"输出 {tuple(ref_out.shape)}、权重 {tuple(ref_w.shape)}。"
+        )
+    return out, weights
+
+
+def _check_attention_output_shape(
+    fn: Callable, out: Tensor, ref_out: Tensor, ref_w: Tensor, case: str
+) -> None:
+    """The output is ``(…, L, D)`` floats; ``(…, L, S)`` means ``weights @ V`` is
+    missing."""
+    __tracebackhide__ = True
+    name = _name(fn)
+    if tuple(out.shape) == tuple(ref_w.shape) != tuple(ref_out.shape):
+        _fail(
+            f"{name} 的输出形状是 {tuple(out.shape)}，这是权重 (…, L, S) "
+            f"的形状（{case}）：别忘了用权重对 V 加权求和（weights @ V），"
+            f"输出应为 {tuple(ref_out.shape)}。"
+        )
+    _check_shape(
+        out,
+        ref_out.shape,
+        f"{name} 的输出",
+        case,
+        " Q 是 (…, L, D)、K/V 是 (…, S, D)，输出应为 (…, L, D)。",
+    )
+    _check_float(out, f"{name} 的输出")
+
+
+def _check_attention_finite(
+    fn: Callable, out: Tensor, mask: Tensor | None, case: str
+) -> None:
+    """NaN in the output; NaN in rows that may see everything means an inverted
+    mask."""
+    __tracebackhide__ = True
+    if bool(torch.isfinite(out).all()):
+        return
+    if mask is not None and bool(mask.all(-1).any()):
+        _fail(
+            f"{_name(fn)} 的输出含 NaN（{case}）：NaN 出现在掩码整行为 True"
+            "（全都可以看）的 query 上，说明填成 -inf 的恰是「可以看」的位置："
+            "掩码方向可能反了（True = 可以看）：应写 masked_fill(~mask, -inf)。"
+        )
+    _fail(
+        f"{_name(fn)} 的输出含 NaN 或 inf（{case}）：检查 softmax 之前的"
+        "分数，是否某一行全被填成了 -inf？"
+    )
+
+
+def _attention_hint(
+    out: Tensor, Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None
+) -> str:
+    """The typical mistake whose result ``out`` reproduces, or the recipe."""
+    variant = functools.partial(_attention_variant, Q, K, V, mask)
+    d = Q.size(-1)
+    variants = [
+        (
+            f"输出差了一个缩放：分数没有除以 √d_k（这里 d_k = {d}，应乘 1/√{d}）。",
+            functools.partial(variant, scale="none"),
+        ),
+        (
+            f"分数除以了 d_k = {d}，应除以 √d_k = {math.sqrt(d):.3g}。",
+            functools.partial(variant, scale="d"),
+        ),
+        (
+            "权重在 key 维度上之和不是 1：softmax 的 dim 可能写错了"
+            "（应在最后一维 dim=-1，即 key 维度上归一化）。",
+            functools.partial(variant, dim=-2),
+        ),
+        (
+            "用权重加权求和的应是 V，不是 K（weights @ V）。",
+            functools.partial(variant, value="K"),
+        ),
+    ]
+    if mask is not None:
+        variants += [
             (
-                f"输出差了一个缩放：分数没有除以 √d_k（这里 d_k = {d}，应乘 1/√{d}）。",
-                functools.partial(_attention_variant, Q, K, V, mask, scale="none"),
+                "被屏蔽的位置仍有权重：掩码方向可能反了（True = 可以看），"
+                "应写 scores.masked_fill(~mask, float('-inf'))。",
+                functools.partial(variant, masking="inverted"),
             ),
             (
-                f"分数除以了 d_k = {d}，应除以 √d_k = {math.sqrt(d):.3g}。",
-                functools.partial(_attention_variant, Q, K, V, mask, scale="d"),
+                "被屏蔽的位置仍有权重：掩码没有起作用（mask 参数被忽略了？）。",
+                functools.partial(_attention_variant, Q, K, V, None),
             ),
             (
-                "权重在 key 维度上之和不是 1：softmax 的 dim 可能写错了"
-                "（应在最后一维 dim=-1，即 key 维度上归一化）。",
-                functools.partial(_attention_variant, Q, K, V, mask, dim=-2),
+                "被屏蔽的位置仍有权重：屏蔽时把分数填成了 0，应填 -inf"
+                "（分数为 0 的位置经 softmax 后仍有权重）。",
+                functools.partial(variant, masking="zero"),
             ),
             (
-                "用权重加权求和的应是 V，不是 K（weights @ V）。",
-                functools.partial(_attention_variant, Q, K, V, mask, value="K"),
+                "softmax 之后才乘掩码：被屏蔽位置的权重虽为 0，每行之和却不再是 1。"
+                "应在 softmax 之前把被屏蔽的分数填成 -inf。",
+                functools.partial(variant, masking="after"),
             ),
         ]
-        if mask is not None:
-            variants += [
-                (
-                    "被屏蔽的位置仍有权重：掩码方向可能反了（True = 可以看），"
-                    "应写 scores.masked_fill(~mask, float('-inf'))。",
-                    functools.partial(
-                        _attention_variant, Q, K, V, mask, masking="inverted"
-                    ),
-                ),
-                (
-                    "被屏蔽的位置仍有权重：掩码没有起作用（mask 参数被忽略了？）。",
-                    functools.partial(_attention_variant, Q, K, V, None),
-                ),
-                (
-                    "被屏蔽的位置仍有权重：屏蔽时把分数填成了 0，应填 -inf"
-                    "（分数为 0 的位置经 softmax 后仍有权重）。",
-                    functools.partial(
-                        _attention_variant, Q, K, V, mask, masking="zero"
-                    ),
-                ),
-                (
-                    "softmax 之后才乘掩码：被屏蔽位置的权重虽为 0，每行之和却不再是 1。"
-                    "应在 softmax 之前把被屏蔽的分数填成 -inf。",
-                    functools.partial(
-                        _attention_variant, Q, K, V, mask, masking="after"
-                    ),
-                ),
-            ]
-        hint = _diagnose(out, variants)
-        if hint is None:
-            hint = (
-                "逐步对照：scores = Q @ K.transpose(-2, -1) / √d_k → "
-                "masked_fill(~mask, -inf) → softmax(dim=-1) → weights @ V。"
-            )
-        _fail(
-            f"{_name(fn)} 的输出与参考实现不一致（{case}；"
-            f"{_where_differs(out, ref_out)}）。\n可能的原因：{hint}"
-        )
-    return "3 维和 4 维输入、批量 > 1、L ≠ S、因果掩码与随机掩码，共 5 组"
+    return _diagnose(out, variants) or (
+        "逐步对照：scores = Q @ K.transpose(-2, -1) / √d_k → "
+        "masked_fill(~mask, -inf) → softmax(dim=-1) → weights @ V。"
+    )
 
 
 def _check_attention_weights(
@@ -1265,11 +1315,8 @@ def check_sinusoidal_encoding(fn: Callable) -> str:
                 "per_column",
             ),
         ]
-        hint = _diagnose(
-            out,
-            [(h, functools.partial(_pe_variant, max_len, d, m)) for h, m in variants],
-            1e-4,
-            1e-4,
+        hint = _diagnose_mistakes(
+            out, variants, functools.partial(_pe_variant, max_len, d), 1e-4, 1e-4
         )
         _fail(
             f"{name}({max_len}, {d}) 与参考不一致（{_where_differs(out, ref)}）。"
@@ -1368,9 +1415,7 @@ def check_rope(fn: Callable) -> str:
                 "pos_heads",
             ),
         ]
-        hint = _diagnose(
-            out, [(h, functools.partial(_rope_variant, x, m)) for h, m in variants]
-        )
+        hint = _diagnose_mistakes(out, variants, functools.partial(_rope_variant, x))
         if hint is None:
             norms = out.detach().double().norm(dim=-1)
             if not torch.allclose(norms, x.double().norm(dim=-1), rtol=1e-4):
@@ -1431,6 +1476,65 @@ def _ffn_cases(g: torch.Generator) -> list[tuple[str, int, int, Tensor]]:
     ]
 
 
+def _ffn_runs(
+    cls: type, seed: int
+) -> Iterator[tuple[str, int, int, Tensor, str, nn.Module, object]]:
+    """Build the learner's FFN for each of :func:`_ffn_cases` and run it on ``x``:
+    ``(case, d_model, d_ff, x, what, module, out)``, ``what`` like ``MyFFN(8, 32)``."""
+    __tracebackhide__ = True
+    name = _name(cls)
+    for i, (case, E, d_ff, x) in enumerate(_ffn_cases(_generator(seed))):
+        what = f"{name}({E}, {d_ff})"
+        module = _construct(cls, E, d_ff, what=name)
+        with torch.no_grad():
+            out = _forward(module, x, what=what, case=case, first=i == 0)
+        yield case, E, d_ff, x, what, module, out
+
+
+def _check_ffn_output(
+    out: object,
+    x: Tensor,
+    ref_mod: nn.Module,
+    mistakes: Sequence[tuple[str, str]],
+    variant: Callable[[str], Tensor],
+    formula: str,
+    what: str,
+    case: str,
+) -> None:
+    """``out`` must equal ``ref_mod(x)``; otherwise the hint of the typical mistake
+    that it reproduces (``variant(mistake)`` computes one), or the ``formula``."""
+    __tracebackhide__ = True
+    out = _as_tensor(out, f"{what} 的输出", case)
+    _check_shape(
+        out, x.shape, f"{what} 的输出", case, " FFN 逐位置作用，输出与输入同形。"
+    )
+    _check_float(out, f"{what} 的输出")
+    with torch.no_grad():
+        ref = ref_mod(x)
+    if _close(out, ref):
+        return
+    hint = _diagnose_mistakes(out, mistakes, variant) or f"对照公式：{formula}。"
+    _fail(
+        f"{what} 的输出与参考不一致（{case}；{_where_differs(out, ref)}）。"
+        f"\n可能的原因：{hint}"
+    )
+
+
+_FFN_HINTS = [
+    ("激活函数用了 ReLU；本练习用 GELU（F.gelu 或 nn.GELU()）。", "relu"),
+    (
+        "用了 GELU 的 tanh 近似（approximate='tanh'）；本练习用精确的 GELU"
+        "（F.gelu 的默认）。",
+        "tanh",
+    ),
+    ("两层之间缺少激活函数：两个线性层叠在一起仍是一个线性变换。", "none"),
+    ("激活只在两层之间：linear2 之后不要再过 GELU。", "twice"),
+    ("FFN 本身不含残差：x + … 由 Transformer 块去加。", "residual"),
+    ("激活函数用了 SiLU；本练习用 GELU。", "silu"),
+    ("激活函数用了 sigmoid；本练习用 GELU。", "sigmoid"),
+]
+
+
 @_checker("前馈网络 FFN", wants_class=True)
 def check_feed_forward(cls: type) -> str:
     """Grade ``cls(d_model, d_ff)``: the position-wise FFN ``linear2(gelu(linear1 x))``.
@@ -1444,47 +1548,15 @@ def check_feed_forward(cls: type) -> str:
     __tracebackhide__ = True
     from .feedforward import FeedForward
 
-    name = _name(cls)
-    for i, (case, E, d_ff, x) in enumerate(_ffn_cases(_generator(7))):
-        what = f"{name}({E}, {d_ff})"
-        module = _construct(cls, E, d_ff, what=name)
-        with torch.no_grad():
-            out = _forward(module, x, what=what, case=case, first=i == 0)
+    for case, E, d_ff, x, what, module, out in _ffn_runs(cls, seed=7):
         l1 = _linear(module, "linear1", E, d_ff, what)
         l2 = _linear(module, "linear2", d_ff, E, what)
-        out = _as_tensor(out, f"{what} 的输出", case)
-        _check_shape(
-            out, x.shape, f"{what} 的输出", case, " FFN 逐位置作用，输出与输入同形。"
-        )
-        _check_float(out, f"{what} 的输出")
         ref_mod = FeedForward(E, d_ff, activation="gelu")
         _copy_linear(l1, ref_mod.w1)
         _copy_linear(l2, ref_mod.w2)
-        with torch.no_grad():
-            ref = ref_mod(x)
-        if _close(out, ref):
-            continue
-        variants = [
-            ("激活函数用了 ReLU；本练习用 GELU（F.gelu 或 nn.GELU()）。", "relu"),
-            (
-                "用了 GELU 的 tanh 近似（approximate='tanh'）；本练习用精确的 GELU"
-                "（F.gelu 的默认）。",
-                "tanh",
-            ),
-            ("两层之间缺少激活函数：两个线性层叠在一起仍是一个线性变换。", "none"),
-            ("激活只在两层之间：linear2 之后不要再过 GELU。", "twice"),
-            ("FFN 本身不含残差：x + … 由 Transformer 块去加。", "residual"),
-            ("激活函数用了 SiLU；本练习用 GELU。", "silu"),
-            ("激活函数用了 sigmoid；本练习用 GELU。", "sigmoid"),
-        ]
-        hint = _diagnose(
-            out,
-            [(h, functools.partial(_ffn_variant, l1, l2, x, m)) for h, m in variants],
-        ) or ("对照公式：linear2(gelu(linear1(x)))。")
-        _fail(
-            f"{what} 的输出与参考不一致（{case}；{_where_differs(out, ref)}）。"
-            f"\n可能的原因：{hint}"
-        )
+        variant = functools.partial(_ffn_variant, l1, l2, x)
+        formula = "linear2(gelu(linear1(x)))"
+        _check_ffn_output(out, x, ref_mod, _FFN_HINTS, variant, formula, what, case)
     return "2 到 4 维输入，3 组 (d_model, d_ff)"
 
 
@@ -1505,6 +1577,31 @@ def _swiglu_variant(
     return _lin(w2, hidden)
 
 
+_SWIGLU_HINTS = [
+    (
+        "silu 应作用在 w1 x 上，w3 x 是不过激活的另一支：w2(silu(w1 x) * w3 x)。",
+        "swapped",
+    ),
+    (
+        "SwiGLU 的激活是 SiLU（F.silu，即 x·sigmoid(x)），不是 GELU（那是 GEGLU）。",
+        "gelu",
+    ),
+    (
+        "用了 sigmoid（那是 GLU）：SwiGLU 用 SiLU(x) = x·sigmoid(x)，即 F.silu。",
+        "sigmoid",
+    ),
+    ("激活函数用了 ReLU；SwiGLU 用 SiLU（F.silu）。", "relu"),
+    ("缺了门控：silu(w1 x) 还要逐元素乘以 w3 x。", "no_gate"),
+    ("门控是逐元素相乘，不是相加：silu(w1 x) * w3 x。", "sum"),
+    (
+        "silu 只作用在 w1 x 上，之后再乘 w3 x：silu(w1 x) * w3 x，"
+        "不是 silu(w1 x * w3 x)。",
+        "after",
+    ),
+    ("w3 x 那一支不过激活：silu(w1 x) * w3 x。", "both"),
+]
+
+
 @_checker("SwiGLU 前馈网络", wants_class=True)
 def check_swiglu(cls: type) -> str:
     """Grade ``cls(d_model, d_ff)``: the SwiGLU FFN ``w2(silu(w1 x) * w3 x)``.
@@ -1517,64 +1614,16 @@ def check_swiglu(cls: type) -> str:
     __tracebackhide__ = True
     from .feedforward import FeedForward
 
-    name = _name(cls)
-    for i, (case, E, d_ff, x) in enumerate(_ffn_cases(_generator(8))):
-        what = f"{name}({E}, {d_ff})"
-        module = _construct(cls, E, d_ff, what=name)
-        with torch.no_grad():
-            out = _forward(module, x, what=what, case=case, first=i == 0)
+    for case, E, d_ff, x, what, module, out in _ffn_runs(cls, seed=8):
         w1 = _linear(module, "w1", E, d_ff, what, bias=False)
         w3 = _linear(module, "w3", E, d_ff, what, bias=False)
         w2 = _linear(module, "w2", d_ff, E, what, bias=False)
-        out = _as_tensor(out, f"{what} 的输出", case)
-        _check_shape(
-            out, x.shape, f"{what} 的输出", case, " FFN 逐位置作用，输出与输入同形。"
-        )
-        _check_float(out, f"{what} 的输出")
         ref_mod = FeedForward(E, d_ff, activation="swiglu", bias=False)
         for src, dst in ((w1, ref_mod.w1), (w2, ref_mod.w2), (w3, ref_mod.w3)):
             _copy_linear(src, dst)
-        with torch.no_grad():
-            ref = ref_mod(x)
-        if _close(out, ref):
-            continue
-        variants = [
-            (
-                "silu 应作用在 w1 x 上，w3 x 是不过激活的另一支："
-                "w2(silu(w1 x) * w3 x)。",
-                "swapped",
-            ),
-            (
-                "SwiGLU 的激活是 SiLU（F.silu，即 x·sigmoid(x)），不是 GELU"
-                "（那是 GEGLU）。",
-                "gelu",
-            ),
-            (
-                "用了 sigmoid（那是 GLU）：SwiGLU 用 SiLU(x) = x·sigmoid(x)，"
-                "即 F.silu。",
-                "sigmoid",
-            ),
-            ("激活函数用了 ReLU；SwiGLU 用 SiLU（F.silu）。", "relu"),
-            ("缺了门控：silu(w1 x) 还要逐元素乘以 w3 x。", "no_gate"),
-            ("门控是逐元素相乘，不是相加：silu(w1 x) * w3 x。", "sum"),
-            (
-                "silu 只作用在 w1 x 上，之后再乘 w3 x：silu(w1 x) * w3 x，"
-                "不是 silu(w1 x * w3 x)。",
-                "after",
-            ),
-            ("w3 x 那一支不过激活：silu(w1 x) * w3 x。", "both"),
-        ]
-        hint = _diagnose(
-            out,
-            [
-                (h, functools.partial(_swiglu_variant, w1, w2, w3, x, m))
-                for h, m in variants
-            ],
-        ) or ("对照公式：w2(silu(w1(x)) * w3(x))。")
-        _fail(
-            f"{what} 的输出与参考不一致（{case}；{_where_differs(out, ref)}）。"
-            f"\n可能的原因：{hint}"
-        )
+        variant = functools.partial(_swiglu_variant, w1, w2, w3, x)
+        formula = "w2(silu(w1(x)) * w3(x))"
+        _check_ffn_output(out, x, ref_mod, _SWIGLU_HINTS, variant, formula, what, case)
     return "2 到 4 维输入，3 组 (d_model, d_ff)"
 
 
@@ -1696,12 +1745,40 @@ def _attend(block: nn.Module, h: Tensor, causal: bool = True) -> Tensor:
 
 def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor:
     """The package block's pieces, wired with one typical mistake."""
+    attn = functools.partial(_attend, block, causal=mistake != "no_causal")
     ln1, ln2, ffn = block.norm1, block.norm2, block.ffn
-    causal = mistake != "no_causal"
+    if mistake in _RESIDUAL_MISTAKES:
+        return _residual_variant(x, attn, ln1, ln2, ffn, mistake)
+    # the norm mistakes: the right wiring, with the wrong norm (or none)
+    if mistake == "ln1_twice":
+        ln2 = ln1
+    elif mistake == "no_ln2":
+        ln2 = nn.Identity()
+    elif mistake == "no_ln":
+        ln1 = ln2 = nn.Identity()
+    x = x + attn(ln1(x))
+    return x + ffn(ln2(x))
 
-    def attn(h: Tensor) -> Tensor:
-        return _attend(block, h, causal)
 
+_RESIDUAL_MISTAKES = (
+    "post_ln",
+    "no_res_attn",
+    "no_res_ffn",
+    "no_res",
+    "res_from_norm",
+    "parallel",
+)
+
+
+def _residual_variant(
+    x: Tensor,
+    attn: Callable[[Tensor], Tensor],
+    ln1: nn.Module,
+    ln2: nn.Module,
+    ffn: nn.Module,
+    mistake: str,
+) -> Tensor:
+    """The block with one of the :data:`_RESIDUAL_MISTAKES`."""
     if mistake == "post_ln":
         x = ln1(x + attn(x))
         return ln2(x + ffn(x))
@@ -1717,19 +1794,7 @@ def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor:
         x = h + attn(h)
         h = ln2(x)
         return h + ffn(h)
-    if mistake == "parallel":
-        return x + attn(ln1(x)) + ffn(ln2(x))
-    if mistake == "ln1_twice":
-        x = x + attn(ln1(x))
-        return x + ffn(ln1(x))
-    if mistake == "no_ln2":
-        x = x + attn(ln1(x))
-        return x + ffn(x)
-    if mistake == "no_ln":
-        x = x + attn(x)
-        return x + ffn(x)
-    x = x + attn(ln1(x))
-    return x + ffn(ln2(x))
+    return x + attn(ln1(x)) + ffn(ln2(x))  # "parallel"
 
 
 _BLOCK_HINTS = [
@@ -1829,12 +1894,8 @@ def check_transformer_block(cls: type) -> str:
         )
         if _close(out, ref):
             continue
-        hint = _diagnose(
-            out,
-            [
-                (h, functools.partial(_block_variant, ref_mod, x, m))
-                for h, m in _BLOCK_HINTS
-            ],
+        hint = _diagnose_mistakes(
+            out, _BLOCK_HINTS, functools.partial(_block_variant, ref_mod, x)
         )
         if hint is None and x.size(1) > 2:
             hint = _causality_hint(
@@ -1983,12 +2044,8 @@ def check_gpt(cls: type) -> str:
             _check_nan(out, f"{what} 的输出", case)
             if _close(out, expected):
                 continue
-            hint = _diagnose(
-                out,
-                [
-                    (h, functools.partial(_gpt_variant, ref, idx, m))
-                    for h, m in _GPT_HINTS
-                ],
+            hint = _diagnose_mistakes(
+                out, _GPT_HINTS, functools.partial(_gpt_variant, ref, idx)
             )
             if hint is None:
                 hint = _gpt_block_hint(module, ref, idx, what)
@@ -2228,99 +2285,128 @@ def check_lm_batch(fn: Callable) -> str:
     for i, (n, B, T) in enumerate(cases):
         case = f"len(data)={n}, batch_size={B}, context_length={T}"
         data = torch.randperm(200, generator=g)[:n]  # distinct ids: positions traceable
-        seed = _SEED + 100 + i
+        seed = 100 + i
         out = _run(
             fn,
             data.clone(),
             B,
             T,
-            _generator(100 + i),
+            _generator(seed),
             what=name,
             case=case,
             first=i == 0,
             hint=_batch_crash_hint,
         )
-        if not (isinstance(out, tuple) and len(out) == 2):
-            _fail(
-                f"{name} 应返回两个张量 (x, y)，得到 {type(out).__name__}"
-                + (f"（{len(out)} 个元素）" if isinstance(out, (tuple, list)) else "")
-                + "。"
-            )
-        x, y = (
-            _as_tensor(t, f"{name} 返回的 {n_}", case)
-            for t, n_ in zip(out, "xy", strict=True)
-        )
-        for t, n_ in ((x, "x"), (y, "y")):
-            _check_shape(
-                t,
-                (B, T),
-                f"{name} 返回的 {n_}",
-                case,
-                " 应为 (batch_size, context_length)。",
-            )
-            if t.dtype != torch.int64:
-                _fail(
-                    f"{name} 返回的 {n_} 应是 torch.long（int64），得到 {t.dtype}："
-                    "nn.Embedding 和 F.cross_entropy 都要整数 id。"
-                )
-        ref_x, ref_y = lm_batch(
-            data, B, T, generator=torch.Generator().manual_seed(seed)
-        )
+        x, y = _lm_batch_outputs(name, out, B, T, case)
+        ref_x, ref_y = lm_batch(data, B, T, generator=_generator(seed))
         if torch.equal(x, ref_x) and torch.equal(y, ref_y):
             continue
-        again = _run(fn, data.clone(), B, T, _generator(100 + i), what=name, case=case)
+        again = _run(fn, data.clone(), B, T, _generator(seed), what=name, case=case)
         if not (isinstance(again, tuple) and torch.equal(again[0], x)):
             _fail(
                 f"{name} 用同一个种子的 generator 调用两次，结果却不同（{case}）："
                 "没有把 generator 传给 torch.randint（generator=generator）。"
             )
-        pos = {int(v): j for j, v in enumerate(data)}
-        starts = []
-        for b in range(B):
-            j = pos.get(int(x[b, 0]), -1)
-            if j < 0 or j + T > n or not torch.equal(x[b], data[j : j + T]):
-                _fail(
-                    f"{name} 返回的 x[{b}] 不是 data 里连续的一段（{case}）："
-                    "每一行应为 data[i : i + context_length]。"
-                )
-            starts.append(j)
-        for b, j in enumerate(starts):
-            if torch.equal(y[b], x[b]):
-                _fail(
-                    f"{name} 返回的 y 与 x 相同（{case}）：y 应比 x 错后一位，"
-                    "y = data[i + 1 : i + 1 + context_length]。"
-                )
-            if not torch.equal(y[b], data[j + 1 : j + 1 + T]):
-                shifted = [
-                    k for k in range(n - T + 1) if torch.equal(y[b], data[k : k + T])
-                ]
-                if shifted and shifted[0] != j + 1:
-                    _fail(
-                        f"{name} 返回的 y[{b}] 从 data[{shifted[0]}] 开始，x[{b}] 从 "
-                        f"data[{j}] 开始（{case}）：y 应正好错后一位，与 x 用同一个"
-                        "起点 i（y = data[i+1 : i+1+T]），不要为 y 另抽随机数。"
-                    )
-                _fail(
-                    f"{name} 返回的 y[{b}] 不对（{case}）：应为 "
-                    f"data[{j + 1} : {j + 1 + T}]。"
-                )
-        ref_starts = [pos[int(v)] for v in ref_x[:, 0]]
-        for delta, word in ((1, "多"), (-1, "少")):
-            high = n - T + delta
-            if high > 0:
-                alt = torch.randint(high, (B,), generator=_generator(100 + i))
-                if alt.tolist() == starts:
-                    _fail(
-                        f"{name} 抽到的起点 {starts} 与约定的抽样 {ref_starts} 不一致"
-                        f"（{case}）：torch.randint 的上界应为 len(data) - "
-                        f"context_length = {n - T}，你的{word}了 1。"
-                    )
+        starts = _window_starts(name, x, data, T, case)
+        _check_targets(name, x, y, data, starts, case)
+        ref_starts = _window_starts(name, ref_x, data, T, case)
         _fail(
             f"{name} 抽到的起点 {starts} 与约定的抽样 {ref_starts} 不一致（{case}）："
-            "应写 torch.randint(len(data) - context_length, (batch_size,), "
-            "generator=generator)，在其它随机调用之前只抽这一次。"
+            + _randint_hint(starts, n, T, seed)
         )
     return "4 组 (len(data), batch_size, context_length)，含只有一个可选起点的情形"
+
+
+def _lm_batch_outputs(
+    name: str, out: object, B: int, T: int, case: str
+) -> tuple[Tensor, Tensor]:
+    """``out`` must be ``(x, y)``: two int64 tensors
+    ``(batch_size, context_length)``."""
+    __tracebackhide__ = True
+    if not (isinstance(out, tuple) and len(out) == 2):
+        _fail(
+            f"{name} 应返回两个张量 (x, y)，得到 {type(out).__name__}"
+            + (f"（{len(out)} 个元素）" if isinstance(out, (tuple, list)) else "")
+            + "。"
+        )
+    x, y = (
+        _as_tensor(t, f"{name} 返回的 {n_}", case)
+        for t, n_ in zip(out, "xy", strict=True)
+    )
+    for t, n_ in ((x, "x"), (y, "y")):
+        _check_shape(
+            t,
+            (B, T),
+            f"{name} 返回的 {n_}",
+            case,
+            " 应为 (batch_size, context_length)。",
+        )
+        if t.dtype != torch.int64:
+            _fail(
+                f"{name} 返回的 {n_} 应是 torch.long（int64），得到 {t.dtype}："
+                "nn.Embedding 和 F.cross_entropy 都要整数 id。"
+            )
+    return x, y
+
+
+def _window_starts(name: str, x: Tensor, data: Tensor, T: int, case: str) -> list[int]:
+    """Where each row of ``x`` starts in ``data``; each row must be a window of it."""
+    __tracebackhide__ = True
+    pos = {int(v): j for j, v in enumerate(data)}
+    starts = []
+    for b in range(x.size(0)):
+        j = pos.get(int(x[b, 0]), -1)
+        if j < 0 or j + T > len(data) or not torch.equal(x[b], data[j : j + T]):
+            _fail(
+                f"{name} 返回的 x[{b}] 不是 data 里连续的一段（{case}）："
+                "每一行应为 data[i : i + context_length]。"
+            )
+        starts.append(j)
+    return starts
+
+
+def _check_targets(
+    name: str, x: Tensor, y: Tensor, data: Tensor, starts: list[int], case: str
+) -> None:
+    """Each row of ``y`` is the window of ``x``'s row moved on by one:
+    ``data[i+1 : i+1+T]``."""
+    __tracebackhide__ = True
+    n, T = len(data), y.size(1)
+    for b, j in enumerate(starts):
+        if torch.equal(y[b], x[b]):
+            _fail(
+                f"{name} 返回的 y 与 x 相同（{case}）：y 应比 x 错后一位，"
+                "y = data[i + 1 : i + 1 + context_length]。"
+            )
+        if torch.equal(y[b], data[j + 1 : j + 1 + T]):
+            continue
+        shifted = [k for k in range(n - T + 1) if torch.equal(y[b], data[k : k + T])]
+        if shifted and shifted[0] != j + 1:
+            _fail(
+                f"{name} 返回的 y[{b}] 从 data[{shifted[0]}] 开始，x[{b}] 从 "
+                f"data[{j}] 开始（{case}）：y 应正好错后一位，与 x 用同一个"
+                "起点 i（y = data[i+1 : i+1+T]），不要为 y 另抽随机数。"
+            )
+        _fail(
+            f"{name} 返回的 y[{b}] 不对（{case}）：应为 data[{j + 1} : {j + 1 + T}]。"
+        )
+
+
+def _randint_hint(starts: list[int], n: int, T: int, seed: int) -> str:
+    """Why the drawn ``starts`` differ from the contract's: an off-by-one bound?"""
+    for delta, word in ((1, "多"), (-1, "少")):
+        high = n - T + delta
+        if high > 0:
+            alt = torch.randint(high, (len(starts),), generator=_generator(seed))
+            if alt.tolist() == starts:
+                return (
+                    f"torch.randint 的上界应为 len(data) - context_length = {n - T}，"
+                    f"你的{word}了 1。"
+                )
+    return (
+        "应写 torch.randint(len(data) - context_length, (batch_size,), "
+        "generator=generator)，在其它随机调用之前只抽这一次。"
+    )
 
 
 _batch_crash_hint = (
@@ -2483,95 +2569,90 @@ def check_generate(fn: Callable) -> str:
     model = _ToyLM(V, C)
     for i, (case, shape, steps, top_k, sample) in enumerate(cases):
         idx = torch.randint(V, shape, generator=g)
-        kwargs = {}
-        if top_k is not None:
-            kwargs["top_k"] = top_k
-        if sample:
-            kwargs["generator"] = _generator(200 + i)
+        seed = 200 + i if sample else None
+        # _run hands the learner a copy of idx
+        run = functools.partial(_run, fn, model, idx, steps, C, what=name, case=case)
         model.calls.clear()
-        out = _run(
-            fn,
-            model,
-            idx.clone(),
-            steps,
-            C,
-            what=name,
-            case=case,
-            first=i == 0,
-            hint=_generate_crash_hint,
-            **kwargs,
+        out = run(
+            first=i == 0, hint=_generate_crash_hint, **_generate_kwargs(top_k, seed)
         )
-        out = _as_tensor(out, f"{name} 的输出", case)
-        N, L = shape
-        if tuple(out.shape) == (N, steps):
-            _fail(
-                f"{name} 只返回了新生成的词元 {tuple(out.shape)}（{case}）："
-                f"应返回 prompt 加新词元，形状 (N, L + max_new_tokens) = "
-                f"{(N, L + steps)}。"
-            )
-        _check_shape(
-            out,
-            (N, L + steps),
-            f"{name} 的输出",
-            case,
-            " 每一步在 dim=1 上拼接一个新词元：torch.cat([idx, next_id], dim=1)。",
-        )
-        if out.dtype != torch.int64:
-            _fail(
-                f"{name} 的输出应是 torch.long（int64）的词元 id，得到 {out.dtype}："
-                "argmax 和 torch.multinomial 的结果本来就是 long，不要转成浮点。"
-            )
-        if not torch.equal(out[:, :L], idx):
-            _fail(f"{name} 的输出前 {L} 列应原样是输入 idx（{case}）。")
-        gen = functools.partial(
-            _generate_reference,
-            model,
-            idx,
-            steps,
-            C,
-            top_k,
-            200 + i if sample else None,
-        )
+        out = _generated_tokens(name, out, idx, steps, case)
+        gen = functools.partial(_generate_reference, model, idx, steps, C, top_k, seed)
         if torch.equal(out, gen()) or (
             top_k is not None and torch.equal(out, gen("gather"))
         ):
             continue
         if sample:
             model.calls.clear()
-            again = _run(
-                fn,
-                model,
-                idx.clone(),
-                steps,
-                C,
-                what=name,
-                case=case,
-                **{**kwargs, "generator": _generator(200 + i)},
-            )
+            again = run(**_generate_kwargs(top_k, seed))
             if not (isinstance(again, Tensor) and torch.equal(again, out)):
                 _fail(
                     f"{name} 用同一个种子的 generator 运行两次，结果却不同（{case}）："
                     "没有把 generator 传给 torch.multinomial（generator=generator）。"
                 )
-        hint = next((h for h, m in _GENERATE_HINTS if torch.equal(out, gen(m))), None)
-        if hint is None and not sample:
-            hint = (
-                "generator 为 None 时应贪心地取 argmax（logits[:, -1, :].argmax"
-                "(dim=-1, keepdim=True)），不要抽样。"
-            )
+        hint = _generate_hint(out, gen, sample)
         expected = gen()
-        bad = (out != expected).nonzero()[0].tolist()
+        bad = tuple((out != expected).nonzero()[0].tolist())
         _fail(
-            f"{name} 生成的词元与参考不一致（{case}）：位置 {tuple(bad)} 应为 "
-            f"{int(expected[tuple(bad)])}，得到 {int(out[tuple(bad)])}。"
-            + (
-                f"\n可能的原因：{hint}"
-                if hint
-                else "\n对照：裁剪 → 取最后位置 logits → top-k → softmax → "
-                "multinomial。"
-            )
+            f"{name} 生成的词元与参考不一致（{case}）：位置 {bad} 应为 "
+            f"{int(expected[bad])}，得到 {int(out[bad])}。{hint}"
         )
     return "贪心与抽样（top-k、带种子的 generator），prompt 长于上下文，批量 1 到 3"
+
+
+def _generate_kwargs(top_k: int | None, seed: int | None) -> dict:
+    """The optional arguments of one generation call: ``top_k`` and a fresh
+    ``generator`` seeded with ``seed`` (``None``: greedy)."""
+    kwargs = {}
+    if top_k is not None:
+        kwargs["top_k"] = top_k
+    if seed is not None:
+        kwargs["generator"] = _generator(seed)
+    return kwargs
+
+
+def _generated_tokens(
+    name: str, out: object, idx: Tensor, steps: int, case: str
+) -> Tensor:
+    """``out`` must be int64 ``(N, L + steps)`` and start with the prompt ``idx``."""
+    __tracebackhide__ = True
+    out = _as_tensor(out, f"{name} 的输出", case)
+    N, L = idx.shape
+    if tuple(out.shape) == (N, steps):
+        _fail(
+            f"{name} 只返回了新生成的词元 {tuple(out.shape)}（{case}）："
+            f"应返回 prompt 加新词元，形状 (N, L + max_new_tokens) = "
+            f"{(N, L + steps)}。"
+        )
+    _check_shape(
+        out,
+        (N, L + steps),
+        f"{name} 的输出",
+        case,
+        " 每一步在 dim=1 上拼接一个新词元：torch.cat([idx, next_id], dim=1)。",
+    )
+    if out.dtype != torch.int64:
+        _fail(
+            f"{name} 的输出应是 torch.long（int64）的词元 id，得到 {out.dtype}："
+            "argmax 和 torch.multinomial 的结果本来就是 long，不要转成浮点。"
+        )
+    if not torch.equal(out[:, :L], idx):
+        _fail(f"{name} 的输出前 {L} 列应原样是输入 idx（{case}）。")
+    return out
+
+
+def _generate_hint(out: Tensor, gen: Callable[[str], Tensor], sample: bool) -> str:
+    """The typical mistake that ``out`` reproduces (``gen(mistake)`` generates with
+    it), or the recipe."""
+    hint = next((h for h, m in _GENERATE_HINTS if torch.equal(out, gen(m))), None)
+    if hint is None and not sample:
+        hint = (
+            "generator 为 None 时应贪心地取 argmax（logits[:, -1, :].argmax"
+            "(dim=-1, keepdim=True)），不要抽样。"
+        )
+    if hint:
+        return f"\n可能的原因：{hint}"
+    return "\n对照：裁剪 → 取最后位置 logits → top-k → softmax → multinomial。"
 
 
 _generate_crash_hint = (
@@ -2623,7 +2704,6 @@ def check_kv_cache(cls: type) -> str:
             k, v = _randn(g, N, H, T, D), _randn(g, N, H, T, D)
             keys.append(k)
             values.append(v)
-            total = sum(chunks[: step + 1])
             case = f"(N, H, D) = {(N, H, D)}，第 {step + 1} 次 update，新增 {T} 个位置"
             out = _run(
                 cache.update,
@@ -2637,57 +2717,95 @@ def check_kv_cache(cls: type) -> str:
             if first:
                 _call_len(cache, name, first=True)
             first = False
-            if not (isinstance(out, tuple) and len(out) == 2):
-                _fail(
-                    f"{name}.update 应返回 (K_all, V_all) 两个张量，得到 "
-                    f"{type(out).__name__}。"
-                )
-            K_all, V_all = (
-                _as_tensor(t, f"{name}.update 返回的 {n}", case)
-                for t, n in zip(out, ("K_all", "V_all"), strict=True)
-            )
-            exp_k, exp_v = torch.cat(keys, dim=-2), torch.cat(values, dim=-2)
-            expected = (N, H, total, D)
+            K_all, V_all = _cache_outputs(name, out, case)
+            total = sum(chunks[: step + 1])
             for got, n in ((K_all, "K_all"), (V_all, "V_all")):
-                if tuple(got.shape) != expected:
-                    hint = _cache_shape_hint(
-                        tuple(got.shape), (N, H, T, D), expected, step + 1
-                    )
-                    _fail(
-                        f"{name}.update 返回的 {n} 形状不对（{case}）：应为 "
-                        f"{expected}，得到 {tuple(got.shape)}。{hint}"
-                    )
-            if torch.equal(K_all, exp_k) and torch.equal(V_all, exp_v):
-                n_len = _call_len(cache, name)
-                if n_len != total:
-                    extra = (
-                        "：len 应是缓存的位置数（每次新增 T 个的总和），"
-                        "不是 update 的调用次数。"
-                        if n_len == step + 1
-                        else "：len 应是缓存的位置数（dim=-2 的长度）。"
-                    )
-                    _fail(f"len({name}) 应为 {total}，得到 {n_len}（{case}）{extra}")
-                continue
-            if torch.equal(K_all, exp_v) and torch.equal(V_all, exp_k):
-                _fail(
-                    f"{name}.update 返回的 K 和 V 顺序反了（{case}）：应为 "
-                    "(K_all, V_all)。"
-                )
-            if step and torch.equal(K_all, torch.cat(keys[::-1], dim=-2)):
-                _fail(
-                    f"{name}.update 拼接的顺序反了（{case}）：旧的位置在前、新的在后，"
-                    "torch.cat([self.k, k], dim=-2)。"
-                )
-            _fail(
-                f"{name}.update 返回的 K_all/V_all 与逐次拼接的结果不一致（{case}）："
-                "应为到目前为止所有 k（v）沿 dim=-2 拼接。"
-            )
+                _check_cache_shape(name, got, n, (N, H, T, D), total, step + 1, case)
+            _check_cache_contents(name, K_all, V_all, keys, values, case)
+            _check_cache_len(name, cache, total, step + 1, case)
         if _call_len(other, name) != 0:
             _fail(
                 f"另一个新建的 {name}() 的 len 不是 0：两个缓存共享了数据。把 "
                 "self.k = None 之类写在 __init__ 里，不要用类属性（class 级别的列表）。"
             )
     return "两种 (N, H, D)，每次新增 1 到 3 个位置，len 与两个缓存互不影响"
+
+
+def _cache_outputs(name: str, out: object, case: str) -> tuple[Tensor, Tensor]:
+    """``update``'s result must be two tensors ``(K_all, V_all)``."""
+    __tracebackhide__ = True
+    if not (isinstance(out, tuple) and len(out) == 2):
+        _fail(
+            f"{name}.update 应返回 (K_all, V_all) 两个张量，得到 {type(out).__name__}。"
+        )
+    K_all, V_all = (
+        _as_tensor(t, f"{name}.update 返回的 {n}", case)
+        for t, n in zip(out, ("K_all", "V_all"), strict=True)
+    )
+    return K_all, V_all
+
+
+def _check_cache_shape(
+    name: str,
+    got: Tensor,
+    what: str,
+    chunk: tuple[int, int, int, int],
+    total: int,
+    updates: int,
+    case: str,
+) -> None:
+    """After ``updates`` calls, ``got`` holds all ``total`` positions:
+    ``(N, H, total, D)``."""
+    __tracebackhide__ = True
+    N, H, _, D = chunk
+    expected = (N, H, total, D)
+    if tuple(got.shape) != expected:
+        hint = _cache_shape_hint(tuple(got.shape), chunk, expected, updates)
+        _fail(
+            f"{name}.update 返回的 {what} 形状不对（{case}）：应为 "
+            f"{expected}，得到 {tuple(got.shape)}。{hint}"
+        )
+
+
+def _check_cache_contents(
+    name: str,
+    K_all: Tensor,
+    V_all: Tensor,
+    keys: list[Tensor],
+    values: list[Tensor],
+    case: str,
+) -> None:
+    """``(K_all, V_all)`` must be all keys and values so far, oldest first."""
+    __tracebackhide__ = True
+    exp_k, exp_v = torch.cat(keys, dim=-2), torch.cat(values, dim=-2)
+    if torch.equal(K_all, exp_k) and torch.equal(V_all, exp_v):
+        return
+    if torch.equal(K_all, exp_v) and torch.equal(V_all, exp_k):
+        _fail(f"{name}.update 返回的 K 和 V 顺序反了（{case}）：应为 (K_all, V_all)。")
+    if len(keys) > 1 and torch.equal(K_all, torch.cat(keys[::-1], dim=-2)):
+        _fail(
+            f"{name}.update 拼接的顺序反了（{case}）：旧的位置在前、新的在后，"
+            "torch.cat([self.k, k], dim=-2)。"
+        )
+    _fail(
+        f"{name}.update 返回的 K_all/V_all 与逐次拼接的结果不一致（{case}）："
+        "应为到目前为止所有 k（v）沿 dim=-2 拼接。"
+    )
+
+
+def _check_cache_len(
+    name: str, cache: object, total: int, updates: int, case: str
+) -> None:
+    """``len(cache)`` is the number of cached positions, not of ``update`` calls."""
+    __tracebackhide__ = True
+    n_len = _call_len(cache, name)
+    if n_len != total:
+        extra = (
+            "：len 应是缓存的位置数（每次新增 T 个的总和），不是 update 的调用次数。"
+            if n_len == updates
+            else "：len 应是缓存的位置数（dim=-2 的长度）。"
+        )
+        _fail(f"len({name}) 应为 {total}，得到 {n_len}（{case}）{extra}")
 
 
 _cache_crash_hint = (

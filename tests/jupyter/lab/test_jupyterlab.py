@@ -5,12 +5,14 @@ headless Chromium like a reader: the chapter is opened from the file browser wit
 the README names (right-click → "Open With" → "Notebook"), run with "Run" → "Run All Cells", and
 then the test looks at what is on the screen:
 
-* every cell that the HTML book hides (tagged ``hide-input``/``remove-input``) is collapsed
-  (``jupyter.source_hidden``: ``scripts/quiet_cells.py``), so no check code is in view;
+* every cell that the HTML book hides (tagged ``hide-input``/``remove-input``, or code of a
+  closed solution) is collapsed (``jupyter.source_hidden``: ``scripts/quiet_cells.py``), so no
+  check code and no solution is in view;
 * no markdown cell shows a directive raw or as jupyterlab-myst's red "Unknown Directive" box
   (``{prf:…}``, ``{exercise…}``, ``{solution…}``, ``{optional…}``, …);
 * no cell printed an error or anything on stderr (the book build fails on both, too);
-* every code cell ran (it has an execution count).
+* every code cell ran (it has an execution count), and every attention explorer (``tc.explorer``)
+  in an output was drawn (its script ran).
 
 The chapters run one at a time in the same server (each kernel is shut down afterwards).
 A screenshot of each chapter after the run: ``_build/screenshots/jupyterlab-<chapter>.png``.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -28,13 +31,15 @@ import jupytext
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "scripts"))
+import quiet_cells  # noqa: E402
+
 BOOK = ROOT / "book"
 # LAB_CHAPTERS="book/ch02_formula_derivations.md …" checks only those pages
 CHAPTERS = [Path(p).resolve() for p in os.environ.get("LAB_CHAPTERS", "").split()] or sorted(
     BOOK.glob("ch[0-9][0-9]_*.md")
 )
 SHOT_DIR = ROOT / "_build" / "screenshots"
-HIDDEN_TAGS = {"hide-input", "remove-input", "hide-cell", "remove-cell"}
 RUN_TIMEOUT_S = 900  # one chapter, run top to bottom on a small, busy machine
 RAW_DIRECTIVE = re.compile(r"\{(?:prf:[\w-]+|exercise[\w-]*|solution[\w-]*|optional[\w-]*|admonition|glue[\w:-]*)\}")
 
@@ -51,6 +56,7 @@ CELLS_JS = """
     return {
       kind: model.type,
       text: code ? "" : cell.innerText,
+      // a collapsed input is replaced by a one-line placeholder (the editor leaves the DOM)
       collapsed: !!cell.querySelector(".jp-InputPlaceholder") &&
                  !shown(cell.querySelector(".jp-InputArea-editor")),
       count: code ? model.executionCount : null,
@@ -58,6 +64,8 @@ CELLS_JS = """
           ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], " +
           ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")]
         .map((o) => o.innerText.trim().slice(0, 300)),
+      // attention explorers (tc.explorer) whose script did not run
+      deadExplorers: [...cell.querySelectorAll(".tc-explorer")].filter((e) => !e.dataset.ready).length,
       unknown: [...cell.querySelectorAll("code")].filter((c) =>
         (c.parentElement.innerText || "").includes("Unknown Directive")).map((c) => c.innerText),
     };
@@ -122,7 +130,10 @@ def _run_all(page) -> None:
 def test_chapter_reads_and_runs_in_jupyterlab(lab, browser, chapter: Path):
     shutil.copy(chapter, lab.root / chapter.name)
     notebook = jupytext.read(chapter)
+    # the cells that the HTML hides: they must be collapsed (scripts/quiet_cells.py)
+    hidden = [("source_hidden" in flags) for flags in quiet_cells.wanted_flags(notebook)]
     expected = [c for c in notebook.cells if c.cell_type in ("code", "markdown")]
+    hidden = [h for h, c in zip(hidden, notebook.cells, strict=True) if c.cell_type in ("code", "markdown")]
     context = browser.new_context(viewport={"width": 1366, "height": 900})
     context.set_default_timeout(60_000)
     page = context.new_page()
@@ -143,16 +154,19 @@ def test_chapter_reads_and_runs_in_jupyterlab(lab, browser, chapter: Path):
 
     assert [c["kind"] for c in cells] == [c.cell_type for c in expected], "the notebook's cells differ from the page's"
     problems = []
-    for i, (cell, source) in enumerate(zip(cells, expected, strict=True)):
+    for i, (cell, source, collapse) in enumerate(zip(cells, expected, hidden, strict=True)):
         first = source.source.strip().splitlines()[0][:70] if source.source.strip() else ""
         where = f"cell {i} ({first!r})"
         if source.cell_type == "code":
-            hidden = HIDDEN_TAGS & set(source.metadata.get("tags", []))
-            if hidden and not cell["collapsed"]:
-                problems.append(f"{where}: tagged {sorted(hidden)} but expanded in JupyterLab")
+            if collapse and not cell["collapsed"]:
+                tags = source.metadata.get("tags", [])
+                what = f"tagged {tags}" if tags else "in a closed solution"
+                problems.append(f"{where}: {what} (hidden in the HTML) but expanded in JupyterLab")
             if cell["count"] is None:
                 problems.append(f"{where}: did not run")
             problems += [f"{where}: error/stderr output: {e}" for e in cell["errors"]]
+            if cell["deadExplorers"]:
+                problems.append(f"{where}: {cell['deadExplorers']} attention explorer(s) not drawn")
         else:
             problems += [f"{where}: unknown directive {name!r}" for name in cell["unknown"]]
             problems += [f"{where}: raw directive {m!r}" for m in RAW_DIRECTIVE.findall(cell["text"])]
