@@ -33,13 +33,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 from bookbrowser import (  # noqa: E402
-    CHROMIUM_ARGS,
+    CHROMIUM_MISSING,
     METRIC_COLUMNS,
     SETTLE_JS,
     TIMEOUT_MS,
     VIEWPORT,
     chapter_goal_failures,
     chromium_executable,
+    launch_chromium,
     open_page,
     page_metrics,
     serve,
@@ -55,14 +56,10 @@ def build_root(html: Path) -> Path:
 
 
 def measure(pages: list[Path]) -> list[dict]:
-    from playwright.sync_api import sync_playwright
-
-    exe = chromium_executable()
-    if not exe:
-        raise SystemExit("Chromium not found: run scripts/install_browser_deps.sh or set CHROMIUM")
+    if not chromium_executable():
+        raise SystemExit(CHROMIUM_MISSING)
     rows = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+    with launch_chromium() as browser:
         context = browser.new_context(viewport=VIEWPORT, locale="zh-CN")
         context.set_default_timeout(TIMEOUT_MS)
         for html in pages:
@@ -73,7 +70,6 @@ def measure(pages: list[Path]) -> list[dict]:
                 page.evaluate(SETTLE_JS)
                 rows.append({"page": html.stem, "path": str(html), **page_metrics(page)})
                 page.close()
-        browser.close()
     return rows
 
 

@@ -261,6 +261,29 @@ def chromium_executable() -> str | None:
     return os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+CHROMIUM_MISSING = (
+    "Chromium not found: install the Debian package `chromium` (scripts/install_browser_deps.sh does) "
+    "or set CHROMIUM=/path/to/chromium"
+)
+
+
+@contextmanager
+def launch_chromium() -> Iterator:
+    """The system Chromium, headless, driven by Playwright; closed on exit. Raises ``RuntimeError``
+    (:data:`CHROMIUM_MISSING`) when there is none."""
+    from playwright.sync_api import sync_playwright
+
+    exe = chromium_executable()
+    if not exe:
+        raise RuntimeError(CHROMIUM_MISSING)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 # --------------------------------------------------------------------------- the page as read
 # What a reader sees of a page with every box closed (dropdowns, solutions, hidden inputs, 选读
 # blocks): scripts/page_metrics.py prints it, tests/browser/test_reading.py holds the chapters to

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from bookbrowser import (
-    CHROMIUM_ARGS,
+    CHROMIUM_MISSING,
     HTML_DIR,
     PHONE_VIEWPORT,
     SHOT_DIR,
@@ -27,6 +27,7 @@ from bookbrowser import (
     VIEWPORT,
     Book,
     chromium_executable,
+    launch_chromium,
     serve,
     toc_pages,
 )
@@ -72,21 +73,10 @@ def server(html_dir: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator:
-    from playwright.sync_api import sync_playwright
-
-    exe = chromium_executable()
-    if not exe:
-        pytest.fail(
-            "Chromium not found: install the Debian package `chromium` (scripts/install_browser_deps.sh does) "
-            "or set CHROMIUM=/path/to/chromium",
-            pytrace=False,
-        )
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    if not chromium_executable():
+        pytest.fail(CHROMIUM_MISSING, pytrace=False)
+    with launch_chromium() as browser:
+        yield browser
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
-from bookbrowser import CHROMIUM_ARGS, chromium_executable  # noqa: E402
+from bookbrowser import CHROMIUM_MISSING, chromium_executable, launch_chromium  # noqa: E402
 
 SETTINGS = {
     # every cell is in the DOM, so the test can read all of them
@@ -130,14 +130,7 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator:
-    from playwright.sync_api import sync_playwright
-
-    exe = chromium_executable()
-    if not exe:
-        pytest.fail("Chromium not found: run scripts/install_browser_deps.sh or set CHROMIUM", pytrace=False)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    if not chromium_executable():
+        pytest.fail(CHROMIUM_MISSING, pytrace=False)
+    with launch_chromium() as browser:
+        yield browser
