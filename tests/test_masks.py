@@ -205,3 +205,9 @@ def test_merge_masks_window_that_hides_nothing_needs_no_causal_flag():
     assert tc.merge_masks(None, 1, 3, is_causal=True, window=3) is None
     with pytest.raises(ValueError, match=r"^a sliding window \(2\) needs is_causal=True$"):
         tc.merge_masks(pad, 2, 3, window=2)
+
+
+def test_check_mask_reads_no_values_on_the_meta_device():
+    """Shapes only: a float mask on ``meta`` has no values to check, so the value check is skipped."""
+    tc.check_mask(torch.zeros(3, 5, device="meta"), (3, 5))
+    tc.check_mask(torch.zeros(3, 5, device="meta"), (2, 3, 5), check_values=True)

@@ -460,3 +460,12 @@ def test_generate_rejects_an_empty_prompt_and_bad_ids():
         model.generate(torch.tensor([[3, 20]]), 3)
     with pytest.raises(ValueError, match="max_new_tokens"):
         model.generate(torch.zeros(1, 1, dtype=torch.long), -1)
+
+
+def test_generate_checks_the_sampling_options_before_the_first_step():
+    """Bad options are refused even when no token is generated; greedy decoding ignores the temperature."""
+    model, prompt = tiny_gpt(), torch.zeros(1, 1, dtype=torch.long)
+    for bad in (dict(top_k=0), dict(top_p=0.0), dict(temperature=0.0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            model.generate(prompt, 0, **bad)
+    assert torch.equal(model.generate(prompt, 0, greedy=True, temperature=0.0), prompt)

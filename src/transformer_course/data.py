@@ -327,14 +327,7 @@ def char_ngram_loss(train_text: str, eval_text: str, n: int, vocab_size: int) ->
     return total / (len(eval_text) - 1)
 
 
-def lm_batch(
-    data: Tensor,
-    batch_size: int,
-    context_length: int,
-    generator: torch.Generator | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Random windows for next-token prediction: ``x = data[i : i+T]``,
-    ``y = data[i+1 : i+T+1]``, each ``(batch_size, context_length)``."""
+def _check_lm_data(data: Tensor, batch_size: int, context_length: int) -> None:
     if (
         data.dim() != 1
         or data.is_floating_point()
@@ -352,6 +345,17 @@ def lm_batch(
             f"data has {data.numel()} ids, "
             f"needs more than context_length={context_length}"
         )
+
+
+def lm_batch(
+    data: Tensor,
+    batch_size: int,
+    context_length: int,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Random windows for next-token prediction: ``x = data[i : i+T]``,
+    ``y = data[i+1 : i+T+1]``, each ``(batch_size, context_length)``."""
+    _check_lm_data(data, batch_size, context_length)
     starts = torch.randint(
         0, data.numel() - context_length, (batch_size,), generator=generator
     )

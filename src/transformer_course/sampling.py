@@ -105,6 +105,20 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(logits < threshold, -math.inf)
 
 
+def _check_logits(logits: object) -> None:
+    if (
+        not isinstance(logits, Tensor)
+        or logits.dim() != 2
+        or not logits.is_floating_point()
+    ):
+        got = (
+            f"{tuple(logits.shape)} {logits.dtype}"
+            if isinstance(logits, Tensor)
+            else type(logits).__name__
+        )
+        raise ValueError(f"logits must be a floating-point (N, V) tensor, got {got}")
+
+
 def sample_next_token(
     logits: Tensor,
     temperature: float = 1.0,
@@ -119,17 +133,7 @@ def sample_next_token(
     logits are divided by ``temperature``, filtered by top-k and then top-p, and one
     token is drawn from their softmax with ``generator``.
     """
-    if (
-        not isinstance(logits, Tensor)
-        or logits.dim() != 2
-        or not logits.is_floating_point()
-    ):
-        got = (
-            f"{tuple(logits.shape)} {logits.dtype}"
-            if isinstance(logits, Tensor)
-            else type(logits).__name__
-        )
-        raise ValueError(f"logits must be a floating-point (N, V) tensor, got {got}")
+    _check_logits(logits)
     check_sampling_args(temperature, top_k, top_p, greedy)
     if greedy:
         return logits.argmax(dim=1, keepdim=True)

@@ -121,6 +121,25 @@ class TrainHistory:
     seconds: float = 0.0
 
 
+def _check_loop_args(num_steps: int, log_every: int, grad_clip: float | None) -> None:
+    check_positive_int("num_steps", num_steps)
+    check_int("log_every", log_every, 0)
+    if grad_clip is not None:
+        _check_positive_finite("grad_clip", grad_clip)
+
+
+def _check_loss(loss: object, step: int) -> None:
+    """A finite scalar tensor, or ``ValueError`` / ``FloatingPointError`` naming the
+    step (one host synchronisation per step, as ``loss.item()`` needs anyway)."""
+    if not isinstance(loss, Tensor) or loss.dim() != 0:
+        got = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
+        raise ValueError(
+            f"compute_loss must return a scalar tensor, got {got} at step {step}"
+        )
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"loss is {loss.item()} at step {step}")
+
+
 def train_loop(
     compute_loss: Callable[[int], Tensor],
     optimizer: torch.optim.Optimizer,
@@ -136,23 +155,14 @@ def train_loop(
     scheduler steps. Prints a line every ``log_every`` steps (0 = silent). Returns a
     :class:`TrainHistory`.
     """
-    check_positive_int("num_steps", num_steps)
-    check_int("log_every", log_every, 0)
-    if grad_clip is not None:
-        _check_positive_finite("grad_clip", grad_clip)
+    _check_loop_args(num_steps, log_every, grad_clip)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     history = TrainHistory()
     start = time.perf_counter()
     for step in range(num_steps):
         optimizer.zero_grad(set_to_none=True)
         loss = compute_loss(step)
-        if not isinstance(loss, Tensor) or loss.dim() != 0:
-            got = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
-            raise ValueError(
-                f"compute_loss must return a scalar tensor, got {got} at step {step}"
-            )
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss.item()} at step {step}")
+        _check_loss(loss, step)
         loss.backward()
         if grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(params, grad_clip)
