@@ -177,6 +177,18 @@ async () => {
 """
 
 
+# Opens every 选读 block (book/_ext/book_optional.py: <details class="optional">); returns
+# [blocks, blocks that were closed].
+OPEN_OPTIONAL_JS = """
+() => {
+  const blocks = [...document.querySelectorAll("details.optional")];
+  const closed = blocks.filter((d) => !d.open).length;
+  blocks.forEach((d) => { d.open = true; });
+  return [blocks.length, closed];
+}
+"""
+
+
 @dataclass
 class Visit:
     docname: str
@@ -185,6 +197,9 @@ class Visit:
     traffic: Traffic
     status: int | None
     screenshot: Path
+    # 选读 blocks on the page, and how many of them were closed when it loaded
+    optional_blocks: int = 0
+    optional_closed_on_load: int = 0
 
 
 class Book:
@@ -222,6 +237,9 @@ class Book:
             page.evaluate(SETTLE_JS)
             shot = screenshot_path(self.pages, docname, self.shot_suffix)
             page.screenshot(path=str(shot), full_page=True, animations="disabled")
+            # The screenshot shows the page as read (选读 blocks closed); the checks that follow
+            # look at every figure, number, solution and code block, those of the 选读 blocks too.
+            blocks, closed = page.evaluate(OPEN_OPTIONAL_JS)
             self._visit = Visit(
                 docname=docname,
                 url=page.url,
@@ -229,6 +247,8 @@ class Book:
                 traffic=traffic,
                 status=response.status if response else None,
                 screenshot=shot,
+                optional_blocks=blocks,
+                optional_closed_on_load=closed,
             )
         return self._visit
 

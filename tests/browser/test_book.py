@@ -144,6 +144,18 @@ def test_images_load(book: Book, docname: str):
     assert not broken, f"{docname}: images that did not load:\n  {_fmt(broken)}"
 
 
+def test_optional_blocks_closed_on_load(book: Book, docname: str):
+    """Every 选读 block (book/_ext/book_optional.py) is closed when the page loads: the main path
+    is what a reader sees first."""
+    visit = book.visit(docname)
+    if not visit.optional_blocks:
+        pytest.skip("no 选读 blocks on this page")
+    assert visit.optional_closed_on_load == visit.optional_blocks, (
+        f"{docname}: {visit.optional_blocks - visit.optional_closed_on_load} of {visit.optional_blocks} "
+        "选读 blocks open on load"
+    )
+
+
 def test_solutions_collapsed_and_open_on_click(book: Book, docname: str):
     """Exercise solutions start collapsed; a click on the title shows one (another click hides it)."""
     visit = book.visit(docname)
