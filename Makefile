@@ -114,11 +114,10 @@ lab-test: $(LAB_STAMP)  ## each chapter run in JupyterLab in headless Chromium
 	OMP_NUM_THREADS=1 $(BIN)/pytest -p no:cacheprovider tests/jupyter/lab
 
 # Each step stops the run on failure; the strict book build from a clean _build
-# comes next to last, and the browser tests of that build last. The browser dependencies
-# (Chromium, fonts-noto-cjk, ...) are installed first, before any page executes: the figures'
-# Chinese labels need the font (the script also refreshes matplotlib's font cache).
-test: $(STAMP)  ## everything CI runs: lint, unit, nbval, jupyter, strict book build, browser tests
-	bash scripts/install_browser_deps.sh
+# comes next to last, and the browser tests of that build last. Nothing before lab-test needs a
+# system package: the figures draw Chinese with the package's own font. The browser steps'
+# system packages (Chromium, fonts for the pages) are installed by lab-test and browser.
+test: $(STAMP)  ## everything CI runs: lint, unit, nbval, jupyter, lab-test, strict book build, browser tests
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval

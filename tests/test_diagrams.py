@@ -100,13 +100,3 @@ def test_bad_input_is_refused(call, error, match):
 def test_empty_diagram_is_refused():
     with pytest.raises(ValueError, match="empty"):
         Diagram().draw()
-
-
-def test_warns_about_chinese_labels_without_a_chinese_font(monkeypatch):
-    from transformer_course import viz
-
-    monkeypatch.setattr(viz, "cjk_font", lambda: None)
-    d = Diagram()
-    d.box("a", (0, 0), "注意力")
-    with pytest.warns(UserWarning, match="fonts-noto-cjk"):
-        plt.close(d.draw(width=3))

@@ -1,4 +1,5 @@
 import itertools
+import pathlib
 import warnings
 
 import matplotlib.pyplot as plt
@@ -96,18 +97,31 @@ def test_get_device():
             tc.get_device("cuda")
 
 
-def test_cjk_font_agrees_with_the_glyph_tables():
-    import matplotlib
+def test_the_chinese_font_is_the_one_in_the_package():
     from matplotlib import font_manager
+
+    assert tc.viz.cjk_font() == "Course Sans SC"
+    assert tc.viz.CJK_FONT_FILE.is_file() and (tc.viz.CJK_FONT_FILE.parent / "OFL.txt").is_file()
+    # a system copy of Noto Sans CJK (or any other font) can never stand in for it
+    found = font_manager.findfont(font_manager.FontProperties(family="Course Sans SC"), fallback_to_default=False)
+    assert pathlib.Path(found).resolve() == tc.viz.CJK_FONT_FILE.resolve()
+
+
+def test_the_chinese_font_covers_gb2312_and_the_figure_symbols():
     from matplotlib.ft2font import FT2Font
 
-    bundled = matplotlib.get_data_path()
-    fonts = font_manager.fontManager.ttflist
-    with_glyph = {f.name for f in fonts if FT2Font(f.fname).get_char_index(ord("爱")) and bundled not in f.fname}
-    name = tc.viz.cjk_font()
-    assert (name in with_glyph) if with_glyph else name is None
-    # matplotlib's "Last Resort" font maps every character to a placeholder box: never chosen
-    assert tc.viz.find_cjk_font([f for f in fonts if bundled in f.fname]) is None
+    font = FT2Font(str(tc.viz.CJK_FONT_FILE))
+    hanzi = []
+    for row in range(0xB0, 0xF8):
+        for cell in range(0xA1, 0xFF):
+            try:
+                hanzi.append(bytes([row, cell]).decode("gb2312"))
+            except UnicodeDecodeError:
+                continue
+    assert len(hanzi) == 6763
+    symbols = "，。、：；！？（）【】《》“”‘’…—×→←↑↓≈≤≥√∑∞★✓·"
+    missing = [ch for ch in hanzi + list(symbols) if not font.get_char_index(ord(ch))]
+    assert not missing, f"missing from the package's font: {''.join(missing[:20])}"
 
 
 def test_use_book_style_draws_chinese_with_the_cjk_font():
@@ -115,10 +129,12 @@ def test_use_book_style_draws_chinese_with_the_cjk_font():
         warnings.simplefilter("error")  # "Glyph ... missing from font(s)" would fail the book build
         tc.viz.use_book_style()
         assert plt.rcParams["svg.fonttype"] == "path" and plt.rcParams["savefig.dpi"] >= 200
-        if tc.viz.cjk_font() is None:
-            assert plt.rcParams["font.family"] == ["sans-serif"]
-            return
-        assert plt.rcParams["font.family"] == ["sans-serif", tc.viz.cjk_font()]
-        ax = tc.plot_attention(torch.rand(2, 4), ["<bos>", "I"], ["我", "爱", "北京", "天安门"], title="x")
+        assert plt.rcParams["font.family"] == ["DejaVu Sans", "Course Sans SC"]
+        ax = tc.plot_attention(torch.rand(2, 4), ["<bos>", "I"], ["我", "爱", "北京", "天安门"], title="注意力")
         ax.figure.canvas.draw()
+        # three Chinese characters are three em wide (a missing glyph would be a narrower box)
+        text = ax.figure.text(0, 0, "天安门", fontsize=10)
+        ax.figure.canvas.draw()
+        em = 10 * ax.figure.dpi / 72
+        assert 2.9 * em < text.get_window_extent().width < 3.1 * em
     plt.close("all")

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import math
 import re
-import warnings
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
+
+from .viz import font_families
 
 __all__ = ["KINDS", "HIGHLIGHT", "Diagram"]
 
@@ -271,7 +272,6 @@ class Diagram:
         check_positive("width", width)
         if width > 7.5:
             raise ValueError(f"width must be at most 7.5 inches, got {width}")
-        _warn_without_cjk_font(self._all_text())
         x0, x1, y0, y1 = self._extent()
         height = width * (y1 - y0) / (x1 - x0)
         fig, ax = plt.subplots(figsize=(width, max(height, 0.8)))
@@ -299,7 +299,7 @@ class Diagram:
                     va="bottom",
                     fontsize=_SMALL_PT,
                     color="0.3",
-                    family=_families(),
+                    family=font_families(),
                 )
         for arrow in self._arrows:
             self._draw_arrow(ax, arrow)
@@ -313,18 +313,12 @@ class Diagram:
                 va="center",
                 fontsize=size,
                 color="0.3",
-                family=_families(),
+                family=font_families(),
             )
         if self.title:
-            ax.set_title(self.title, fontsize=11, family=_families())
+            ax.set_title(self.title, fontsize=11, family=font_families())
         _check_labels_fit(fig, labels)
         return fig
-
-    def _all_text(self) -> str:
-        parts = [n.text for n in self._nodes.values()]
-        parts += [a.label or "" for a in self._arrows]
-        parts += [g[1] or "" for g in self._groups] + [t[2] for t in self._texts]
-        return " ".join(parts + [self.title or ""])
 
     def _draw_node(self, ax, name: str, n: _Node):
         edge = HIGHLIGHT if n.highlight else _EDGE
@@ -345,7 +339,7 @@ class Diagram:
                 zorder=3,
             )
         ax.add_patch(patch)
-        family = _families(mono=n.kind == "tensor")
+        family = font_families(mono=n.kind == "tensor")
         label = ax.text(
             n.x,
             n.y,
@@ -408,7 +402,7 @@ class Diagram:
                 ha="left" if vertical else "center",
                 va="center" if vertical else "bottom",
                 fontsize=_SMALL_PT,
-                family=_families(mono=True),
+                family=font_families(mono=True),
                 color=color,
                 zorder=4,
             )
@@ -433,25 +427,3 @@ def _check_labels_fit(fig: Figure, labels: list) -> None:
                 f"{pb.height:.0f} px box): make the box larger (w=, h=) or the "
                 "figure wider"
             )
-
-
-def _families(mono: bool = False) -> list[str]:
-    """Font families for diagram text: Latin from matplotlib's default (or monospace),
-    Chinese from the installed CJK font (the same chain as the book's figures)."""
-    from .viz import cjk_font
-
-    name = cjk_font()
-    return ["monospace" if mono else "sans-serif"] + ([name] if name else [])
-
-
-def _warn_without_cjk_font(text: str) -> None:
-    from .viz import cjk_font
-
-    if _CJK.search(text) and cjk_font() is None:
-        warnings.warn(
-            "diagram labels contain Chinese characters but no Chinese font is "
-            "installed, so they render as empty boxes: install Noto Sans CJK SC "
-            "(Debian/Ubuntu: apt-get install fonts-noto-cjk), Source Han Sans SC, "
-            "PingFang SC or Microsoft YaHei, then delete matplotlib's font cache",
-            stacklevel=3,
-        )

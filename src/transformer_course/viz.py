@@ -1,11 +1,12 @@
-"""Matplotlib figures used by the book. Figure text is English/LaTeX so that it renders
-without CJK fonts."""
+"""Matplotlib figures used by the book, in one house style, with the package's own
+Chinese font."""
 
 from __future__ import annotations
 
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -18,8 +19,9 @@ __all__ = [
     "MAX_WIDTH_IN",
     "MIN_FONT_PT",
     "use_book_style",
+    "CJK_FONT_FILE",
     "cjk_font",
-    "find_cjk_font",
+    "font_families",
     "plot_attention",
     "plot_attention_heads",
     "plot_positional_encoding",
@@ -61,65 +63,37 @@ MIN_FONT_PT = 9.0
 MAX_WIDTH_IN = 7.5
 
 
-def find_cjk_font(fonts: Sequence[object]) -> str | None:
-    """Name of the first font in ``fonts`` (``matplotlib.font_manager.FontEntry`` items)
-    that has Chinese glyphs, preferring Simplified-Chinese sans-serif faces; ``None``
-    when there is none.
-
-    Matplotlib's own fonts are skipped: its "Last Resort" font maps every character,
-    Chinese ones included, to a placeholder box.
-    """
-    import os
-
-    import matplotlib
-    from matplotlib.ft2font import FT2Font
-
-    bundled = os.path.realpath(matplotlib.get_data_path())
-    found = []
-    for font in fonts:
-        if os.path.realpath(font.fname).startswith(bundled):
-            continue
-        try:
-            if FT2Font(font.fname).get_char_index(ord("爱")):
-                found.append(font.name)
-        except (OSError, RuntimeError):  # unreadable font file: skip it
-            continue
-
-    def preference(name: str) -> tuple:
-        return (
-            "SC" not in name.split() and "CN" not in name.split(),
-            "Serif" in name,
-            name,
-        )
-
-    return min(found, key=preference) if found else None
+# The Chinese font that ships with the package (a subset of Noto Sans CJK SC under the
+# SIL Open Font License, built by scripts/make_cjk_font.py): every figure draws Chinese
+# with it, so glyphs and metrics are the same on every machine, system fonts or not.
+CJK_FONT_FILE = Path(__file__).parent / "fonts" / "CourseSansSC-Regular.ttf"
 
 
 @functools.cache
-def cjk_font() -> str | None:
-    """The name of an installed font that has Chinese glyphs, or ``None`` when there is
-    none.
-
-    Figures may show Chinese tokens only when this is not ``None``; otherwise a chapter
-    falls back to pinyin or English labels, so that the figure renders on any machine.
-    """
+def cjk_font() -> str:
+    """Register the package's Chinese font with matplotlib (once) and return its family
+    name, ``"Course Sans SC"``."""
     from matplotlib import font_manager
 
-    return find_cjk_font(font_manager.fontManager.ttflist)
+    font_manager.fontManager.addfont(str(CJK_FONT_FILE))
+    return font_manager.FontProperties(fname=str(CJK_FONT_FILE)).get_name()
+
+
+def font_families(mono: bool = False) -> list[str]:
+    """Font families for figure text: Latin from matplotlib's own DejaVu fonts (shipped
+    with matplotlib, so the same everywhere), Chinese from :func:`cjk_font`."""
+    return ["DejaVu Sans Mono" if mono else "DejaVu Sans", cjk_font()]
 
 
 def use_book_style() -> None:
     """Apply :data:`BOOK_STYLE`; inside IPython, also show inline figures as SVG (sharp
     at any zoom).
 
-    When a Chinese font is installed (:func:`cjk_font`), it becomes the fallback font
-    family: Latin text keeps the default sans-serif font, Chinese characters come from
-    the fallback.
+    Text is drawn with :func:`font_families`: Latin from DejaVu Sans, Chinese from the
+    package's own font.
     """
     plt.rcParams.update(BOOK_STYLE)
-    name = cjk_font()
-    if name is not None:
-        plt.rcParams["font.family"] = ["sans-serif", name]
+    plt.rcParams["font.family"] = font_families()
     try:
         from IPython import get_ipython
     except ImportError:  # plain Python: rcParams are all there is to set
