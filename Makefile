@@ -23,7 +23,7 @@ PIP_ARGS ?=
 LINT_PATHS := $(wildcard src tests bench scripts book/_ext conftest.py)
 JB_BUILD   := $(BIN)/jupyter-book build . -W -n --keep-going
 
-.PHONY: help venv book test lint format compat unit nbval jupyter claims browser pdf bench notebooks check-chapter clean distclean \
+.PHONY: help venv doctor book test lint format compat unit nbval jupyter claims browser pdf bench notebooks check-chapter clean distclean \
 	lab lab-test
 
 help:  ## this list of targets (from the `##` comments of the Makefile)
@@ -41,13 +41,24 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)  ## only set up .venv (re-run automatically when requirements.txt or pyproject.toml changes)
 
+# Needs nothing but python3: it runs as a plain script, with .venv's python when there is one,
+# so it can report a missing venv or torch instead of failing on it.
+doctor:  ## check the setup (Python, .venv, torch, figure font, threads, disk, Chromium); says how to fix it
+	@if [ -x $(BIN)/python ]; then $(BIN)/python src/transformer_course/doctor.py; \
+	else $(PYTHON) src/transformer_course/doctor.py; fi
+
 book: $(STAMP)  ## set up .venv, build the HTML book strictly -> _build/html/index.html
 	rm -rf _build
 	$(JB_BUILD)
 	@echo "HTML book: _build/html/index.html"
 
-lint: $(STAMP)  ## ruff check and ruff format --check (src at 88 columns, C901 complexity <= 10)
+lint: $(STAMP)  ## ruff (src at 88 columns, C901 <= 10, explicit encodings) and the CI workflow's schema
 	$(BIN)/ruff check $(LINT_PATHS)
+	@# every text file opened with an explicit encoding (Windows defaults to cp936 for Chinese
+	@# locales): ruff's PLW1514, still a preview rule, so it is selected alone
+	$(BIN)/ruff check --preview --select PLW1514 $(LINT_PATHS)
+	@# the GitHub Actions workflow against GitHub's workflow schema (vendored in check-jsonschema)
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(BIN)/ruff format --check $(LINT_PATHS)
 
 format: $(STAMP)  ## ruff format and ruff check --fix: what `make lint` checks, applied
