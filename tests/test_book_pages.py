@@ -283,3 +283,75 @@ def test_optional_block_html(tmp_path):
 def test_optional_block_mistakes_warn(tmp_path, page, warning):
     _, warnings = _sphinx_build(tmp_path, "# 标题\n\n## 一节\n\n" + page)
     assert warning in warnings, warnings
+
+
+CHAPTERS = sorted(BOOK.glob("ch[0-9][0-9]_*.md"))
+sys.path.insert(0, str(BOOK.parent / "scripts"))
+import study_time  # noqa: E402
+
+
+@pytest.mark.parametrize("page", CHAPTERS, ids=_ids(CHAPTERS))
+def test_study_time_is_stated_as_computed_and_the_main_path_reads_in_an_hour(page):
+    study = study_time.measure(page)
+    lines = page.read_text(encoding="utf-8").splitlines()
+    assert study.line() in lines, (
+        f"the {study_time.LINE_PREFIX} line of the 本章导读 is missing or stale: "
+        f"python scripts/study_time.py --write {page.relative_to(BOOK.parent)}"
+    )
+    assert not study.unmarked, f"exercises without a ★ difficulty mark: {study.unmarked}"
+    assert study.reading_min <= study_time.MAIN_PATH_LIMIT_MIN, (
+        f"main path {study.reading_min} min > {study_time.MAIN_PATH_LIMIT_MIN}: move proofs, measurements and "
+        "history into 选读 blocks"
+    )
+
+
+def test_study_time_counts_what_a_reader_meets(tmp_path):
+    page = tmp_path / "ch99_x.md"
+    page.write_text(
+        "\n".join(
+            [
+                "# 标题",
+                f"{study_time.LINE_PREFIX}：旧",
+                "注意力" * 100,
+                "$$",
+                "x = 1",
+                "$$",
+                "```{code-cell} ipython3",
+                "a = 1",
+                "",
+                "b = 2",
+                "```",
+                "```{code-cell} ipython3",
+                "---",
+                "tags: [hide-input]",
+                "---",
+                "assert a == 1",
+                "```",
+                "```{admonition} 选读：细节",
+                ":class: optional",
+                "```",
+                "选读里的字不计" * 50,
+                "% optional-end",
+                "```{exercise-start} ★★ 写一个函数",
+                "```",
+                "练习的字不计" * 50,
+                "```{exercise-end}",
+                "```",
+                "```{code-cell} ipython3",
+                "def my_f(): pass",
+                "```",
+                "```{solution-start} ex",
+                "```",
+                "```{solution-end}",
+                "```",
+                "```{exercise} ★ 预测",
+                "题目",
+                "```",
+            ]
+        ),
+        encoding="utf-8",
+    )
+    study = study_time.measure(page)
+    assert (study.chars, study.code_lines, study.equations) == (300 + 2, 2, 1)
+    assert study.exercises == {1: 1, 2: 1, 3: 0} and study.exercise_min == 5 + 15
+    assert study.reading_min == 5  # 302/200 + 2/8 + 0.5 = 2.3 min, rounded up to 5
