@@ -1,0 +1,76 @@
+"""Checkers for the book's build exercises: they grade the learner's own code, offline,
+with hints in Chinese. ``tc.exercises.check_*`` are the public names.
+
+The build-exercise pattern of every chapter:
+
+1. a **skeleton** cell under the learner's name (``my_self_attention``,
+   ``MyMultiHeadAttention``) whose body is ``pass`` (or raises ``NotImplementedError``);
+2. a **checker** cell right after it:
+   ``tc.exercises.check_self_attention(my_self_attention)``;
+3. the **solution** in a closed dropdown under *another* name (``solution_...``,
+   ``Solution...``), graded by the same checker with ``solution=True``. "Run All" never
+   overwrites the learner's code, and CI grades the solution.
+
+A checker ``check_xxx(candidate, *, solution=False)`` compares the candidate with the
+package's own implementation (or with the package's module holding the candidate's
+weights) on several random inputs from a local generator; the notebook's global RNG
+state is restored afterwards. Right: one line starting with ``✓``. Wrong:
+:class:`ExerciseError` (an ``AssertionError``) with a Chinese message naming the likely
+mistake. Still a skeleton: ``尚未实现：…`` without raising (with ``solution=True`` it
+raises).
+
+**One vocabulary.** An exercise requires the attribute and argument names of the
+package code that the book prints: ``q_proj``/``k_proj``/``v_proj``/``out_proj``
+(:class:`~transformer_course.MultiHeadAttention`), ``norm1``/``norm2``/``self_attn``/
+``ffn`` (:class:`~transformer_course.TransformerBlock`), ``w1``/``w2``/``w3``
+(:class:`~transformer_course.FeedForward`), ``weight``/``bias`` (LayerNorm),
+``tok_emb``/``pos_emb``/``blocks``/``norm_f``/``lm_head``
+(:class:`~transformer_course.MiniGPT`), ``attn_mask`` and ``input_ids``. A checker
+copies the learner's weights into the package module by these names.
+
+**Adding a checker for a new exercise.**
+
+* One module per topic (``attention``, ``heads``, ``norms_ffn``, ``positions``,
+  ``blocks_gpt``, ``training``, ``generation_cache``); a new topic gets a new module.
+  Re-export the checker here and list it in ``__all__``.
+* Write the checker body as ``@checker("中文标题", wants_class=...)`` over
+  ``body(candidate) -> detail``: the wrapper (in ``_protocol``) handles skeletons,
+  RNG isolation, the ``✓`` line and hides the checker's frames from the traceback, so a
+  body never sets ``__tracebackhide__``. Call the learner's code only through
+  ``run_learner`` / ``construct`` / ``run_module``: a crash then names the learner's
+  line.
+* Keep the topic's typical mistakes as data: a hint table ``[(hint, mistake), ...]``
+  at module level, a ``_xxx_variant(..., mistake)`` function computing what each
+  mistake outputs, and ``first_reproduced(out, table, variant)`` (``_report``) to pick
+  the hint. Messages use the helpers of ``_report`` (``check_shape``,
+  ``where_differs``, ...).
+* Tests go to ``tests/exercises/test_<topic>.py``: hand-written correct variants and
+  mutants (never the checker's own variant function).
+"""
+
+from ._protocol import ExerciseError
+from .attention import check_causal_mask, check_self_attention
+from .blocks_gpt import check_gpt, check_transformer_block
+from .generation_cache import check_generate, check_kv_cache
+from .heads import check_multi_head_attention
+from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
+from .positions import check_rope, check_sinusoidal_encoding
+from .training import check_lm_batch, check_train_step
+
+__all__ = [
+    "ExerciseError",
+    "check_self_attention",
+    "check_causal_mask",
+    "check_multi_head_attention",
+    "check_layer_norm",
+    "check_sinusoidal_encoding",
+    "check_rope",
+    "check_feed_forward",
+    "check_swiglu",
+    "check_transformer_block",
+    "check_gpt",
+    "check_train_step",
+    "check_lm_batch",
+    "check_generate",
+    "check_kv_cache",
+]

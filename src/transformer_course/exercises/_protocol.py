@@ -1,0 +1,219 @@
+"""The checker protocol shared by every topic module: the ``@checker`` wrapper, skeleton
+detection, RNG isolation, and calling the learner's code so that a crash names the
+learner's own line."""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import os
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+# Every check seeds its own generator from this; the learner's RNG state is untouched.
+SEED = 20240527
+RTOL, ATOL = 1e-4, 1e-5
+
+
+class ExerciseError(AssertionError):
+    """The candidate does not meet the exercise's contract; the message says in Chinese
+    what is wrong and what the likely mistake is."""
+
+
+class Skeleton(Exception):
+    """Internal: the candidate is still a skeleton (None / NotImplementedError)."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(what)
+        self.what, self.reason = what, reason
+
+
+@contextmanager
+def isolated_rng() -> Iterator[None]:
+    """Run with the global CPU RNG seeded, and restore the learner's state afterwards
+    (module constructors draw their initial weights from it)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        yield
+
+
+def seeded_generator(offset: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(SEED + offset)
+
+
+def randn(g: torch.Generator, *shape: int, scale: float = 1.0) -> Tensor:
+    return torch.randn(*shape, generator=g) * scale
+
+
+def random_mask(g: torch.Generator, *shape: int) -> Tensor:
+    """A bool mask with at least one True and one False in every row."""
+    mask = torch.rand(*shape, generator=g) < 0.6
+    mask[..., 0] = True
+    mask[..., -1] = False
+    return mask
+
+
+def name_of(candidate: object) -> str:
+    return getattr(candidate, "__name__", None) or type(candidate).__name__
+
+
+def checker(title: str, wants_class: bool = False) -> Callable:
+    """Turn ``body(candidate) -> detail`` into a checker with the common protocol."""
+
+    def decorate(body: Callable[[object], str]) -> Callable[..., bool]:
+        @functools.wraps(body)
+        def check(candidate: object, *, solution: bool = False) -> None:
+            # the only frame the learner sees: IPython and pytest hide it, and every
+            # ExerciseError is re-raised from here without the checker's inner frames
+            __tracebackhide__ = True
+            name = name_of(candidate)
+            if not callable(candidate):
+                raise ExerciseError(
+                    f"{title}：要检查的应是一个函数或类，得到的是 "
+                    f"{type(candidate).__name__}（{candidate!r:.60}）。"
+                    "把函数/类本身传进来，不要先调用它。"
+                )
+            if wants_class and not isinstance(candidate, type):
+                raise ExerciseError(
+                    f"{title}：要检查的是类本身（如 MyMultiHeadAttention），得到的是"
+                    f"一个 {type(candidate).__name__} 实例：去掉类名后面的括号和参数，"
+                    "检查器会自己用不同的参数构造它。"
+                )
+            try:
+                with isolated_rng():
+                    detail = body(candidate)
+            except Skeleton as skel:
+                if solution:
+                    raise ExerciseError(
+                        f"{title}：{skel.what} {skel.reason}——参考解答不能是骨架"
+                        "（solution=True）。"
+                    ) from None
+                print(f"尚未实现：{skel.what} {skel.reason}（写好后重新运行本单元格）")
+                return
+            except ExerciseError as err:
+                raise err.with_traceback(None) from None
+            except Exception as err:  # an unexpected value made the checker trip
+                raise ExerciseError(
+                    f"{title}：检查 {name} 时出错（{type(err).__name__}: {err}）。"
+                    "多半是返回值的类型或形状出乎意料：对照练习说明检查返回值。"
+                ) from err
+            print(f"✓ {title}：{name} 通过（{detail}）")
+
+        return check
+
+    return decorate
+
+
+def fail(message: str) -> None:
+    raise ExerciseError(message)
+
+
+def _user_line(err: BaseException) -> str:
+    """``文件:行号 源代码`` of the innermost frame outside torch and this package."""
+    package = os.path.dirname(os.path.dirname(__file__))  # transformer_course/
+    skip = (os.path.dirname(torch.__file__), package)
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        if frame.filename.startswith(skip):
+            continue
+        line = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
+        where = os.path.basename(frame.filename)
+        return f"\n出错的位置：{where} 第 {frame.lineno} 行：{line}"
+    return ""
+
+
+def _crash_hint(err: BaseException) -> str:
+    text = str(err)
+    if isinstance(err, TypeError) and "argument" in text:
+        return "检查参数：函数（或 __init__、forward）的签名要与练习说明的一致。"
+    shape_words = ("size", "shape", "dimension", "mat1", "broadcast")
+    if any(word in text for word in shape_words):
+        return "多半是形状对不上：在出错的行前打印各个张量的 .shape 看看。"
+    if "expected scalar type" in text or "dtype" in text.lower():
+        return "多半是 dtype 不一致（例如 float 和 long、float32 和 float64 混用）。"
+    return ""
+
+
+def run_learner(
+    fn: Callable,
+    *args,
+    what: str,
+    case: str = "",
+    first: bool = False,
+    hint: str = "",
+    **kwargs,
+):
+    """Call the learner's ``fn``; a crash becomes an :class:`ExerciseError` naming the
+    inputs; ``NotImplementedError`` (or ``None`` from a ``first`` call) a skeleton."""
+    # the learner's code may change its inputs in place: it gets copies
+    args = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+    try:
+        out = fn(*args, **kwargs)
+    except NotImplementedError:
+        raise Skeleton(what, "抛出了 NotImplementedError") from None
+    except (ExerciseError, Skeleton):
+        raise
+    except Exception as err:  # the learner's bug: say where and on what
+        where = f"（{case}）" if case else ""
+        extra = hint or _crash_hint(err)
+        raise ExerciseError(
+            f"{what} 运行出错{where}：{type(err).__name__}: {err}"
+            f"{_user_line(err)}" + (f"\n提示：{extra}" if extra else "")
+        ) from None
+    if out is None:
+        if first:
+            raise Skeleton(what, "返回了 None——还没写完，或者忘了 return")
+        where = f"（{case}）" if case else ""
+        fail(f"{what} 返回了 None{where}：这种情况下也要返回结果，是不是漏了 return？")
+    return out
+
+
+def construct(cls: type, *args, what: str, **kwargs) -> nn.Module:
+    """Build the learner's module; a skeleton ``__init__`` is fine (forward decides)."""
+    obj = run_learner(
+        cls, *args, what=f"{what}{fmt_args(args, kwargs)}", first=True, **kwargs
+    )
+    if not isinstance(obj, nn.Module):
+        fail(
+            f"{what} 应继承 nn.Module（class {what}(nn.Module): ...），"
+            f"得到的对象类型是 {type(obj).__name__}。"
+        )
+    return obj
+
+
+def fmt_args(args: tuple, kwargs: dict) -> str:
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return "(" + ", ".join(parts) + ")"
+
+
+def run_module(
+    module: nn.Module,
+    *args,
+    what: str,
+    case: str = "",
+    first: bool = False,
+    hint: str = "",
+):
+    """Call ``module(*args)``; an ``__init__`` without ``super().__init__()`` still
+    reveals a skeleton ``forward`` (it is called directly then)."""
+    if "_parameters" not in module.__dict__:  # nn.Module.__init__ never ran
+        out = run_learner(
+            type(module).forward,
+            module,
+            *args,
+            what=f"{what}.forward",
+            case=case,
+            first=first,
+            hint=hint,
+        )
+        fail(
+            f"{what}.__init__ 里没有调用 super().__init__()：nn.Module 的子类必须先"
+            "调用它，才能注册参数和子模块。"
+        )
+        return out
+    return run_learner(
+        module, *args, what=f"{what}.forward", case=case, first=first, hint=hint
+    )

@@ -1,0 +1,156 @@
+"""Chinese messages shared by the topic modules: type, shape, dtype and NaN checks of a
+learner's output, where two tensors differ, and which typical mistake an output
+reproduces."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._protocol import ATOL, RTOL, fail
+
+
+def as_tensor(out: object, what: str, case: str = "") -> Tensor:
+    """``out`` must be a tensor; lists, numpy arrays and numbers get a hint."""
+    if isinstance(out, Tensor):
+        return out
+    where = f"（{case}）" if case else ""
+    kind = type(out).__name__
+    if isinstance(out, (list, tuple)):
+        hint = "用 torch 的运算直接得到张量（或 torch.stack / torch.tensor 把它合起来）"
+    elif type(out).__module__.startswith("numpy"):
+        hint = "全程用 torch 计算，不要转成 numpy（或 torch.from_numpy 转回来）"
+    elif isinstance(out, (int, float, bool)):
+        hint = "得到的是一个数：是不是只算了一个元素，或者提前调用了 .item()？"
+    else:
+        hint = "检查 return 语句"
+    fail(f"{spaced(what)}应是 torch.Tensor{where}，得到的是 {kind}：{hint}。")
+    return out  # unreachable
+
+
+def spaced(what: str) -> str:
+    """``what`` followed by a space unless it ends in a Chinese character."""
+    return what if what and ord(what[-1]) > 0x2E80 else what + " "
+
+
+def of(what: str) -> str:
+    """``what`` + "的", e.g. ``"fn 的输出"`` -> ``"fn 的输出的"``."""
+    return f"{spaced(what)}的"
+
+
+def check_shape(
+    t: Tensor, expected: Sequence[int], what: str, case: str = "", hint: str = ""
+) -> None:
+    expected = tuple(expected)
+    if tuple(t.shape) != expected:
+        where = f"（{case}）" if case else ""
+        fail(
+            f"{of(what)}形状不对{where}：应为 {expected}，得到 {tuple(t.shape)}。"
+            + (hint or "")
+        )
+
+
+def check_float(t: Tensor, what: str) -> None:
+    if not t.is_floating_point():
+        fail(
+            f"{spaced(what)}应是浮点张量，得到 dtype {t.dtype}：计算中是否用了整数张量"
+            "（如 torch.arange 默认是 int64）？"
+        )
+
+
+def close(a: Tensor, b: Tensor, rtol: float = RTOL, atol: float = ATOL) -> bool:
+    if a.shape != b.shape:
+        return False
+    return bool(
+        torch.allclose(
+            a.detach().double(), b.detach().double(), rtol, atol, equal_nan=False
+        )
+    )
+
+
+def max_err(a: Tensor, b: Tensor) -> float:
+    return float((a.detach().double() - b.detach().double()).abs().max())
+
+
+def where_differs(got: Tensor, ref: Tensor) -> str:
+    """The first index where ``got`` and ``ref`` differ, with both values."""
+    diff = ~torch.isclose(got.detach().double(), ref.detach().double(), RTOL, ATOL)
+    idx = tuple(int(i) for i in diff.nonzero()[0])
+    return (
+        f"最大误差 {max_err(got, ref):.3g}；例如位置 {idx}：应为 "
+        f"{ref[idx].item():.6g}，得到 {got[idx].item():.6g}"
+    )
+
+
+def diagnose(
+    got: Tensor,
+    variants: Sequence[tuple[str, Callable[[], Tensor]]],
+    rtol: float = RTOL,
+    atol: float = ATOL,
+) -> str | None:
+    """The hint of the first typical mistake whose result ``got`` reproduces."""
+    for hint, compute in variants:
+        try:
+            with torch.no_grad():
+                ref = compute()
+        except Exception:  # a variant that cannot run here cannot be the mistake
+            continue
+        if close(got, ref, rtol, atol):
+            return hint
+    return None
+
+
+def first_reproduced(
+    got: Tensor,
+    mistakes: Sequence[tuple[str, str]],
+    variant: Callable[[str], Tensor],
+    rtol: float = RTOL,
+    atol: float = ATOL,
+) -> str | None:
+    """:func:`diagnose` over a table of ``(hint, mistake)``: ``variant(mistake)``
+    computes the result of that mistake."""
+    variants = [(hint, functools.partial(variant, m)) for hint, m in mistakes]
+    return diagnose(got, variants, rtol, atol)
+
+
+def check_finite(t: Tensor, what: str, case: str, hint: str = "") -> None:
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        fail(f"{spaced(what)}含 NaN 或 inf（{case}：{bad} 个元素）。" + hint)
+
+
+def linear_attr(
+    module: nn.Module,
+    attr: str,
+    in_f: int,
+    out_f: int,
+    what: str,
+    bias: bool | None = None,
+) -> nn.Linear:
+    """The learner's ``module.attr``, which must be ``nn.Linear(in_f, out_f)``."""
+    layer = getattr(module, attr, None)
+    if layer is None:
+        fail(
+            f"{what} 缺少属性 {attr}：按约定它应是 nn.Linear({in_f}, {out_f})，"
+            f"在 __init__ 里写 self.{attr} = nn.Linear({in_f}, {out_f}"
+            + ("" if bias is None or bias else ", bias=False")
+            + ")。"
+        )
+    if not isinstance(layer, nn.Linear):
+        fail(f"{what}.{attr} 应是 nn.Linear，得到 {type(layer).__name__}。")
+    if (layer.in_features, layer.out_features) != (in_f, out_f):
+        fail(
+            f"{what}.{attr} 应是 nn.Linear({in_f}, {out_f})，得到 "
+            f"nn.Linear({layer.in_features}, {layer.out_features})。"
+        )
+    if bias is False and layer.bias is not None:
+        fail(f"{what}.{attr} 不应带偏置：nn.Linear({in_f}, {out_f}, bias=False)。")
+    return layer
+
+
+def apply_linear(layer: nn.Linear, x: Tensor) -> Tensor:
+    return F.linear(x, layer.weight, layer.bias)

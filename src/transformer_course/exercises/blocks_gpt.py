@@ -1,0 +1,469 @@
+"""The Pre-LN GPT block and the GPT model, named as in
+:class:`transformer_course.TransformerBlock` and :class:`transformer_course.MiniGPT`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..blocks import TransformerBlock
+from ..models import GPTConfig, MiniGPT
+from ._protocol import (
+    checker,
+    construct,
+    fail,
+    fmt_args,
+    name_of,
+    randn,
+    run_module,
+    seeded_generator,
+)
+from ._report import (
+    as_tensor,
+    check_finite,
+    check_float,
+    check_shape,
+    close,
+    first_reproduced,
+    where_differs,
+)
+
+
+def _learner_paths(ref: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(path, module)`` for every module of the package's ``ref`` that holds
+    parameters: the learner's module has the same path (one vocabulary). MiniGPT's
+    learned positions wrap their table (``pos_emb.embedding``); the learner's
+    ``pos_emb`` is the ``nn.Embedding`` itself."""
+    return [
+        (path.replace("pos_emb.embedding", "pos_emb"), module)
+        for path, module in ref.named_modules()
+        if next(module.parameters(recurse=False), None) is not None
+    ]
+
+
+def _resolve(obj: nn.Module, path: str, what: str) -> nn.Module:
+    current: object = obj
+    done = what
+    for part in path.split("."):
+        if part.isdigit():
+            try:
+                current = current[int(part)]
+            except (TypeError, IndexError):
+                fail(f"{done} 应是 nn.ModuleList，且至少有 {int(part) + 1} 个元素。")
+            done += f"[{part}]"
+            continue
+        nxt = getattr(current, part, None)
+        if nxt is None:
+            fail(
+                f"{done} 缺少属性 {part}：按约定要有 {what}.{path}（名字要一致，"
+                "检查器按名字把你的权重复制到参考实现里）。"
+            )
+        current, done = nxt, f"{done}.{part}"
+    return current
+
+
+def _param(module: nn.Module, name: str) -> Tensor | None:
+    p = getattr(module, name, None)
+    return p if isinstance(p, Tensor) else None
+
+
+def _copy_weights(
+    candidate: nn.Module,
+    pairs: Sequence[tuple[str, nn.Module]],
+    what: str,
+    randomize_norms: torch.Generator | None = None,
+) -> None:
+    """Copy the candidate's weights into the package modules of ``pairs``.
+
+    With ``randomize_norms`` the candidate's norm weights/biases are first set to random
+    values (initially all 1/0, they would not tell ``norm1`` from ``norm2``)."""
+    for path, dst in pairs:
+        src = _resolve(candidate, path, what)
+        w = _param(src, "weight")
+        b = _param(src, "bias")
+        if w is None:
+            fail(
+                f"{what}.{path} 没有权重（weight）：它应是 {type(dst).__name__}"
+                "（nn.Linear / nn.LayerNorm / nn.Embedding）。"
+            )
+        if tuple(w.shape) != tuple(dst.weight.shape):
+            fail(
+                f"{what}.{path}.weight 的形状应为 {tuple(dst.weight.shape)}，"
+                f"得到 {tuple(w.shape)}。"
+            )
+        norm = w.dim() == 1
+        with torch.no_grad():
+            if randomize_norms is not None and norm:
+                w.copy_(1.0 + 0.3 * randn(randomize_norms, *w.shape))
+                if b is not None:
+                    b.copy_(0.2 * randn(randomize_norms, *b.shape))
+            dst.weight.copy_(w)
+            dst_b = getattr(dst, "bias", None)
+            if dst_b is None:
+                if b is not None and bool(b.detach().ne(0).any()):
+                    fail(f"{what}.{path} 不应带偏置（nn.Linear(…, bias=False)）。")
+            elif b is None:
+                dst_b.zero_()
+            else:
+                if tuple(b.shape) != tuple(dst_b.shape):
+                    fail(
+                        f"{what}.{path}.bias 的形状应为 {tuple(dst_b.shape)}，"
+                        f"得到 {tuple(b.shape)}。"
+                    )
+                dst_b.copy_(b)
+
+
+def _attend(block: nn.Module, h: Tensor, causal: bool = True) -> Tensor:
+    return block.self_attn(h, is_causal=causal)
+
+
+def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor:
+    """The package block's pieces, wired with one typical mistake."""
+    attn = functools.partial(_attend, block, causal=mistake != "no_causal")
+    norm1, norm2, ffn = block.norm1, block.norm2, block.ffn
+    if mistake in _RESIDUAL_MISTAKES:
+        return _residual_variant(x, attn, norm1, norm2, ffn, mistake)
+    # the norm mistakes: the right wiring, with the wrong norm (or none)
+    if mistake == "norm1_twice":
+        norm2 = norm1
+    elif mistake == "no_norm2":
+        norm2 = nn.Identity()
+    elif mistake == "no_norm":
+        norm1 = norm2 = nn.Identity()
+    x = x + attn(norm1(x))
+    return x + ffn(norm2(x))
+
+
+_RESIDUAL_MISTAKES = (
+    "post_ln",
+    "no_res_attn",
+    "no_res_ffn",
+    "no_res",
+    "res_from_norm",
+    "parallel",
+)
+
+
+def _residual_variant(
+    x: Tensor,
+    attn: Callable[[Tensor], Tensor],
+    norm1: nn.Module,
+    norm2: nn.Module,
+    ffn: nn.Module,
+    mistake: str,
+) -> Tensor:
+    """The block with one of the :data:`_RESIDUAL_MISTAKES`."""
+    if mistake == "post_ln":
+        x = norm1(x + attn(x))
+        return norm2(x + ffn(x))
+    if mistake == "no_res_attn":
+        x = attn(norm1(x))
+        return x + ffn(norm2(x))
+    if mistake == "no_res_ffn":
+        return ffn(norm2(x + attn(norm1(x))))
+    if mistake == "no_res":
+        return ffn(norm2(attn(norm1(x))))
+    if mistake == "res_from_norm":
+        h = norm1(x)
+        x = h + attn(h)
+        h = norm2(x)
+        return h + ffn(h)
+    return x + attn(norm1(x)) + ffn(norm2(x))  # "parallel"
+
+
+_BLOCK_HINTS = [
+    ("少了注意力子层的残差连接：x = x + self_attn(norm1(x))。", "no_res_attn"),
+    ("少了 FFN 子层的残差连接：x = x + ffn(norm2(x))。", "no_res_ffn"),
+    (
+        "两个子层都少了残差连接：x = x + self_attn(norm1(x))，"
+        "然后 x = x + ffn(norm2(x))。",
+        "no_res",
+    ),
+    (
+        "这是 Post-LN（先加残差再归一化：norm(x + self_attn(x))）；本练习要 Pre-LN："
+        "x + self_attn(norm1(x))。",
+        "post_ln",
+    ),
+    (
+        "注意力没有因果掩码：GPT 块里位置 i 只能看 0..i"
+        "（attn_mask = causal_mask(L)）。",
+        "no_causal",
+    ),
+    (
+        "残差要加在归一化之前的 x 上：x + self_attn(norm1(x))，"
+        "不是 norm1(x) + self_attn(norm1(x))。",
+        "res_from_norm",
+    ),
+    (
+        "两个子层是串行的：FFN 的输入是加过注意力残差之后的 x，"
+        "不是原来的 x（x + self_attn(…) + ffn(…) 是并行块）。",
+        "parallel",
+    ),
+    ("第二个子层应该用 norm2，你用了两次 norm1。", "norm1_twice"),
+    ("FFN 之前忘了 norm2：x + ffn(norm2(x))。", "no_norm2"),
+    (
+        "没有用 norm1 和 norm2：Pre-LN 先归一化再进子层，x + self_attn(norm1(x))。",
+        "no_norm",
+    ),
+]
+
+
+def _causality_hint(
+    run: Callable[[Tensor], Tensor], x: Tensor, t: int, noise: Tensor
+) -> str | None:
+    """Change the inputs from position ``t`` on; earlier outputs must not move."""
+    with torch.no_grad():
+        before = run(x)
+        x2 = x.clone()
+        x2[:, t:] = noise
+        after = run(x2)
+    if (
+        isinstance(before, Tensor)
+        and isinstance(after, Tensor)
+        and not close(before[:, :t], after[:, :t])
+    ):
+        return (
+            f"改动第 {t} 个位置及以后的输入，前 {t} 个位置的输出也变了："
+            "缺少因果掩码（或方向反了），位置 i 只能看 0..i。"
+        )
+    return None
+
+
+@checker("Transformer 块（Pre-LN，GPT）", wants_class=True)
+def check_transformer_block(cls: type) -> str:
+    """Grade ``cls(d_model, num_heads)``: a Pre-LN GPT block, d_ff = 4·d_model, no
+    dropout.
+
+    Attributes named as in :class:`transformer_course.TransformerBlock`: ``norm1`` and
+    ``norm2`` (``nn.LayerNorm(d_model)``), ``self_attn`` (the multi-head attention of
+    :func:`check_multi_head_attention`: ``q_proj, k_proj, v_proj, out_proj``), ``ffn``
+    (the FFN of :func:`check_feed_forward`: ``w1``, GELU, ``w2``).
+    ``forward(x)`` with x ``(N, L, E)``, causal: ``x = x + self_attn(norm1(x))`` then
+    ``x = x + ffn(norm2(x))``. Compared with
+    :class:`transformer_course.TransformerBlock`
+    (``.gpt``) holding the same weights (the norms get random γ/β first).
+    """
+    name = name_of(cls)
+    g = seeded_generator(9)
+    cases = [
+        ("d_model=16, 4 个头, x (2, 7, 16)", 16, 4, randn(g, 2, 7, 16)),
+        ("d_model=12, 3 个头, x (3, 5, 12)", 12, 3, randn(g, 3, 5, 12, scale=2.0)),
+        ("d_model=8, 2 个头, x (1, 1, 8)", 8, 2, randn(g, 1, 1, 8)),
+    ]
+    for i, (case, E, H, x) in enumerate(cases):
+        what = f"{name}({E}, {H})"
+        module = construct(cls, E, H, what=name)
+        with torch.no_grad():
+            run_module(module, x, what=what, case=case, first=i == 0)
+        ref_mod = TransformerBlock.gpt(E, H, 4 * E)
+        ref_mod.eval()
+        _copy_weights(module, _learner_paths(ref_mod), what, randomize_norms=g)
+        module.eval()  # no dropout in the contract; eval() in case there is some
+        with torch.no_grad():
+            out = run_module(module, x, what=what, case=case)
+            ref = ref_mod(x)
+        out = as_tensor(out, f"{what} 的输出", case)
+        check_shape(out, x.shape, f"{what} 的输出", case, " 块的输出与输入同形。")
+        check_float(out, f"{what} 的输出")
+        check_finite(
+            out,
+            f"{what} 的输出",
+            case,
+            "因果掩码的方向可能反了（True = 可以看）：最后一行全被屏蔽时会得到 NaN。",
+        )
+        if close(out, ref):
+            continue
+        hint = first_reproduced(
+            out, _BLOCK_HINTS, functools.partial(_block_variant, ref_mod, x)
+        )
+        if hint is None and x.size(1) > 2:
+            hint = _causality_hint(
+                functools.partial(run_module, module, what=what, case=case),
+                x,
+                2,
+                randn(g, x.size(0), x.size(1) - 2, E),
+            )
+        hint = hint or (
+            "逐项对照：norm1/norm2 是 nn.LayerNorm(d_model)，注意力带因果掩码，"
+            "FFN 的 d_ff = 4·d_model、激活是精确 GELU；x = x + self_attn(norm1(x))，"
+            "x = x + ffn(norm2(x))。先分别用 check_multi_head_attention、"
+            "check_feed_forward 检查子模块。"
+        )
+        fail(
+            f"{what} 的输出与参考（同样权重的 tc.TransformerBlock.gpt）不一致"
+            f"（{case}；{where_differs(out, ref)}）。\n可能的原因：{hint}"
+        )
+    return "3 组 (d_model, 头数, 形状)，含 L = 1，因果性与 Pre-LN 连线"
+
+
+def _gpt_reference(V: int, C: int, E: int, H: int, n_layers: int) -> nn.Module:
+    cfg = GPTConfig(
+        vocab_size=V,
+        context_length=C,
+        d_model=E,
+        num_heads=H,
+        num_layers=n_layers,
+        d_ff=4 * E,
+        dropout=0.0,
+        positional="learned",
+        norm="layernorm",
+        norm_first=True,
+        activation="gelu",
+        tie_weights=False,
+        bias=True,
+    )
+    return MiniGPT(cfg).eval()
+
+
+def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor:
+    """The package model's pieces, wired with one typical mistake."""
+    L = idx.size(1)
+    tok = ref.tok_emb(idx)
+    pos = ref.pos_emb.embedding.weight
+    if mistake == "no_pos":
+        x = tok
+    elif mistake == "pos_by_id":  # only where every id < context_length
+        x = tok + pos[idx]
+    else:
+        x = tok + pos[:L]
+    h = x
+    for block in ref.blocks:
+        if mistake == "no_causal":
+            h = _block_variant(block, h, "no_causal")
+        else:
+            h = block(x if mistake == "same_input" else h)
+    if mistake != "no_norm_f":
+        h = ref.norm_f(h)
+    logits = ref.lm_head(h)
+    return torch.softmax(logits, -1) if mistake == "softmax" else logits
+
+
+_GPT_HINTS = [
+    ("忘了加位置嵌入：x = tok_emb(input_ids) + pos_emb(torch.arange(L))。", "no_pos"),
+    (
+        "位置嵌入应按位置 0..L-1 查表（pos_emb(torch.arange(L))），不是按 token id。",
+        "pos_by_id",
+    ),
+    ("lm_head 之前忘了最后的 norm_f。", "no_norm_f"),
+    (
+        "forward 应返回 logits（未经 softmax）：交叉熵和采样都从 logits 出发。",
+        "softmax",
+    ),
+    (
+        "每个块的输入应是上一个块的输出：for block in self.blocks: x = block(x)。",
+        "same_input",
+    ),
+    ("注意力没有因果掩码：位置 i 只能看 0..i。", "no_causal"),
+]
+
+
+@checker("GPT 模型", wants_class=True)
+def check_gpt(cls: type) -> str:
+    """Grade ``cls(vocab_size, context_length, d_model, num_heads, num_layers)``.
+
+    Attributes: ``tok_emb`` (``nn.Embedding(vocab_size, d_model)``), ``pos_emb``
+    (learned, ``nn.Embedding(context_length, d_model)``), ``blocks``
+    (``nn.ModuleList`` of blocks of the :func:`check_transformer_block` contract),
+    ``norm_f`` (``nn.LayerNorm``), ``lm_head`` (``nn.Linear(d_model, vocab_size,
+    bias=False)``; tying it to ``tok_emb`` is fine). ``forward(input_ids)`` with
+    ``input_ids (N, L)``, ``L <= context_length``, returns logits
+    ``(N, L, vocab_size)`` (a tuple
+    ``(logits, loss)`` is accepted too). Graded by copying the weights into
+    :class:`transformer_course.MiniGPT` (learned positions, GELU, Pre-LN).
+    """
+    name = name_of(cls)
+    g = seeded_generator(10)
+    # (vocab, context, d_model, heads, layers, idx shapes)
+    configs = [(23, 8, 16, 2, 2, ((2, 8), (3, 5))), (11, 6, 12, 3, 1, ((1, 1), (2, 6)))]
+    first = True
+    for V, C, E, H, n_layers, shapes in configs:
+        args = (V, C, E, H, n_layers)
+        what = f"{name}{fmt_args(args, {})}"
+        module = construct(cls, *args, what=name)
+        probe = torch.randint(V, shapes[0], generator=g)
+        with torch.no_grad():
+            run_module(
+                module,
+                probe,
+                what=what,
+                case=f"idx {shapes[0]}",
+                first=first,
+                hint=_embedding_hint,
+            )
+        first = False
+        ref = _gpt_reference(*args)
+        _copy_weights(module, _learner_paths(ref), what, randomize_norms=g)
+        module.eval()
+        for shape in shapes:
+            case = f"vocab={V}, context={C}, idx {shape}"
+            idx = torch.randint(V, shape, generator=g)
+            with torch.no_grad():
+                out = run_module(
+                    module, idx, what=what, case=case, hint=_embedding_hint
+                )
+                expected, _ = ref(idx)
+            if isinstance(out, tuple) and len(out) == 2:
+                out = out[0]
+            out = as_tensor(out, f"{what} 的输出", case)
+            N, L = shape
+            if tuple(out.shape) == (N, V) and L > 1:
+                fail(
+                    f"{what} 只返回了最后一个位置的 logits {tuple(out.shape)}（{case}）"
+                    f"：forward 应返回每个位置的 (N, L, V) = {(N, L, V)}。"
+                )
+            if tuple(out.shape) == (N * L, V) and N > 1:
+                fail(
+                    f"{what} 的输出被展平成了 {tuple(out.shape)}（{case}）：forward "
+                    f"应返回 (N, L, V) = {(N, L, V)}，展平留给算损失的地方。"
+                )
+            check_shape(out, (N, L, V), f"{what} 的输出", case)
+            check_float(out, f"{what} 的输出")
+            check_finite(out, f"{what} 的输出", case)
+            if close(out, expected):
+                continue
+            hint = first_reproduced(
+                out, _GPT_HINTS, functools.partial(_gpt_variant, ref, idx)
+            )
+            if hint is None:
+                hint = _gpt_block_hint(module, ref, idx, what)
+            fail(
+                f"{what} 的 logits 与参考（同样权重的 tc.MiniGPT）不一致（{case}；"
+                f"{where_differs(out, expected)}）。\n可能的原因：{hint}"
+            )
+    return "2 组配置、1 到 2 层、L = 1 到 context_length、批量 1 到 3"
+
+
+_embedding_hint = (
+    "nn.Embedding 的下标越界时：token 嵌入用 input_ids 查表，位置嵌入用 "
+    "torch.arange(L) 查表；检查 vocab_size 和 context_length 有没有用反。"
+)
+
+
+def _gpt_block_hint(module: nn.Module, ref: nn.Module, idx: Tensor, what: str) -> str:
+    """Locate the first block whose output differs, given the reference's input."""
+    with torch.no_grad():
+        h = ref.tok_emb(idx) + ref.pos_emb.embedding.weight[: idx.size(1)]
+        for i, block in enumerate(ref.blocks):
+            mine = module.blocks[i]
+            try:
+                got = mine(h)
+            except Exception:
+                return (
+                    f"{what}.blocks[{i}] 单独运行时出错："
+                    "先用 check_transformer_block 检查块。"
+                )
+            expected = block(h)
+            if not (isinstance(got, Tensor) and close(got, expected)):
+                return (
+                    f"{what}.blocks[{i}] 的输出与参考块不一致：先用 "
+                    "check_transformer_block 检查你的块类。"
+                )
+            h = expected
+    return (
+        "各个块都对，问题在嵌入或最后几步："
+        "x = tok_emb(input_ids) + pos_emb(arange(L))，"
+        "逐个过 blocks，再 norm_f，最后 lm_head。"
+    )

@@ -1,0 +1,429 @@
+"""Autoregressive generation and the KV cache."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from ..models import GPTConfig, MiniGPT
+from ._protocol import (
+    checker,
+    fail,
+    name_of,
+    randn,
+    run_learner,
+    seeded_generator,
+)
+from ._report import (
+    as_tensor,
+    check_shape,
+)
+
+# generation
+
+
+class _ToyLM(nn.Module):
+    """A small random GPT that returns logits ``(N, L, V)`` and refuses inputs longer
+    than its context; it records what it was given."""
+
+    def __init__(self, vocab_size: int, context_length: int) -> None:
+        super().__init__()
+        cfg = GPTConfig(
+            vocab_size=vocab_size,
+            context_length=context_length,
+            d_model=16,
+            num_heads=2,
+            num_layers=1,
+            dropout=0.0,
+        )
+        self.gpt = MiniGPT(cfg).eval()
+        # logits of std ~1: no near-ties for argmax, yet sampling is far from greedy
+        with torch.no_grad():
+            self.gpt.lm_head.weight.normal_(0.0, 0.12)
+        self.context_length = context_length
+        self.calls: list[Tensor] = []
+
+    def logits(self, idx: Tensor) -> Tensor:
+        with torch.no_grad():
+            return self.gpt(idx)[0]
+
+    def forward(self, idx: Tensor) -> Tensor:
+        if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.is_floating_point():
+            fail(
+                f"传给 model 的应是整数 id 张量 (N, L)，得到 "
+                f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}"
+                + (f" {idx.dtype}" if isinstance(idx, Tensor) else "")
+                + "。"
+            )
+        if idx.size(1) > self.context_length:
+            fail(
+                "模型一次最多看 context_length = "
+                f"{self.context_length} 个词元，却收到了 "
+                f"{idx.size(1)} 个：每一步先裁剪"
+                " input_ids[:, -context_length:]，再送进模型。"
+            )
+        self.calls.append(idx.detach().clone())
+        return self.logits(idx)
+
+
+def _generate_reference(
+    model: _ToyLM,
+    idx: Tensor,
+    steps: int,
+    C: int,
+    top_k: int | None,
+    seed: int | None,
+    mistake: str = "",
+) -> Tensor:
+    """The contract's generation loop (or one typical mistake in it); ``seed`` seeds a
+    fresh generator (``None``: greedy)."""
+    generator = None if seed is None else seeded_generator(seed)
+    for _ in range(steps):
+        ctx = {"first": idx[:, :C], "short": idx[:, -(C - 1) :] if C > 1 else idx}.get(
+            mistake, idx[:, -C:]
+        )
+        all_logits = model.logits(ctx)
+        logits = all_logits[:, 0] if mistake == "pos0" else all_logits[:, -1]
+        if generator is None or mistake == "greedy":
+            nxt = logits.argmax(-1, keepdim=True)
+        else:
+            k = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
+            if top_k is not None and mistake != "no_top_k":
+                kk = max(1, min(top_k + k, logits.size(-1)))
+                vals, inds = torch.topk(logits, kk)
+                if mistake == "gather":
+                    choice = torch.multinomial(
+                        torch.softmax(vals, -1), 1, generator=generator
+                    )
+                    nxt = inds.gather(-1, choice)
+                    idx = torch.cat([idx, nxt], dim=1)
+                    continue
+                logits = logits.masked_fill(logits < vals[:, -1:], -math.inf)
+            nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+_GENERATE_HINTS = [
+    ("取了第一个位置的 logits：应取最后一个位置 logits[:, -1, :]。", "pos0"),
+    (
+        "裁剪保留的是最前面的 context_length 个词元：应保留最后的 "
+        "input_ids[:, -context_length:]。",
+        "first",
+    ),
+    (
+        "裁剪多了一个：应保留最后 context_length 个词元"
+        "（input_ids[:, -context_length:]）。",
+        "short",
+    ),
+    ("给了 generator 时应按概率抽样（torch.multinomial），不是取 argmax。", "greedy"),
+    (
+        "top-k 只保留了 k − 1 个词元：阈值应是第 k 大的值 v[:, [-1]]，"
+        "把小于它的（logits < 阈值）设为 -inf。",
+        "k_minus_1",
+    ),
+    (
+        "top-k 多保留了一个（k + 1 个）：阈值应是第 k 大的值，torch.topk(logits, k)。",
+        "k_plus_1",
+    ),
+    ("top_k 没有起作用：应只保留最大的 top_k 个 logits，其余设为 -inf。", "no_top_k"),
+]
+
+
+@checker("自回归生成")
+def check_generate(fn: Callable) -> str:
+    """Grade ``fn(model, input_ids, max_new_tokens, context_length, top_k=None,
+    generator=None)`` -> ``(N, L + max_new_tokens)``.
+
+    ``model(idx)`` returns logits ``(N, L, V)`` and accepts at most ``context_length``
+    tokens. Each step: crop to the last ``context_length`` tokens, take the last
+    position's logits; ``generator is None``: greedy argmax; otherwise keep the
+    ``top_k`` largest logits (if given; the rest -inf), softmax, and
+    ``torch.multinomial(probs, 1, generator=generator)`` (sampling among
+    ``torch.topk``'s values and mapping back is accepted too); append. Compared with
+    that loop run on the same model with a generator of the same seed.
+    """
+    name = name_of(fn)
+    g = seeded_generator(13)
+    V, C = 17, 5
+    # (description, idx shape, new tokens, top_k, sample)
+    cases = [
+        (
+            "贪心，input_ids (3, 3)，生成 6 个（超过 context_length = 5）",
+            (3, 3),
+            6,
+            None,
+            False,
+        ),
+        (
+            "贪心，input_ids (1, 7) 比 context_length = 5 长，生成 3 个",
+            (1, 7),
+            3,
+            None,
+            False,
+        ),
+        ("top_k = 3 抽样，input_ids (3, 2)，生成 8 个", (3, 2), 8, 3, True),
+        ("不限 top_k 抽样，input_ids (1, 1)，生成 6 个", (1, 1), 6, None, True),
+    ]
+    model = _ToyLM(V, C)
+    for i, (case, shape, steps, top_k, sample) in enumerate(cases):
+        idx = torch.randint(V, shape, generator=g)
+        seed = 200 + i if sample else None
+        # run_learner hands the learner a copy of idx
+        run = functools.partial(
+            run_learner, fn, model, idx, steps, C, what=name, case=case
+        )
+        model.calls.clear()
+        out = run(
+            first=i == 0, hint=_generate_crash_hint, **_generate_kwargs(top_k, seed)
+        )
+        out = _generated_tokens(name, out, idx, steps, case)
+        gen = functools.partial(_generate_reference, model, idx, steps, C, top_k, seed)
+        if torch.equal(out, gen()) or (
+            top_k is not None and torch.equal(out, gen("gather"))
+        ):
+            continue
+        if sample:
+            model.calls.clear()
+            again = run(**_generate_kwargs(top_k, seed))
+            if not (isinstance(again, Tensor) and torch.equal(again, out)):
+                fail(
+                    f"{name} 用同一个种子的 generator 运行两次，结果却不同（{case}）："
+                    "没有把 generator 传给 torch.multinomial（generator=generator）。"
+                )
+        hint = _generate_hint(out, gen, sample)
+        expected = gen()
+        bad = tuple((out != expected).nonzero()[0].tolist())
+        fail(
+            f"{name} 生成的词元与参考不一致（{case}）：位置 {bad} 应为 "
+            f"{int(expected[bad])}，得到 {int(out[bad])}。{hint}"
+        )
+    return "贪心与抽样（top-k、带种子的 generator），prompt 长于上下文，批量 1 到 3"
+
+
+def _generate_kwargs(top_k: int | None, seed: int | None) -> dict:
+    """The optional arguments of one generation call: ``top_k`` and a fresh
+    ``generator`` seeded with ``seed`` (``None``: greedy)."""
+    kwargs = {}
+    if top_k is not None:
+        kwargs["top_k"] = top_k
+    if seed is not None:
+        kwargs["generator"] = seeded_generator(seed)
+    return kwargs
+
+
+def _generated_tokens(
+    name: str, out: object, idx: Tensor, steps: int, case: str
+) -> Tensor:
+    """``out`` must be int64 ``(N, L + steps)`` and start with the prompt
+    ``input_ids``."""
+    out = as_tensor(out, f"{name} 的输出", case)
+    N, L = idx.shape
+    if tuple(out.shape) == (N, steps):
+        fail(
+            f"{name} 只返回了新生成的词元 {tuple(out.shape)}（{case}）："
+            f"应返回 prompt 加新词元，形状 (N, L + max_new_tokens) = "
+            f"{(N, L + steps)}。"
+        )
+    check_shape(
+        out,
+        (N, L + steps),
+        f"{name} 的输出",
+        case,
+        " 每一步在 dim=1 上拼接一个新词元：torch.cat([input_ids, next_id], dim=1)。",
+    )
+    if out.dtype != torch.int64:
+        fail(
+            f"{name} 的输出应是 torch.long（int64）的词元 id，得到 {out.dtype}："
+            "argmax 和 torch.multinomial 的结果本来就是 long，不要转成浮点。"
+        )
+    if not torch.equal(out[:, :L], idx):
+        fail(f"{name} 的输出前 {L} 列应原样是输入 input_ids（{case}）。")
+    return out
+
+
+def _generate_hint(out: Tensor, gen: Callable[[str], Tensor], sample: bool) -> str:
+    """The typical mistake that ``out`` reproduces (``gen(mistake)`` generates with
+    it), or the recipe."""
+    hint = next((h for h, m in _GENERATE_HINTS if torch.equal(out, gen(m))), None)
+    if hint is None and not sample:
+        hint = (
+            "generator 为 None 时应贪心地取 argmax（logits[:, -1, :].argmax"
+            "(dim=-1, keepdim=True)），不要抽样。"
+        )
+    if hint:
+        return f"\n可能的原因：{hint}"
+    return "\n对照：裁剪 → 取最后位置 logits → top-k → softmax → multinomial。"
+
+
+_generate_crash_hint = (
+    "model(input_ids) 直接返回 logits (N, L, V)，不是 (logits, loss) 元组；"
+    "torch.multinomial 需要非负的概率（先 softmax）。"
+)
+
+
+# KV cache
+
+
+def _call_len(cache: object, what: str, first: bool = False) -> int:
+    n = run_learner(type(cache).__len__, cache, what=f"{what}.__len__", first=first)
+    if not isinstance(n, int) or isinstance(n, bool):
+        fail(
+            f"len({what}) 应返回 int，得到 {type(n).__name__}：用 Python 整数"
+            "（如 self.k.size(2)，或累加的计数）。"
+        )
+    return n
+
+
+@checker("KV 缓存", wants_class=True)
+def check_kv_cache(cls: type) -> str:
+    """Grade ``cls()``: a KV cache.
+
+    ``update(k, v)`` takes the new keys and values ``(N, H, T, D)`` (``T`` new
+    positions) and returns ``(K_all, V_all)``: everything cached so far, old positions
+    first, concatenated along dim -2 (``torch.cat([old, new], dim=-2)``);
+    ``len(cache)`` is the number of cached positions (0 when empty). Two caches do not
+    share state.
+    """
+    name = name_of(cls)
+    g = seeded_generator(14)
+    # (N, H, D, chunk lengths)
+    configs = [(2, 3, 4, (1, 1, 3, 2)), (1, 2, 6, (2, 2, 1))]
+    first = True
+    for N, H, D, chunks in configs:
+        cache = run_learner(cls, what=f"{name}()", first=first)
+        other = run_learner(cls, what=f"{name}()")
+        if not hasattr(cache, "update"):
+            fail(f"{name} 缺少方法 update(k, v)。")
+        keys: list[Tensor] = []
+        values: list[Tensor] = []
+        for step, T in enumerate(chunks):
+            k, v = randn(g, N, H, T, D), randn(g, N, H, T, D)
+            keys.append(k)
+            values.append(v)
+            case = f"(N, H, D) = {(N, H, D)}，第 {step + 1} 次 update，新增 {T} 个位置"
+            out = run_learner(
+                cache.update,
+                k.clone(),
+                v.clone(),
+                what=f"{name}.update",
+                case=case,
+                first=first,
+                hint=_cache_crash_hint,
+            )
+            if first:
+                _call_len(cache, name, first=True)
+            first = False
+            K_all, V_all = _cache_outputs(name, out, case)
+            total = sum(chunks[: step + 1])
+            for got, n in ((K_all, "K_all"), (V_all, "V_all")):
+                _check_cache_shape(name, got, n, (N, H, T, D), total, step + 1, case)
+            _check_cache_contents(name, K_all, V_all, keys, values, case)
+            _check_cache_len(name, cache, total, step + 1, case)
+        if _call_len(other, name) != 0:
+            fail(
+                f"另一个新建的 {name}() 的 len 不是 0：两个缓存共享了数据。把 "
+                "self.k = None 之类写在 __init__ 里，不要用类属性（class 级别的列表）。"
+            )
+    return "两种 (N, H, D)，每次新增 1 到 3 个位置，len 与两个缓存互不影响"
+
+
+def _cache_outputs(name: str, out: object, case: str) -> tuple[Tensor, Tensor]:
+    """``update``'s result must be two tensors ``(K_all, V_all)``."""
+    if not (isinstance(out, tuple) and len(out) == 2):
+        fail(
+            f"{name}.update 应返回 (K_all, V_all) 两个张量，得到 {type(out).__name__}。"
+        )
+    K_all, V_all = (
+        as_tensor(t, f"{name}.update 返回的 {n}", case)
+        for t, n in zip(out, ("K_all", "V_all"), strict=True)
+    )
+    return K_all, V_all
+
+
+def _check_cache_shape(
+    name: str,
+    got: Tensor,
+    what: str,
+    chunk: tuple[int, int, int, int],
+    total: int,
+    updates: int,
+    case: str,
+) -> None:
+    """After ``updates`` calls, ``got`` holds all ``total`` positions:
+    ``(N, H, total, D)``."""
+    N, H, _, D = chunk
+    expected = (N, H, total, D)
+    if tuple(got.shape) != expected:
+        hint = _cache_shape_hint(tuple(got.shape), chunk, expected, updates)
+        fail(
+            f"{name}.update 返回的 {what} 形状不对（{case}）：应为 "
+            f"{expected}，得到 {tuple(got.shape)}。{hint}"
+        )
+
+
+def _check_cache_contents(
+    name: str,
+    K_all: Tensor,
+    V_all: Tensor,
+    keys: list[Tensor],
+    values: list[Tensor],
+    case: str,
+) -> None:
+    """``(K_all, V_all)`` must be all keys and values so far, oldest first."""
+    exp_k, exp_v = torch.cat(keys, dim=-2), torch.cat(values, dim=-2)
+    if torch.equal(K_all, exp_k) and torch.equal(V_all, exp_v):
+        return
+    if torch.equal(K_all, exp_v) and torch.equal(V_all, exp_k):
+        fail(f"{name}.update 返回的 K 和 V 顺序反了（{case}）：应为 (K_all, V_all)。")
+    if len(keys) > 1 and torch.equal(K_all, torch.cat(keys[::-1], dim=-2)):
+        fail(
+            f"{name}.update 拼接的顺序反了（{case}）：旧的位置在前、新的在后，"
+            "torch.cat([self.k, k], dim=-2)。"
+        )
+    fail(
+        f"{name}.update 返回的 K_all/V_all 与逐次拼接的结果不一致（{case}）："
+        "应为到目前为止所有 k（v）沿 dim=-2 拼接。"
+    )
+
+
+def _check_cache_len(
+    name: str, cache: object, total: int, updates: int, case: str
+) -> None:
+    """``len(cache)`` is the number of cached positions, not of ``update`` calls."""
+    n_len = _call_len(cache, name)
+    if n_len != total:
+        extra = (
+            "：len 应是缓存的位置数（每次新增 T 个的总和），不是 update 的调用次数。"
+            if n_len == updates
+            else "：len 应是缓存的位置数（dim=-2 的长度）。"
+        )
+        fail(f"len({name}) 应为 {total}，得到 {n_len}（{case}）{extra}")
+
+
+_cache_crash_hint = (
+    "torch.cat 报形状不匹配时，多半是拼接的维度不对：应沿时间维 dim=-2"
+    "（(N, H, T, D) 的 T）拼接，torch.cat([self.k, k], dim=-2)。"
+)
+
+
+def _cache_shape_hint(got: tuple, chunk: tuple, expected: tuple, updates: int) -> str:
+    if got == chunk:
+        return "只返回了这一步的 k/v：应返回缓存里全部的（旧的在前，新的在后）。"
+    N, H, T_all, D = expected
+    for dim, shape in ((0, (N * updates, H)), (1, (N, H * updates))):
+        if got[:2] == shape and updates > 1:
+            return (
+                f"拼接的维度不对：你沿 dim={dim} 拼接了；应沿时间维 dim=-2"
+                "（(N, H, T, D) 的 T）拼接。"
+            )
+    if got[:2] == (N, H) and got[-1] != D:
+        return (
+            "拼接的维度不对：你沿最后一维拼接了；应沿时间维 dim=-2"
+            "（(N, H, T, D) 的 T）拼接。"
+        )
+    return "应沿时间维 dim=-2 拼接：torch.cat([self.k, k], dim=-2)。"

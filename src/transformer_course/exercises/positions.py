@@ -1,0 +1,226 @@
+"""Positional encodings: the sinusoidal table and rotary position embedding."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ..positional import RotaryEmbedding, sinusoidal_table
+from ._protocol import (
+    checker,
+    fail,
+    name_of,
+    randn,
+    run_learner,
+    seeded_generator,
+)
+from ._report import (
+    as_tensor,
+    check_float,
+    check_shape,
+    close,
+    first_reproduced,
+    where_differs,
+)
+
+
+def _pe_variant(max_len: int, d: int, mistake: str) -> Tensor:
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    if mistake == "pos1":
+        pos = pos + 1
+    i = torch.arange(0, d, 2, dtype=torch.float64)  # 2i
+    if mistake == "exp_i":
+        freq = 10000.0 ** (-(i / 2) / d)
+    elif mistake == "multiply":
+        freq = 10000.0 ** (i / d)
+    elif mistake == "per_column":  # every column its own index j
+        freq = None
+    else:
+        freq = 10000.0 ** (-i / d)
+    pe = torch.zeros(max_len, d, dtype=torch.float64)
+    if freq is None:
+        j = torch.arange(d, dtype=torch.float64)
+        angles = pos * 10000.0 ** (-j / d)
+        pe[:, 0::2], pe[:, 1::2] = angles[:, 0::2].sin(), angles[:, 1::2].cos()
+        return pe
+    angles = pos * freq
+    if mistake == "halves":
+        return torch.cat([angles.sin(), angles.cos()], dim=1)
+    sin, cos = angles.sin(), angles.cos()
+    if mistake == "swapped":
+        sin, cos = cos, sin
+    pe[:, 0::2], pe[:, 1::2] = sin, cos
+    return pe
+
+
+@checker("正弦位置编码")
+def check_sinusoidal_encoding(fn: Callable) -> str:
+    """Grade ``fn(max_len, d_model)``: the sinusoidal table ``(max_len, d_model)`` with
+    ``PE[p, 2i] = sin(p / 10000^(2i/d))`` and ``PE[p, 2i+1] = cos(p / 10000^(2i/d))``.
+    Compared with :func:`transformer_course.sinusoidal_table`."""
+    name = name_of(fn)
+    for i, (max_len, d) in enumerate(((7, 8), (1, 2), (50, 16), (11, 6))):
+        case = f"max_len={max_len}, d_model={d}"
+        out = as_tensor(
+            run_learner(fn, max_len, d, what=name, case=case, first=i == 0), name, case
+        )
+        if tuple(out.shape) == (d, max_len) and d != max_len:
+            fail(
+                f"{name}({max_len}, {d}) 的形状是 {tuple(out.shape)}：行和列反了，"
+                f"应为 (max_len, d_model) = {(max_len, d)}，每行是一个位置。"
+            )
+        check_shape(
+            out, (max_len, d), f"{name}({max_len}, {d})", "", " 行是位置，列是维度。"
+        )
+        check_float(out, f"{name}({max_len}, {d})")
+        ref = sinusoidal_table(max_len, d, dtype=torch.float64)
+        if close(out, ref, 1e-4, 1e-4):
+            continue
+        variants = [
+            (
+                "sin 和 cos 的列放反了：偶数列（0, 2, 4, …）是 sin，奇数列是 cos。",
+                "swapped",
+            ),
+            (
+                "前一半列放 sin、后一半放 cos 是另一种排法；"
+                "本课程（和原论文）交错排列："
+                "PE[:, 0::2] = sin，PE[:, 1::2] = cos。",
+                "halves",
+            ),
+            (
+                "位置应从 0 开始：第 0 行应为 [0, 1, 0, 1, …]"
+                "（torch.arange(max_len)）。",
+                "pos1",
+            ),
+            (
+                "频率的指数写错了：应为 10000^(2i/d_model)，i 是列对的编号；"
+                "写成 torch.arange(0, d_model, 2) / d_model 即是 2i/d_model。",
+                "exp_i",
+            ),
+            (
+                "位置应除以 10000^(2i/d_model)"
+                "（或乘以 10000^(−2i/d_model)），你乘了它。",
+                "multiply",
+            ),
+            (
+                "每一列用了自己的列号 j 算频率：同一对 (2i, 2i+1) 应共享一个频率 "
+                "10000^(−2i/d_model)。",
+                "per_column",
+            ),
+        ]
+        hint = first_reproduced(
+            out, variants, functools.partial(_pe_variant, max_len, d), 1e-4, 1e-4
+        )
+        fail(
+            f"{name}({max_len}, {d}) 与参考不一致（{where_differs(out, ref)}）。"
+            + (
+                f"\n可能的原因：{hint}"
+                if hint
+                else "\n对照公式：PE[p, 2i] = sin(p / 10000^(2i/d))，"
+                "PE[p, 2i+1] = cos(p / 10000^(2i/d))。"
+            )
+        )
+    return "max_len × d_model = 7×8, 1×2, 50×16, 11×6"
+
+
+# rotary position embedding
+
+
+def _rope_variant(x: Tensor, mistake: str) -> Tensor:
+    """RoPE (interleaved pairs, positions along dim -2) with one typical mistake."""
+    D = x.size(-1)
+    two_i = torch.arange(0, D, 2, dtype=torch.float64)
+    freq = 10000.0 ** (-(two_i / 2 if mistake == "exp_i" else two_i) / D)
+    if mistake == "pos_heads":  # the angle of head h instead of position l
+        pos = torch.arange(x.size(1), dtype=torch.float64)[:, None, None]
+    else:
+        pos = torch.arange(x.size(-2), dtype=torch.float64)[:, None]
+    if mistake == "pos1":
+        pos = pos + 1
+    angles = pos * freq
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if mistake == "reversed":
+        sin = -sin
+    if mistake == "halves":
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    r1, r2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+    if mistake == "cat":
+        return torch.cat([r1, r2], dim=-1)
+    return torch.stack([r1, r2], dim=-1).flatten(-2)
+
+
+@checker("旋转位置编码 RoPE")
+def check_rope(fn: Callable) -> str:
+    """Grade ``fn(x)``: rotary position embedding of ``x (N, H, L, D)``, D even.
+
+    Feature pair ``(2i, 2i+1)`` of the vector at position ``m`` (``m = 0..L-1``, along
+    dim -2) is rotated by the angle ``m · 10000^(-2i/D)``:
+    ``(x₁, x₂) -> (x₁ cos − x₂ sin, x₁ sin + x₂ cos)``. Returns a tensor of the shape of
+    ``x``. Compared with :class:`transformer_course.RotaryEmbedding` (its default,
+    interleaved pairs).
+    """
+    name = name_of(fn)
+    g = seeded_generator(6)
+    shapes = ((2, 3, 5, 8), (1, 2, 7, 4), (2, 1, 1, 6), (3, 2, 9, 2))
+    for i, shape in enumerate(shapes):
+        case = f"x {shape}"
+        x = randn(g, *shape)
+        out = as_tensor(
+            run_learner(fn, x.clone(), what=name, case=case, first=i == 0), name, case
+        )
+        check_shape(out, shape, f"{name} 的输出", case, " RoPE 只旋转，不改变形状。")
+        check_float(out, f"{name} 的输出")
+        ref = RotaryEmbedding(shape[-1])(x)
+        if close(out, ref):
+            continue
+        variants = [
+            (
+                "配对方式不对：本约定是相邻两维 (2i, 2i+1) 一对（交错，x[..., 0::2] 与 "
+                "x[..., 1::2]），你用的是前后两半 (i, i + D/2)。",
+                "halves",
+            ),
+            (
+                "旋转后要按 (2i, 2i+1) 交错放回"
+                "（torch.stack([…], dim=-1).flatten(-2)），"
+                "不是前后拼接（torch.cat）。",
+                "cat",
+            ),
+            (
+                "旋转方向反了：x₁' = x₁·cos − x₂·sin，x₂' = x₁·sin + x₂·cos。",
+                "reversed",
+            ),
+            ("位置应从 0 开始：第 0 个位置不旋转（torch.arange(L)）。", "pos1"),
+            (
+                "频率写错了：θ_i = 10000^(−2i/D)，i 是维度对的编号"
+                "（torch.arange(0, D, 2) / D 即是 2i/D）。",
+                "exp_i",
+            ),
+            (
+                f"位置应沿倒数第二维 L 数（x 的形状是 (N, H, L, D) = {shape}），"
+                "你用的是头的编号。",
+                "pos_heads",
+            ),
+        ]
+        hint = first_reproduced(out, variants, functools.partial(_rope_variant, x))
+        if hint is None:
+            norms = out.detach().double().norm(dim=-1)
+            if not torch.allclose(norms, x.double().norm(dim=-1), rtol=1e-4):
+                hint = (
+                    "旋转不改变向量的长度，你的输出却改变了它：检查每一对用的是"
+                    "同一个角度的 cos 和 sin，且 cos² + sin² = 1。"
+                )
+            else:
+                hint = (
+                    "对照公式：第 m 个位置、第 i 对 (x[2i], x[2i+1]) 旋转角度 "
+                    "m · 10000^(−2i/D)。"
+                )
+        fail(
+            f"{name} 的输出与参考（tc.RotaryEmbedding）不一致（{case}；"
+            f"{where_differs(out, ref)}）。\n可能的原因：{hint}"
+        )
+    return "4 种形状 (N, H, L, D)，含 L = 1 与 D = 2"

@@ -1,0 +1,336 @@
+"""One training step and language-model batches."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..data import lm_batch
+from ._protocol import (
+    checker,
+    fail,
+    name_of,
+    run_learner,
+    seeded_generator,
+)
+from ._report import (
+    as_tensor,
+    check_shape,
+    close,
+)
+
+
+class _TinyLM(nn.Module):
+    """A small model for the training-step check:
+    ``input_ids (N, T) -> logits (N, T, V)``."""
+
+    def __init__(self, vocab_size: int = 13, d: int = 8) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, d)
+        self.head = nn.Linear(d, vocab_size)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.head(torch.tanh(self.emb(idx)))
+
+
+class _RecordingSGD(torch.optim.SGD):
+    """SGD that writes down when ``zero_grad`` and ``step`` are called."""
+
+    def __init__(self, params, lr: float, events: list[str]) -> None:
+        super().__init__(params, lr=lr)
+        self.events = events
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.events.append("zero_grad")
+        super().zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):  # noqa: ANN001 - torch's signature
+        self.events.append("step")
+        return super().step(closure)
+
+
+def _params_close(a: nn.Module, b: nn.Module) -> bool:
+    return all(
+        close(p, q, 1e-5, 1e-6)
+        for p, q in zip(a.parameters(), b.parameters(), strict=True)
+    )
+
+
+def _lm_loss(model: nn.Module, x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
+    logits = model(x)
+    return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction=reduction)
+
+
+def _order_hint(events: list[str]) -> str | None:
+    """The ordering mistake in one call's events, if any."""
+    if "backward" not in events:
+        return "没有调用 loss.backward()：没有梯度，参数不会更新。"
+    if "step" not in events:
+        return "没有调用 optimizer.step()：梯度算出来了，参数却没有更新。"
+    first_backward, last_step = (
+        events.index("backward"),
+        len(events) - 1 - events[::-1].index("step"),
+    )
+    if events.index("step") < first_backward:
+        return (
+            "optimizer.step() 在 loss.backward() 之前：这一步用的是上一次的梯度，"
+            "顺序应为 zero_grad → backward → step。"
+        )
+    if "zero_grad" in events[first_backward:last_step]:
+        return (
+            "optimizer.zero_grad() 放在了 backward 和 step 之间：梯度刚算出来就被清掉"
+            "了。顺序应为 zero_grad → backward → step。"
+        )
+    return None
+
+
+@checker("一步训练")
+def check_train_step(fn: Callable) -> str:
+    """Grade ``fn(model, optimizer, x, y)``: one optimisation step of a language model.
+
+    ``model(x)`` returns logits ``(N, T, V)`` for ids ``x (N, T)``; the loss is the mean
+    cross-entropy over all ``N·T`` positions against ``y (N, T)``; then ``zero_grad``,
+    ``backward``, ``step``. ``fn`` returns the loss (before the update) as a Python
+    ``float`` (``loss.item()``). Checked over two steps with plain SGD against the same
+    step done by the checker on a copy of the model.
+    """
+    name = name_of(fn)
+    g = seeded_generator(11)
+    V, N, T = 13, 3, 5
+    model = _TinyLM(V)
+    reference = copy.deepcopy(model)
+    events: list[str] = []
+    optimizer = _RecordingSGD(model.parameters(), lr=0.5, events=events)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(
+            lambda _p: (
+                events.append("backward") if events[-1:] != ["backward"] else None
+            )
+        )
+    for step in range(2):
+        case = f"第 {step + 1} 步，x 和 y 形状 ({N}, {T})，V = {V}"
+        x = torch.randint(V, (N, T), generator=g)
+        y = torch.randint(V, (N, T), generator=g)
+        events.clear()
+        before = copy.deepcopy(model)
+        loss = run_learner(
+            fn,
+            model,
+            optimizer,
+            x,
+            y,
+            what=name,
+            case=case,
+            first=step == 0,
+            hint=_train_crash_hint,
+        )
+        ref_opt.zero_grad()
+        ref_loss = _lm_loss(reference, x, y)
+        ref_loss.backward()
+        ref_opt.step()
+        if isinstance(loss, Tensor):
+            fail(
+                f"{name} 应返回 Python float（loss.item()），得到张量 "
+                f"{tuple(loss.shape)}：返回张量会把整张计算图留在内存里。"
+            )
+        if not isinstance(loss, float):
+            fail(f"{name} 应返回损失（float），得到 {type(loss).__name__}。")
+        if not math.isclose(loss, ref_loss.item(), rel_tol=1e-5, abs_tol=1e-6):
+            with torch.no_grad():
+                variants = {
+                    "应对所有位置取平均（F.cross_entropy 默认的 reduction='mean'），"
+                    "你返回的是求和。": _lm_loss(before, x, y, "sum").item(),
+                    "返回的应是这一步更新之前的损失，不是更新后重新算的。": _lm_loss(
+                        model, x, y
+                    ).item(),
+                    "x 和 y 已经错开一位了（y[t] 就是 x[t] 的下一个词元），"
+                    "不要再移位：直接对展平的 logits 和 y 算交叉熵。": F.cross_entropy(
+                        before(x)[:, :-1].flatten(0, 1), y[:, 1:].flatten()
+                    ).item(),
+                }
+            hint = next(
+                (
+                    h
+                    for h, v in variants.items()
+                    if math.isclose(loss, v, rel_tol=1e-5, abs_tol=1e-6)
+                ),
+                "损失应为 F.cross_entropy(logits.view(-1, V), y.view(-1))。",
+            )
+            fail(
+                f"{name} 返回的损失不对（{case}）：应为 {ref_loss.item():.6f}，"
+                f"得到 {loss:.6f}。{hint}"
+            )
+        if _params_close(model, reference):
+            continue
+        hint = _order_hint(events)
+        if hint is None and step == 1 and "zero_grad" not in events:
+            hint = (
+                "第二步的参数不对：梯度在两步之间累积了——忘了 optimizer.zero_grad()"
+                "（每步在 backward 之前清零梯度）。"
+            )
+        if hint is None and _params_close(model, before):
+            hint = "调用之后参数没有变化：检查 backward 和 optimizer.step()。"
+        fail(
+            f"{name} 之后的参数与参考不一致（{case}）。"
+            + (hint or "顺序应为 zero_grad → 前向 → 损失 → backward → step。")
+        )
+    return "连续两步 SGD：损失的值、参数更新、梯度清零"
+
+
+_train_crash_hint = (
+    "F.cross_entropy 要求类别在第 1 维：把 logits 展平成 (N*T, V)、y 展平成 (N*T,)，"
+    "即 F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))。"
+)
+
+
+# language-model batches
+
+
+@checker("语言模型批次")
+def check_lm_batch(fn: Callable) -> str:
+    """Grade ``fn(data, batch_size, context_length, generator)`` -> ``(x, y)``.
+
+    ``data`` is a 1-D int64 tensor of token ids. The ``batch_size`` window starts are
+    drawn by ``torch.randint(len(data) - context_length, (batch_size,),
+    generator=generator)``; ``x[b] = data[i : i+T]``, ``y[b] = data[i+1 : i+T+1]``, both
+    int64 ``(batch_size, context_length)``. Compared with
+    :func:`transformer_course.lm_batch` using a generator with the same seed.
+    """
+    name = name_of(fn)
+    g = seeded_generator(12)
+    # (len(data), batch_size, context_length)
+    cases = [(40, 4, 8), (10, 3, 9), (25, 5, 1), (30, 2, 7)]
+    for i, (n, B, T) in enumerate(cases):
+        case = f"len(data)={n}, batch_size={B}, context_length={T}"
+        data = torch.randperm(200, generator=g)[:n]  # distinct ids: positions traceable
+        seed = 100 + i
+        out = run_learner(
+            fn,
+            data.clone(),
+            B,
+            T,
+            seeded_generator(seed),
+            what=name,
+            case=case,
+            first=i == 0,
+            hint=_batch_crash_hint,
+        )
+        x, y = _lm_batch_outputs(name, out, B, T, case)
+        ref_x, ref_y = lm_batch(data, B, T, generator=seeded_generator(seed))
+        if torch.equal(x, ref_x) and torch.equal(y, ref_y):
+            continue
+        again = run_learner(
+            fn, data.clone(), B, T, seeded_generator(seed), what=name, case=case
+        )
+        if not (isinstance(again, tuple) and torch.equal(again[0], x)):
+            fail(
+                f"{name} 用同一个种子的 generator 调用两次，结果却不同（{case}）："
+                "没有把 generator 传给 torch.randint（generator=generator）。"
+            )
+        starts = _window_starts(name, x, data, T, case)
+        _check_targets(name, x, y, data, starts, case)
+        ref_starts = _window_starts(name, ref_x, data, T, case)
+        fail(
+            f"{name} 抽到的起点 {starts} 与约定的抽样 {ref_starts} 不一致（{case}）："
+            + _randint_hint(starts, n, T, seed)
+        )
+    return "4 组 (len(data), batch_size, context_length)，含只有一个可选起点的情形"
+
+
+def _lm_batch_outputs(
+    name: str, out: object, B: int, T: int, case: str
+) -> tuple[Tensor, Tensor]:
+    """``out`` must be ``(x, y)``: two int64 tensors
+    ``(batch_size, context_length)``."""
+    if not (isinstance(out, tuple) and len(out) == 2):
+        fail(
+            f"{name} 应返回两个张量 (x, y)，得到 {type(out).__name__}"
+            + (f"（{len(out)} 个元素）" if isinstance(out, (tuple, list)) else "")
+            + "。"
+        )
+    x, y = (
+        as_tensor(t, f"{name} 返回的 {n_}", case)
+        for t, n_ in zip(out, "xy", strict=True)
+    )
+    for t, n_ in ((x, "x"), (y, "y")):
+        check_shape(
+            t,
+            (B, T),
+            f"{name} 返回的 {n_}",
+            case,
+            " 应为 (batch_size, context_length)。",
+        )
+        if t.dtype != torch.int64:
+            fail(
+                f"{name} 返回的 {n_} 应是 torch.long（int64），得到 {t.dtype}："
+                "nn.Embedding 和 F.cross_entropy 都要整数 id。"
+            )
+    return x, y
+
+
+def _window_starts(name: str, x: Tensor, data: Tensor, T: int, case: str) -> list[int]:
+    """Where each row of ``x`` starts in ``data``; each row must be a window of it."""
+    pos = {int(v): j for j, v in enumerate(data)}
+    starts = []
+    for b in range(x.size(0)):
+        j = pos.get(int(x[b, 0]), -1)
+        if j < 0 or j + T > len(data) or not torch.equal(x[b], data[j : j + T]):
+            fail(
+                f"{name} 返回的 x[{b}] 不是 data 里连续的一段（{case}）："
+                "每一行应为 data[i : i + context_length]。"
+            )
+        starts.append(j)
+    return starts
+
+
+def _check_targets(
+    name: str, x: Tensor, y: Tensor, data: Tensor, starts: list[int], case: str
+) -> None:
+    """Each row of ``y`` is the window of ``x``'s row moved on by one:
+    ``data[i+1 : i+1+T]``."""
+    n, T = len(data), y.size(1)
+    for b, j in enumerate(starts):
+        if torch.equal(y[b], x[b]):
+            fail(
+                f"{name} 返回的 y 与 x 相同（{case}）：y 应比 x 错后一位，"
+                "y = data[i + 1 : i + 1 + context_length]。"
+            )
+        if torch.equal(y[b], data[j + 1 : j + 1 + T]):
+            continue
+        shifted = [k for k in range(n - T + 1) if torch.equal(y[b], data[k : k + T])]
+        if shifted and shifted[0] != j + 1:
+            fail(
+                f"{name} 返回的 y[{b}] 从 data[{shifted[0]}] 开始，x[{b}] 从 "
+                f"data[{j}] 开始（{case}）：y 应正好错后一位，与 x 用同一个"
+                "起点 i（y = data[i+1 : i+1+T]），不要为 y 另抽随机数。"
+            )
+        fail(f"{name} 返回的 y[{b}] 不对（{case}）：应为 data[{j + 1} : {j + 1 + T}]。")
+
+
+def _randint_hint(starts: list[int], n: int, T: int, seed: int) -> str:
+    """Why the drawn ``starts`` differ from the contract's: an off-by-one bound?"""
+    for delta, word in ((1, "多"), (-1, "少")):
+        high = n - T + delta
+        if high > 0:
+            alt = torch.randint(high, (len(starts),), generator=seeded_generator(seed))
+            if alt.tolist() == starts:
+                return (
+                    f"torch.randint 的上界应为 len(data) - context_length = {n - T}，"
+                    f"你的{word}了 1。"
+                )
+    return (
+        "应写 torch.randint(len(data) - context_length, (batch_size,), "
+        "generator=generator)，在其它随机调用之前只抽这一次。"
+    )
+
+
+_batch_crash_hint = (
+    "下标越界时：起点 i 最大只能是 len(data) - context_length - 1，"
+    "这样 y 的最后一个 data[i + context_length] 仍在范围内。"
+)

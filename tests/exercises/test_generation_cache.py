@@ -1,0 +1,213 @@
+"""Generation and the KV cache.
+
+Each checker accepts correct implementations written in different styles with one "✓"
+line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
+hand-written wrong implementations with a Chinese hint that names the mistake."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import transformer_course as tc
+from transformer_course import exercises as ex
+
+from .support import assert_passes, assert_rejects, assert_skeleton
+
+# 11. generation
+# ---------------------------------------------------------------------------
+
+
+def make_generate(mistake=None):
+    def fn(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+        start = idx
+        for _ in range(max_new_tokens):
+            ctx = {"no_crop": idx, "first": idx[:, :context_length]}.get(mistake, idx[:, -context_length:])
+            logits = model(ctx)
+            logits = logits[:, 0, :] if mistake == "pos0" else logits[:, -1, :]
+            if generator is None and mistake != "always_sample":
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            elif mistake == "argmax_always":
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                if top_k is not None and mistake != "ignore_top_k":
+                    v, _ = torch.topk(logits, top_k)
+                    threshold = v[:, [-2]] if mistake == "k_minus_1" else v[:, [-1]]
+                    logits = logits.masked_fill(logits < threshold, float("-inf"))
+                probs = F.softmax(logits, dim=-1)
+                gen = None if mistake == "no_generator" else generator
+                nxt = torch.multinomial(probs, num_samples=1, generator=gen)
+            idx = torch.cat([idx, nxt], dim=1)
+        if mistake == "new_only":
+            return idx[:, start.size(1) :]
+        return idx
+
+    return fn
+
+
+def generate_topk_gather(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """Sampling among torch.topk's values and mapping back: accepted too."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -context_length:])[:, -1, :]
+        if generator is None:
+            nxt = logits.argmax(dim=-1, keepdim=True)
+        elif top_k is None:
+            nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+        else:
+            v, i = torch.topk(logits, top_k)
+            nxt = i.gather(-1, torch.multinomial(F.softmax(v, dim=-1), 1, generator=generator))
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+def generate_skeleton(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    pass
+
+
+def test_generate(capsys):
+    for fn in (make_generate(), generate_topk_gather):
+        assert_passes(ex.check_generate, fn, capsys)
+    assert_skeleton(ex.check_generate, generate_skeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "mistake, keyword",
+    [
+        pytest.param("no_crop", "input_ids[:, -context_length:]", id="generate not cropping the context"),
+        pytest.param("first", "最前面", id="keeps the first tokens"),
+        pytest.param("pos0", "最后一个位置", id="first position's logits"),
+        pytest.param("k_minus_1", "k − 1", id="top-k keeping k-1"),
+        pytest.param("ignore_top_k", "top_k 没有起作用", id="top-k ignored"),
+        pytest.param("no_generator", "generator=generator", id="generator not passed"),
+        pytest.param("always_sample", "argmax", id="samples when greedy"),
+        pytest.param("argmax_always", "按概率抽样", id="greedy when sampling"),
+        pytest.param("new_only", "只返回了新生成的词元", id="returns only the new tokens"),
+    ],
+)
+def test_generate_rejects(mistake, keyword, capsys):
+    assert_rejects(ex.check_generate, make_generate(mistake), keyword, capsys)
+
+
+# ---------------------------------------------------------------------------
+# 12. KV cache
+# ---------------------------------------------------------------------------
+
+
+def make_cache(mistake=None):
+    class Cache:
+        shared = []
+
+        def __init__(self):
+            self.k = self.v = None
+            self.updates = 0
+
+        def update(self, k, v):
+            self.updates += 1
+            if mistake == "shared":
+                self.shared.append(k)
+            dim = {"dim0": 0, "dim1": 1, "dim_last": -1}.get(mistake, -2)
+            if self.k is None or mistake == "new_only":
+                self.k, self.v = k, v
+            elif mistake == "reversed":
+                self.k, self.v = torch.cat([k, self.k], dim), torch.cat([v, self.v], dim)
+            else:
+                self.k, self.v = torch.cat([self.k, k], dim), torch.cat([self.v, v], dim)
+            return (self.v, self.k) if mistake == "swapped" else (self.k, self.v)
+
+        def __len__(self):
+            if mistake == "shared":
+                return sum(t.size(-2) for t in self.shared)
+            if mistake == "count_updates":
+                return self.updates
+            return 0 if self.k is None else self.k.size(-2)
+
+    return Cache
+
+
+class CacheSkeleton:
+    def __init__(self):
+        pass
+
+    def update(self, k, v):
+        pass
+
+    def __len__(self):
+        pass
+
+
+def test_kv_cache(capsys):
+    for cls in (tc.KVCache, make_cache()):
+        assert_passes(ex.check_kv_cache, cls, capsys)
+    assert_skeleton(ex.check_kv_cache, CacheSkeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "mistake, keyword",
+    [
+        pytest.param("dim0", "dim=0", id="cache concatenated on dim 0"),
+        pytest.param("dim1", "dim=1", id="cache concatenated on dim 1"),
+        pytest.param("dim_last", "最后一维", id="cache concatenated on the last dim"),
+        pytest.param("new_only", "只返回了这一步", id="returns only the new k/v"),
+        pytest.param("reversed", "旧的位置在前", id="new before old"),
+        pytest.param("swapped", "K 和 V 顺序反了", id="(V, K)"),
+        pytest.param("count_updates", "调用次数", id="len counts updates"),
+        pytest.param("shared", "共享", id="class-level storage"),
+    ],
+)
+def test_kv_cache_rejects(mistake, keyword, capsys):
+    assert_rejects(ex.check_kv_cache, make_cache(mistake), keyword, capsys)
+
+
+def generate_float(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    return make_generate()(model, idx, max_new_tokens, context_length, top_k, generator).float()
+
+
+def generate_changed_prompt(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    out = make_generate()(model, idx, max_new_tokens, context_length, top_k, generator)
+    out[:, 0] += 1
+    return out
+
+
+def generate_hot(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """Samples at temperature 2 (logits / 2): a mistake the checker has no hint for."""
+
+    def hot_model(ctx):
+        return model(ctx) / 2
+
+    return make_generate()(hot_model, idx, max_new_tokens, context_length, top_k, generator)
+
+
+class CacheWithoutUpdate:
+    def __len__(self):
+        return 0
+
+
+def make_cache_returning(result):
+    base = make_cache()
+
+    class Cache(base):
+        def update(self, k, v):
+            return result(*super().update(k, v))
+
+    return Cache
+
+
+@pytest.mark.parametrize(
+    "checker, candidate, keyword",
+    [
+        pytest.param(ex.check_generate, generate_float, "torch.long", id="generate: float ids"),
+        pytest.param(ex.check_generate, generate_changed_prompt, "原样是输入 input_ids", id="generate: prompt changed"),
+        pytest.param(ex.check_generate, generate_hot, "对照：裁剪", id="generate: unknown sampling mistake"),
+        pytest.param(ex.check_kv_cache, CacheWithoutUpdate, "缺少方法 update", id="kv cache: no update"),
+        pytest.param(
+            ex.check_kv_cache, make_cache_returning(lambda k, v: (k, v, k)), "两个张量", id="kv cache: three values"
+        ),
+        pytest.param(
+            ex.check_kv_cache,
+            make_cache_returning(lambda k, v: (2 * k, 2 * v)),
+            "逐次拼接的结果不一致",
+            id="kv cache: wrong values",
+        ),
+    ],
+)
+def test_rejects_more_mistakes(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)

@@ -1,0 +1,185 @@
+"""Layer norm, the GELU FFN and SwiGLU.
+
+Each checker accepts correct implementations written in different styles with one "✓"
+line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
+hand-written wrong implementations with a Chinese hint that names the mistake."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_course as tc
+from transformer_course import exercises as ex
+
+from .support import GeluFeedForward, assert_passes, assert_rejects, assert_skeleton
+
+# 4. layer norm
+# ---------------------------------------------------------------------------
+
+
+def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=True):
+    class Candidate(nn.Module):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__()
+            self.eps = 1e-5 if mistake == "eps_ignored" else eps
+            wrap = nn.Parameter if parameter else (lambda t: t)
+            setattr(self, names[0], wrap(torch.full((d_model,), init[0])))
+            setattr(self, names[1], wrap(torch.full((d_model,), init[1])))
+
+        def forward(self, x):
+            g, b = getattr(self, names[0]), getattr(self, names[1])
+            dim = 0 if mistake == "dim0" else -1
+            mean = x.mean(dim, keepdim=True)
+            var = x.var(dim, keepdim=True, unbiased=mistake == "unbiased")
+            if mistake == "std_eps":
+                y = (x - mean) / (var.sqrt() + self.eps)
+            elif mistake == "no_eps":
+                y = (x - mean) / var.sqrt()
+            elif mistake == "no_center":
+                y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+            else:
+                y = (x - mean) / torch.sqrt(var + self.eps)
+            if mistake == "no_affine":
+                return y
+            if mistake == "swapped":
+                return y * b + g
+            return y * g + b
+
+    return Candidate
+
+
+class LNSkeleton(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+
+    def forward(self, x):
+        raise NotImplementedError
+
+
+def test_layer_norm(capsys):
+    for cls in (tc.LayerNorm, make_ln()):
+        assert_passes(ex.check_layer_norm, cls, capsys)
+    assert_skeleton(ex.check_layer_norm, LNSkeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "kwargs, keyword",
+    [
+        pytest.param(dict(mistake="unbiased"), "无偏", id="unbiased variance"),
+        pytest.param(dict(mistake="std_eps"), "eps 应加在根号里面", id="eps outside the square root"),
+        pytest.param(dict(mistake="no_eps"), "忘了在根号里加 eps", id="no eps"),
+        pytest.param(dict(mistake="dim0"), "归一化的维度不对", id="normalised over dim 0"),
+        pytest.param(dict(mistake="no_center"), "没有减去均值", id="no mean subtracted"),
+        pytest.param(dict(mistake="no_affine"), "γ 和 β", id="gamma and beta unused"),
+        pytest.param(dict(mistake="swapped"), "用反了", id="gamma and beta swapped"),
+        pytest.param(dict(mistake="eps_ignored"), "构造函数传入的 eps", id="eps argument ignored"),
+        pytest.param(dict(parameter=False), "nn.Parameter", id="plain tensors"),
+        pytest.param(dict(init=(0.0, 0.0)), "初始值", id="gamma initialised to 0"),
+        pytest.param(dict(names=("scale", "shift")), "缺少可学习参数", id="other names"),
+        pytest.param(dict(names=("gamma", "beta")), "缺少可学习参数", id="gamma and beta instead of weight and bias"),
+    ],
+)
+def test_layer_norm_rejects(kwargs, keyword, capsys):
+    assert_rejects(ex.check_layer_norm, make_ln(**kwargs), keyword, capsys)
+
+
+# 7. FFN and SwiGLU
+# ---------------------------------------------------------------------------
+
+
+def make_ffn(act=F.gelu, twice=False, residual=False, names=("w1", "w2")):
+    class Candidate(nn.Module):
+        def __init__(self, d_model, d_ff):
+            super().__init__()
+            setattr(self, names[0], nn.Linear(d_model, d_ff))
+            setattr(self, names[1], nn.Linear(d_ff, d_model))
+
+        def forward(self, x):
+            out = getattr(self, names[1])(act(getattr(self, names[0])(x)))
+            out = act(out) if twice else out
+            return x + out if residual else out
+
+    return Candidate
+
+
+class FFNSkeleton(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        # TODO: self.w1, self.w2
+
+    def forward(self, x):
+        pass
+
+
+def test_feed_forward(capsys):
+    for cls in (GeluFeedForward, make_ffn(), make_ffn(act=nn.GELU())):
+        assert_passes(ex.check_feed_forward, cls, capsys)
+    assert_skeleton(ex.check_feed_forward, FFNSkeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "kwargs, keyword",
+    [
+        pytest.param(dict(act=F.relu), "ReLU", id="ReLU instead of GELU"),
+        pytest.param(dict(act=nn.GELU(approximate="tanh")), "tanh 近似", id="tanh GELU"),
+        pytest.param(dict(act=lambda t: t), "缺少激活函数", id="no activation"),
+        pytest.param(dict(twice=True), "w2 之后", id="activation after w2 too"),
+        pytest.param(dict(residual=True), "不含残差", id="residual inside the FFN"),
+        pytest.param(dict(act=F.silu), "SiLU", id="SiLU"),
+        pytest.param(dict(names=("fc1", "fc2")), "缺少属性 w1", id="other names"),
+    ],
+)
+def test_feed_forward_rejects(kwargs, keyword, capsys):
+    assert_rejects(ex.check_feed_forward, make_ffn(**kwargs), keyword, capsys)
+
+
+def make_swiglu(mistake=None, bias=False):
+    class Candidate(nn.Module):
+        def __init__(self, d_model, d_ff):
+            super().__init__()
+            self.w1 = nn.Linear(d_model, d_ff, bias=bias)
+            self.w3 = nn.Linear(d_model, d_ff, bias=bias)
+            self.w2 = nn.Linear(d_ff, d_model, bias=bias)
+
+        def forward(self, x):
+            a, b = self.w1(x), self.w3(x)
+            hidden = {
+                None: lambda: F.silu(a) * b,
+                "swapped": lambda: a * F.silu(b),
+                "gelu": lambda: F.gelu(a) * b,
+                "sigmoid": lambda: torch.sigmoid(a) * b,
+                "no_gate": lambda: F.silu(a),
+                "sum": lambda: F.silu(a) + b,
+                "after": lambda: F.silu(a * b),
+            }[mistake]()
+            return self.w2(hidden)
+
+    return Candidate
+
+
+class SwiGLUSkeleton(nn.Module):
+    def __init__(self, d_model, d_ff):
+        raise NotImplementedError
+
+
+def test_swiglu(capsys):
+    for cls in (make_swiglu(),):
+        assert_passes(ex.check_swiglu, cls, capsys)
+    assert_skeleton(ex.check_swiglu, SwiGLUSkeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "kwargs, keyword",
+    [
+        pytest.param(dict(mistake="swapped"), "silu 应作用在 w1 x 上", id="w1 and w3 swapped"),
+        pytest.param(dict(mistake="gelu"), "GEGLU", id="GELU gate"),
+        pytest.param(dict(mistake="sigmoid"), "GLU", id="sigmoid gate"),
+        pytest.param(dict(mistake="no_gate"), "缺了门控", id="no gate"),
+        pytest.param(dict(mistake="sum"), "不是相加", id="sum instead of product"),
+        pytest.param(dict(mistake="after"), "不是 silu(w1 x * w3 x)", id="silu after the product"),
+        pytest.param(dict(bias=True), "不应带偏置", id="with biases"),
+    ],
+)
+def test_swiglu_rejects(kwargs, keyword, capsys):
+    assert_rejects(ex.check_swiglu, make_swiglu(**kwargs), keyword, capsys)

@@ -1,0 +1,152 @@
+"""The sinusoidal table and RoPE.
+
+Each checker accepts correct implementations written in different styles with one "✓"
+line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
+hand-written wrong implementations with a Chinese hint that names the mistake."""
+
+import math
+
+import pytest
+import torch
+
+import transformer_course as tc
+from transformer_course import exercises as ex
+
+from .support import assert_passes, assert_rejects, assert_skeleton
+
+# 5. sinusoidal encoding
+# ---------------------------------------------------------------------------
+
+
+def sinusoidal(max_len, d_model):
+    return tc.sinusoidal_table(max_len, d_model)
+
+
+def sinusoidal_written_out(max_len, d_model):
+    pos = torch.arange(max_len).unsqueeze(1)
+    div = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)
+    return pe
+
+
+def sinusoidal_skeleton(max_len, d_model):
+    pass
+
+
+def make_pe(mistake):
+    """A learner's table, written in a loop over positions and column pairs, with one
+    mistake."""
+
+    def fn(max_len, d_model):
+        pe = torch.zeros(max_len, d_model)
+        for p in range(max_len):
+            pos = p + 1 if mistake == "pos1" else p
+            for j in range(0, d_model, 2):
+                expo = (j // 2) / d_model if mistake == "exp_i" else j / d_model
+                angle = pos * 10000.0**expo if mistake == "multiply" else pos / 10000.0**expo
+                if mistake == "per_column":  # column j + 1 uses its own index
+                    pe[p, j], pe[p, j + 1] = math.sin(angle), math.cos(pos / 10000.0 ** ((j + 1) / d_model))
+                elif mistake == "swapped":
+                    pe[p, j], pe[p, j + 1] = math.cos(angle), math.sin(angle)
+                elif mistake == "halves":
+                    pe[p, j // 2], pe[p, d_model // 2 + j // 2] = math.sin(angle), math.cos(angle)
+                else:
+                    pe[p, j], pe[p, j + 1] = math.sin(angle), math.cos(angle)
+        return pe
+
+    return fn
+
+
+def test_sinusoidal_encoding(capsys):
+    for fn in (sinusoidal, sinusoidal_written_out, make_pe(None)):
+        assert_passes(ex.check_sinusoidal_encoding, fn, capsys)
+    assert_skeleton(ex.check_sinusoidal_encoding, sinusoidal_skeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "fn, keyword",
+    [
+        pytest.param(make_pe("swapped"), "sin 和 cos 的列放反了", id="sin/cos swapped"),
+        pytest.param(make_pe("halves"), "交错排列", id="sin half, cos half"),
+        pytest.param(make_pe("pos1"), "位置应从 0 开始", id="positions from 1"),
+        pytest.param(make_pe("exp_i"), "指数写错了", id="exponent i instead of 2i"),
+        pytest.param(make_pe("multiply"), "你乘了它", id="multiplied by the frequency"),
+        pytest.param(make_pe("per_column"), "共享一个频率", id="frequency per column"),
+        pytest.param(lambda n, d: sinusoidal(n, d).T, "行和列反了", id="transposed"),
+        pytest.param(lambda n, d: sinusoidal(n, d).long(), "浮点", id="integer table"),
+        pytest.param(lambda n, d: sinusoidal(n, d).numpy(), "numpy", id="numpy array"),
+    ],
+)
+def test_sinusoidal_encoding_rejects(fn, keyword, capsys):
+    assert_rejects(ex.check_sinusoidal_encoding, fn, keyword, capsys)
+
+
+# ---------------------------------------------------------------------------
+# 6. RoPE
+# ---------------------------------------------------------------------------
+
+
+def rope(x):
+    return tc.RotaryEmbedding(x.size(-1))(x)
+
+
+def rope_complex(x):
+    """RoPE written with complex numbers (pairs (2i, 2i+1) as one complex number)."""
+    N, H, L, D = x.shape
+    theta = 10000.0 ** (-torch.arange(0, D, 2).float() / D)
+    angles = torch.arange(L).float()[:, None] * theta
+    z = torch.view_as_complex(x.float().reshape(N, H, L, D // 2, 2).contiguous())
+    return torch.view_as_real(z * torch.polar(torch.ones_like(angles), angles)).flatten(-2)
+
+
+def make_rope(mistake):
+    def fn(x):
+        N, H, L, D = x.shape
+        theta = 10000.0 ** (-torch.arange(0, D, 2).float() / (2 * D if mistake == "exp_i" else D))
+        pos = torch.arange(L).float() + (1 if mistake == "pos1" else 0)
+        angles = pos[:, None] * theta
+        cos, sin = angles.cos(), angles.sin()
+        if mistake == "reversed":
+            sin = -sin
+        if mistake == "halves":
+            x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+        else:
+            x1, x2 = x[..., 0::2], x[..., 1::2]
+        r1, r2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+        if mistake in ("halves", "cat"):
+            return torch.cat([r1, r2], dim=-1)
+        if mistake == "half_output":
+            return r1
+        if mistake == "no_cos":
+            return torch.stack([x1 - x2 * sin, x1 * sin + x2], dim=-1).flatten(-2)
+        return torch.stack([r1, r2], dim=-1).flatten(-2)
+
+    return fn
+
+
+def rope_skeleton(x):
+    raise NotImplementedError("TODO")
+
+
+def test_rope(capsys):
+    for fn in (rope, rope_complex, make_rope(None)):
+        assert_passes(ex.check_rope, fn, capsys)
+    assert_skeleton(ex.check_rope, rope_skeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "mistake, keyword",
+    [
+        pytest.param("halves", "配对方式不对", id="split-halves pairing"),
+        pytest.param("cat", "交错放回", id="pairs concatenated back"),
+        pytest.param("reversed", "旋转方向反了", id="rotation reversed"),
+        pytest.param("pos1", "位置应从 0 开始", id="positions from 1"),
+        pytest.param("exp_i", "频率写错了", id="frequency exponent"),
+        pytest.param("half_output", "形状", id="returns one half"),
+        pytest.param("no_cos", "长度", id="cos missing"),
+    ],
+)
+def test_rope_rejects(mistake, keyword, capsys):
+    assert_rejects(ex.check_rope, make_rope(mistake), keyword, capsys)

@@ -1,0 +1,98 @@
+"""The checker protocol shared by every checker: skeletons, crashes, RNG isolation, wrong kinds of candidate.
+
+Each checker accepts correct implementations written in different styles with one "✓"
+line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
+hand-written wrong implementations with a Chinese hint that names the mistake."""
+
+import math
+import pathlib
+
+import pytest
+import torch
+from torch import nn
+
+import transformer_course as tc
+from transformer_course import exercises as ex
+
+from .support import assert_passes, assert_rejects, assert_skeleton
+
+# common protocol
+# ---------------------------------------------------------------------------
+
+
+def test_lazy_attribute_and_error_class():
+    assert tc.exercises is ex
+    assert issubclass(ex.ExerciseError, AssertionError)
+    for name in ex.__all__:
+        assert getattr(ex, name).__doc__
+
+
+def test_global_rng_untouched():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    ex.check_multi_head_attention(tc.MultiHeadAttention)  # builds modules: draws from the global RNG
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_not_callable():
+    with pytest.raises(ex.ExerciseError, match="函数或类"):
+        ex.check_self_attention(torch.zeros(2))
+
+
+def test_crash_names_the_line(capsys):
+    def crashes(Q, K, V, attn_mask=None):
+        scores = Q @ K  # forgot the transpose
+        return scores
+
+    with pytest.raises(ex.ExerciseError) as info:
+        ex.check_self_attention(crashes)
+    msg = str(info.value)
+    assert "运行出错" in msg and "scores = Q @ K" in msg and "形状" in msg
+
+
+def test_traceback_shows_only_the_checker_call(capsys):
+    def wrong(Q, K, V, attn_mask=None):
+        return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0] * 2
+
+    with pytest.raises(ex.ExerciseError) as info:
+        ex.check_self_attention(wrong)
+    package = pathlib.Path(ex.__file__).parent
+    inner = [entry.frame.code.name for entry in info.traceback if pathlib.Path(entry.frame.code.path).parent == package]
+    assert inner == ["check"], inner  # the @checker wrapper, hidden by IPython/pytest
+
+
+def test_skeleton_raising_not_implemented(capsys):
+    def todo(Q, K, V, attn_mask=None):
+        raise NotImplementedError
+
+    assert_skeleton(ex.check_self_attention, todo, capsys)
+
+
+def test_inputs_changed_in_place_do_not_matter(capsys):
+    def in_place(Q, K, V, attn_mask=None):
+        Q /= math.sqrt(Q.size(-1))  # scales the query in place: still correct
+        scores = Q @ K.transpose(-2, -1)
+        if attn_mask is not None:
+            scores.masked_fill_(~attn_mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ V
+
+    assert_passes(ex.check_self_attention, in_place, capsys)
+
+
+def test_unexpected_return_value_gives_a_hint(capsys):
+    class Odd(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            for n in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                setattr(self, n, nn.Linear(d_model, d_model))
+
+        def forward(self, Q, K, V, attn_mask=None):
+            return (Q, K, V)  # three values
+
+    assert_rejects(ex.check_multi_head_attention, Odd, "torch.Tensor", capsys)
+
+
+def test_instance_instead_of_class():
+    with pytest.raises(ex.ExerciseError, match="类本身"):
+        ex.check_multi_head_attention(tc.MultiHeadAttention(12, 3))

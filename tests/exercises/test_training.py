@@ -1,0 +1,170 @@
+"""One training step and language-model batches.
+
+Each checker accepts correct implementations written in different styles with one "✓"
+line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
+hand-written wrong implementations with a Chinese hint that names the mistake."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import transformer_course as tc
+from transformer_course import exercises as ex
+
+from .support import assert_passes, assert_rejects, assert_skeleton
+
+# 9. training step
+# ---------------------------------------------------------------------------
+
+
+def make_train_step(order=("zero_grad", "backward", "step"), reduction="mean", ret="item", shift=False):
+    def fn(model, optimizer, x, y):
+        logits = model(x)
+        if shift:
+            logits, y = logits[:, :-1], y[:, 1:]
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction=reduction)
+        for op in order:
+            {"zero_grad": optimizer.zero_grad, "backward": loss.backward, "step": optimizer.step}[op]()
+        if ret == "tensor":
+            return loss
+        if ret == "after":
+            with torch.no_grad():
+                return F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+        return loss.item()
+
+    return fn
+
+
+def train_step_model_zero_grad(model, optimizer, x, y):
+    model.zero_grad()
+    logits = model(x)
+    loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def train_step_wrong_shape(model, optimizer, x, y):
+    loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def train_step_skeleton(model, optimizer, x, y):
+    pass
+
+
+def test_train_step(capsys):
+    for fn in (
+        make_train_step(),
+        make_train_step(order=("backward", "step", "zero_grad")),
+        train_step_model_zero_grad,
+    ):
+        assert_passes(ex.check_train_step, fn, capsys)
+    assert_skeleton(ex.check_train_step, train_step_skeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "fn, keyword",
+    [
+        pytest.param(make_train_step(order=("backward", "step")), "忘了 optimizer.zero_grad()", id="no zero_grad"),
+        pytest.param(
+            make_train_step(order=("backward", "zero_grad", "step")), "backward 和 step 之间", id="zero_grad early"
+        ),
+        pytest.param(make_train_step(order=("zero_grad", "backward")), "optimizer.step()", id="no step"),
+        pytest.param(make_train_step(order=("zero_grad", "step")), "loss.backward()", id="no backward"),
+        pytest.param(make_train_step(order=("zero_grad", "step", "backward")), "之前", id="step before backward"),
+        pytest.param(make_train_step(reduction="sum"), "求和", id="summed loss"),
+        pytest.param(make_train_step(ret="tensor"), "loss.item()", id="returns a tensor"),
+        pytest.param(make_train_step(ret="after"), "更新之前", id="loss after the update"),
+        pytest.param(make_train_step(shift=True), "不要再移位", id="shifted once more"),
+        pytest.param(train_step_wrong_shape, "类别在第 1 维", id="logits not flattened"),
+    ],
+)
+def test_train_step_rejects(fn, keyword, capsys):
+    assert_rejects(ex.check_train_step, fn, keyword, capsys)
+
+
+# ---------------------------------------------------------------------------
+# 10. language-model batches
+# ---------------------------------------------------------------------------
+
+
+def lm_batch(data, batch_size, context_length, generator):
+    return tc.lm_batch(data, batch_size, context_length, generator=generator)
+
+
+def make_lm_batch(mistake=None):
+    def fn(data, B, T, generator):
+        high = len(data) - T + {"high_plus": 1, "high_minus": -1}.get(mistake, 0)
+        gen = None if mistake == "no_generator" else generator
+        ix = torch.randint(high, (B,), generator=gen)
+        x = torch.stack([data[i : i + T] for i in ix])
+        if mistake == "no_shift":
+            return x, x.clone()
+        if mistake == "redraw":
+            iy = torch.randint(high, (B,), generator=gen)
+            return x, torch.stack([data[i + 1 : i + 1 + T] for i in iy])
+        y = torch.stack([data[i + 1 : i + 1 + T] for i in ix])
+        if mistake == "float":
+            return x.float(), y.float()
+        if mistake == "list":
+            return [x, y, ix]
+        return x, y
+
+    return fn
+
+
+def lm_batch_skeleton(data, batch_size, context_length, generator):
+    raise NotImplementedError
+
+
+def test_lm_batch(capsys):
+    for fn in (lm_batch, make_lm_batch()):
+        assert_passes(ex.check_lm_batch, fn, capsys)
+    assert_skeleton(ex.check_lm_batch, lm_batch_skeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "mistake, keyword",
+    [
+        pytest.param("no_shift", "错后一位", id="y equals x"),
+        pytest.param("redraw", "不要为 y 另抽随机数", id="y drawn separately"),
+        pytest.param("no_generator", "没有把 generator 传给 torch.randint", id="generator not used"),
+        pytest.param("high_plus", "len(data) - context_length", id="off-by-one: one start too many"),
+        pytest.param("high_minus", "len(data) - context_length", id="off-by-one: one start too few"),
+        pytest.param("float", "torch.long", id="float ids"),
+        pytest.param("list", "两个张量", id="three values"),
+    ],
+)
+def test_lm_batch_rejects(mistake, keyword, capsys):
+    assert_rejects(ex.check_lm_batch, make_lm_batch(mistake), keyword, capsys)
+
+
+def lm_batch_reversed_rows(data, batch_size, context_length, generator):
+    x, y = lm_batch(data, batch_size, context_length, generator)
+    return x.flip(-1), y.flip(-1)
+
+
+def lm_batch_reversed_y(data, batch_size, context_length, generator):
+    x, y = lm_batch(data, batch_size, context_length, generator)
+    return x, y.flip(-1)
+
+
+def lm_batch_extra_draw(data, batch_size, context_length, generator):
+    torch.randint(10, (1,), generator=generator)
+    return lm_batch(data, batch_size, context_length, generator)
+
+
+@pytest.mark.parametrize(
+    "checker, candidate, keyword",
+    [
+        pytest.param(ex.check_lm_batch, lm_batch_reversed_rows, "连续的一段", id="lm_batch: x not a window"),
+        pytest.param(ex.check_lm_batch, lm_batch_reversed_y, "y[0] 不对", id="lm_batch: y not a window"),
+        pytest.param(ex.check_lm_batch, lm_batch_extra_draw, "只抽这一次", id="lm_batch: another draw first"),
+    ],
+)
+def test_rejects_more_mistakes(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
