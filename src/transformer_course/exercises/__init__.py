@@ -55,6 +55,7 @@ from .generation_cache import check_generate, check_kv_cache
 from .heads import check_multi_head_attention
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .positions import check_rope, check_sinusoidal_encoding
+from .predictions import compare_prediction
 from .training import check_lm_batch, check_train_step
 
 __all__ = [
@@ -73,4 +74,5 @@ __all__ = [
     "check_lm_batch",
     "check_generate",
     "check_kv_cache",
+    "compare_prediction",
 ]
