@@ -227,14 +227,29 @@ class Book:
     def open_page(self):
         return open_page(self.context, self.server)
 
+    def _load(self, docname: str, attempts: int = 3):
+        """Open a fresh tab on the page and wait until it has settled (SETTLE_JS); a load that a
+        busy machine let time out is tried again in a new tab (the old tab's records go with it)."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        for attempt in range(1, attempts + 1):
+            page, traffic = self.open_page()
+            try:
+                response = page.goto(self.url(docname), wait_until="load")
+                page.evaluate(SETTLE_JS)
+                return page, traffic, response
+            except PlaywrightTimeout:
+                page.close()
+                if attempt == attempts:
+                    raise
+                print(f"{docname}: load timed out (attempt {attempt}); trying again")
+
     def visit(self, docname: str) -> Visit:
         """Load a page, wait until it has settled, save its full-page screenshot."""
         if self._visit is None or self._visit.docname != docname:
             if self._visit is not None:
                 self._visit.page.close()
-            page, traffic = self.open_page()
-            response = page.goto(self.url(docname), wait_until="load")
-            page.evaluate(SETTLE_JS)
+            page, traffic, response = self._load(docname)
             shot = screenshot_path(self.pages, docname, self.shot_suffix)
             page.screenshot(path=str(shot), full_page=True, animations="disabled")
             # The screenshot shows the page as read (选读 blocks closed); the checks that follow
