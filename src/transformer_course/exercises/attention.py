@@ -62,7 +62,7 @@ def _attention_variant(
     scale = {"no_scale": 1.0, "scale_d": d, "scale_len": math.sqrt(s)}
     scores = raw / scale.get(mistake, math.sqrt(d))
     if mask is not None and mistake != "mask_ignored":
-        fill = {"mask_zero": 0.0}.get(mistake, -math.inf)
+        fill = {"mask_zero": 0.0, "mask_inverted": -1e9}.get(mistake, -math.inf)
         scores = scores.masked_fill(mask if mistake == "mask_inverted" else ~mask, fill)
     if mistake == "mask_after":
         scores = raw / math.sqrt(d)

@@ -326,8 +326,6 @@ def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
     pos = ref.pos_emb.embedding.weight
     if mistake == "no_pos":
         x = tok
-    elif mistake == "pos_by_id":  # only where every id < context_length
-        x = tok + pos[idx]
     elif mistake == "pos_from_1":
         x = tok + pos[1 : L + 1] if L < pos.size(0) else None
     elif mistake == "pos_last":
@@ -350,10 +348,6 @@ def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
 
 GPT_HINTS = [
     ("忘了加位置嵌入：x = tok_emb(input_ids) + pos_emb(torch.arange(L))。", "no_pos"),
-    (
-        "位置嵌入应按位置 0..L-1 查表（pos_emb(torch.arange(L))），不是按 token id。",
-        "pos_by_id",
-    ),
     (
         "位置应从 0 开始：pos_emb(torch.arange(L))，不是 arange(1, L + 1)。",
         "pos_from_1",
@@ -386,15 +380,15 @@ def check_gpt(cls: type) -> str:
     ``norm_f`` (``nn.LayerNorm``), ``lm_head`` (``nn.Linear(d_model, vocab_size,
     bias=False)``, its weight tied to ``tok_emb``'s). ``forward(input_ids)`` with
     ``input_ids (N, L)``, ``L <= context_length``, returns logits
-    ``(N, L, vocab_size)`` (``(logits, loss)`` is accepted too). No dropout; biases
-    and eps as ``nn.Linear``'s and ``nn.LayerNorm``'s defaults. Graded by
+    ``(N, L, vocab_size)`` only (the chapters use ``model(x)`` as logits). No dropout;
+    biases and eps as ``nn.Linear``'s and ``nn.LayerNorm``'s defaults. Graded by
     :func:`copy_parameters` into :class:`transformer_course.MiniGPT` (learned
     positions, GELU, Pre-LN, tied head).
     """
     name = name_of(cls)
     g = seeded_generator(10)
     # (vocab, context, d_model, heads, layers, idx shapes)
-    configs = [(23, 8, 16, 2, 2, ((2, 8), (3, 5))), (11, 6, 12, 3, 1, ((1, 1), (2, 6)))]
+    configs = [(23, 8, 16, 2, 2, ((3, 5), (2, 8))), (11, 6, 12, 3, 1, ((1, 1), (2, 6)))]
     first = True
     for V, C, E, H, n_layers, shapes in configs:
         args = (V, C, E, H, n_layers)
@@ -420,8 +414,12 @@ def check_gpt(cls: type) -> str:
             with torch.no_grad():
                 out = run_module(module, idx, what=what, case=case, causes=GPT_CRASHES)
                 expected, _ = ref(idx)
-            if isinstance(out, (tuple, list)) and len(out) == 2:
-                out = out[0]
+            if isinstance(out, (tuple, list)):
+                fail(
+                    f"{what} 返回了 {type(out).__name__}（{case}）：forward(input_ids) "
+                    "应只返回 logits (N, L, V)——本章后面的训练和生成单元格直接把 "
+                    "model(x) 当 logits 用；损失在 forward 外面算。"
+                )
             out = as_tensor(out, f"{what} 的输出", case)
             N, L = shape
             if tuple(out.shape) == (N, V) and L > 1:
@@ -454,8 +452,9 @@ def check_gpt(cls: type) -> str:
 GPT_CRASHES = [
     (
         r"index out of range|IndexError",
-        "nn.Embedding 的下标越界：token 嵌入用 input_ids 查表，位置嵌入用 "
-        "torch.arange(L) 查表；检查 vocab_size 和 context_length 有没有用反。",
+        "nn.Embedding 的下标越界：token 嵌入用 input_ids 查表，位置嵌入按位置 "
+        "torch.arange(L) 查表（不是按 token id，也不从 1 开始）；"
+        "检查 vocab_size 和 context_length 有没有用反。",
     ),
 ]
 

@@ -70,8 +70,9 @@ def _mha_variant(
     scale = {"no_scale": 1.0, "scale_model": math.sqrt(E)}.get(mistake, math.sqrt(D))
     scores = q @ k.transpose(-2, -1) / scale
     if mask is not None and mistake != "mask_ignored":
+        inverted = mistake == "mask_inverted"  # -1e9: rows masked whole stay finite
         scores = scores.masked_fill(
-            mask if mistake == "mask_inverted" else ~mask, -math.inf
+            mask if inverted else ~mask, -1e9 if inverted else -math.inf
         )
     weights = torch.softmax(scores, dim=-2 if mistake == "softmax_queries" else -1)
     out = weights @ v  # (N, H, L, D)

@@ -72,7 +72,7 @@ def _ln_variant(
     elif mistake == "no_sqrt":
         y = (x - mean) / (var + eps)
     else:
-        y = (x - mean) / torch.sqrt(var + (0.0 if mistake == "no_eps" else eps))
+        y = (x - mean) / torch.sqrt(var + eps)
     affine = {"no_affine": lambda: y, "swapped": lambda: y * b + w}
     affine["shift_then_scale"] = lambda: (y + b) * w
     return affine.get(mistake, lambda: y * w + b)()
@@ -89,7 +89,6 @@ LAYER_NORM_HINTS = [
         "std_eps",
     ),
     ("忘了开根号：应除以 sqrt(var + eps)，不是 (var + eps)。", "no_sqrt"),
-    ("忘了 eps：应为 sqrt(var + eps)。", "no_eps"),
     (
         "归一化的维度不对：应在最后一维上求均值和方差（dim=-1, keepdim=True），"
         "不是第 0 维。",
@@ -116,7 +115,7 @@ LAYER_NORM_HINTS = [
 
 LAYER_NORM_CRASHES = [
     (
-        r"must match the size[\s\S]*(mean|var|std)\(",
+        r"must match the size[\s\S]*\b(mean|var|std)\b",
         "求均值或方差时少了 keepdim=True：(…, E) 减去形状 (…,) 的均值无法广播，"
         "写 x.mean(-1, keepdim=True)。",
     ),
