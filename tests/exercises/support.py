@@ -1,4 +1,6 @@
-"""Assertions shared by the checker tests."""
+"""Assertions shared by the checker tests, and the hint-coverage check."""
+
+import re
 
 import pytest
 
@@ -24,11 +26,39 @@ def assert_skeleton(checker, skeleton, capsys):
     assert capsys.readouterr().out == ""
 
 
-def assert_rejects(checker, candidate, keyword, capsys):
+def rejection(checker, candidate):
+    """The checker's message for a wrong ``candidate`` (it must raise)."""
     with pytest.raises(ex.ExerciseError) as info:
         checker(candidate)
-    assert keyword in str(info.value), str(info.value)
+    return str(info.value)
+
+
+def assert_rejects(checker, candidate, keyword, capsys):
+    message = rejection(checker, candidate)
+    assert keyword in message, message
     assert "✓" not in capsys.readouterr().out
+
+
+def _pattern(template):
+    """A hint template's literal parts, anything where its {placeholders} are."""
+    return re.compile(".+?".join(re.escape(part) for part in re.split(r"\{[^}]*\}", template)))
+
+
+def assert_every_hint_reached(tables, rejects, capsys):
+    """Every entry of every table in ``tables`` appears in the message of at least one of
+    the ``rejects`` (pytest.param(checker, candidate, keyword)). A table is
+    ``[(hint, mistake), ...]``, or for crashes (``*_CRASHES``, ``CRASH_CAUSES``)
+    ``[(pattern, hint), ...]``."""
+    messages = [rejection(checker, candidate) for checker, candidate, _ in (p.values for p in rejects)]
+    capsys.readouterr()
+    missed = []
+    for name, table in tables.items():
+        crashes = name.endswith(("CRASHES", "CAUSES"))
+        for entry in table:
+            key, hint = entry if crashes else entry[::-1]
+            if not any(_pattern(hint).search(m) for m in messages):
+                missed.append(f"{name}[{key!r}]")
+    assert not missed, f"hint-table entries no mutant reaches: {missed}"
 
 
 class GeluFeedForward(tc.FeedForward):

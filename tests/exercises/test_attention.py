@@ -1,10 +1,9 @@
-"""Scaled dot-product attention and the causal mask.
-
-Each checker accepts correct implementations written in different styles with one "✓"
-line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
-hand-written wrong implementations with a Chinese hint that names the mistake."""
+"""Scaled dot-product attention and the causal mask: correct variants written in
+different styles pass; hand-written learner mistakes are rejected with a hint that
+names them; every hint-table entry is reached by at least one mutant."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -12,58 +11,53 @@ import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import _protocol, attention
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
-# 1. self-attention
+NEG = float("-inf")
+
 # ---------------------------------------------------------------------------
+# correct variants
 
 
-def attention(Q, K, V, attn_mask=None):
+def attention_package(Q, K, V, attn_mask=None):
     return tc.scaled_dot_product_attention(Q, K, V, attn_mask)
 
 
-def attention_output_only(Q, K, V, attn_mask=None):
-    return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0]
-
-
-def attention_written_out(Q, K, V, attn_mask=None):
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+def attention_einsum_additive(Q, K, V, attn_mask=None):
+    scores = torch.einsum("...ld,...sd->...ls", Q, K) * Q.size(-1) ** -0.5
     if attn_mask is not None:
-        scores = scores.masked_fill(attn_mask == 0, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    return weights @ V, weights
+        scores = scores + torch.zeros(attn_mask.shape).masked_fill(~attn_mask, NEG)
+    return torch.einsum("...ls,...sd->...ld", scores.softmax(-1), V)
 
 
-def make_attention(scale="sqrt", dim=-1, masking="ok", value="V", ret="both", tr=None):
-    def fn(Q, K, V, attn_mask=None):
-        Kt = K.transpose(-2, -1) if tr is None else K.transpose(*tr)
-        scores = Q @ Kt
-        if scale == "sqrt":
-            scores = scores / math.sqrt(Q.size(-1))
-        elif scale == "d":
-            scores = scores / Q.size(-1)
-        if attn_mask is not None:
-            if masking == "ok" or masking == "after":
-                if masking == "ok":
-                    scores = scores.masked_fill(~attn_mask, float("-inf"))
-            elif masking == "inverted":
-                scores = scores.masked_fill(attn_mask, float("-inf"))
-            elif masking == "zero":
-                scores = scores.masked_fill(~attn_mask, 0.0)
-        weights = torch.softmax(scores, dim=dim)
-        if attn_mask is not None and masking == "after":
-            weights = weights * attn_mask
-        out = weights @ (V if value == "V" else K)
-        return {
-            "both": (out, weights),
-            "out": out,
-            "weights": weights,
-            "swapped": (weights, out),
-            "list": out.tolist(),
-        }[ret]
+def attention_torch_sdpa(Q, K, V, attn_mask=None):
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=attn_mask)
 
-    return fn
+
+def attention_as_list(Q, K, V, attn_mask=None):
+    out, weights = tc.scaled_dot_product_attention(Q, K, V, attn_mask)
+    return [out, weights]
+
+
+def attention_online(Q, K, V, attn_mask=None, block=4):
+    """ch04's blockwise recurrence, safe when a whole block is masked."""
+    scores = Q @ K.mT / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    m = torch.full(scores.shape[:-1] + (1,), NEG)
+    total = torch.zeros_like(m)
+    acc = torch.zeros(scores.shape[:-1] + (V.size(-1),))
+    for s0 in range(0, scores.size(-1), block):
+        s = scores[..., s0 : s0 + block]
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p, rescale = torch.exp(s - safe), torch.exp(m - safe)
+        total = total * rescale + p.sum(-1, keepdim=True)
+        acc = acc * rescale + p @ V[..., s0 : s0 + block, :]
+        m = m_new
+    return acc / total
 
 
 def attention_skeleton(Q, K, V, attn_mask=None):
@@ -71,109 +65,252 @@ def attention_skeleton(Q, K, V, attn_mask=None):
 
 
 def test_self_attention_accepts(capsys):
-    for fn in (attention, attention_output_only, attention_written_out):
+    for fn in (attention_package, attention_einsum_additive, attention_torch_sdpa, attention_as_list,
+               attention_online):  # fmt: skip
         assert_passes(ex.check_self_attention, fn, capsys)
-    assert_passes(ex.check_self_attention, attention, capsys, solution=True)
+    assert_passes(ex.check_self_attention, attention_package, capsys, solution=True)
 
 
 def test_self_attention_skeleton(capsys):
     assert_skeleton(ex.check_self_attention, attention_skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "kwargs, keyword",
-    [
-        pytest.param(dict(scale="none"), "没有除以 √d_k", id="missing scale"),
-        pytest.param(dict(scale="none", ret="out"), "没有除以 √d_k", id="missing scale, output only"),
-        pytest.param(dict(scale="d"), "除以了 d_k", id="scale by d instead of sqrt(d)"),
-        pytest.param(dict(dim=-2), "softmax 的 dim 可能写错了", id="softmax on the wrong axis"),
-        pytest.param(dict(dim=-2, ret="out"), "softmax 的 dim 可能写错了", id="softmax axis, output only"),
-        pytest.param(dict(masking="inverted"), "掩码方向可能反了（True = 可以看）", id="mask inverted"),
-        pytest.param(dict(masking="inverted", ret="out"), "掩码方向可能反了", id="mask inverted, output only"),
-        pytest.param(dict(masking="zero"), "被屏蔽的位置仍有权重", id="masked scores set to 0"),
-        pytest.param(dict(masking="zero", ret="out"), "填成了 0", id="masked scores set to 0, output only"),
-        pytest.param(dict(masking="ignored"), "被屏蔽的位置仍有权重", id="mask ignored"),
-        pytest.param(dict(masking="ignored", ret="out"), "掩码没有起作用", id="mask ignored, output only"),
-        pytest.param(dict(masking="after", ret="out"), "softmax 之后才乘掩码", id="mask after softmax"),
-        pytest.param(dict(value="K"), "应是 V", id="weights times K"),
-        pytest.param(dict(tr=(1, 2)), "K.transpose(-2, -1)", id="transpose hard-coded for 3-D"),
-        pytest.param(dict(ret="weights"), "weights @ V", id="returns the weights"),
-        pytest.param(dict(ret="swapped"), "顺序反了", id="(weights, output)"),
-        pytest.param(dict(ret="list"), "应是 torch.Tensor", id="returns a list"),
-    ],
-)
-def test_self_attention_rejects(kwargs, keyword, capsys):
-    assert_rejects(ex.check_self_attention, make_attention(**kwargs), keyword, capsys)
-
-
 # ---------------------------------------------------------------------------
-# 2. causal mask
-# ---------------------------------------------------------------------------
+# learner mistakes, one function each
 
 
-def mask_package(L):
-    return tc.causal_mask(L)
+def no_scale(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    return torch.softmax(scores, -1) @ V
 
 
-def mask_skeleton(L):
-    pass
+def scale_by_d(Q, K, V, attn_mask=None):
+    w = torch.softmax((Q @ K.mT / Q.shape[-1]).masked_fill(~attn_mask, NEG) if attn_mask is not None
+                      else Q @ K.mT / Q.shape[-1], dim=-1)  # fmt: skip
+    return w @ V, w
 
 
-def test_causal_mask(capsys):
-    assert_passes(ex.check_causal_mask, mask_package, capsys)
-    assert_passes(ex.check_causal_mask, lambda L: torch.tril(torch.ones(L, L)).bool(), capsys)
-    assert_skeleton(ex.check_causal_mask, mask_skeleton, capsys)
+def scale_by_length(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-2])
+    if attn_mask is not None:
+        scores[~attn_mask.expand_as(scores)] = NEG
+    return scores.softmax(-1) @ V
 
 
-@pytest.mark.parametrize(
-    "fn, keyword",
-    [
-        pytest.param(lambda L: torch.ones(L, L, dtype=torch.bool).triu(1), "True = 可以看", id="blocked convention"),
-        pytest.param(lambda L: torch.ones(L, L, dtype=torch.bool).triu(), "方向反了", id="upper triangle"),
-        pytest.param(lambda L: torch.ones(L, L, dtype=torch.bool).tril(-1), "对角线上应为 True", id="diagonal missing"),
-        pytest.param(lambda L: torch.ones(L, L).tril(), "torch.bool", id="float mask"),
-        pytest.param(lambda L: torch.ones(L, L, dtype=torch.bool), "没有屏蔽", id="all True"),
-        pytest.param(lambda L: torch.ones(L, L, dtype=torch.bool).tril(1), "i + 1", id="one step ahead"),
-        pytest.param(lambda L: torch.ones(L, L + 1, dtype=torch.bool).tril(), "形状", id="wrong shape"),
-        pytest.param(lambda L: torch.ones(L, L).tril().tolist(), "torch.Tensor", id="returns a list"),
-    ],
-)
-def test_causal_mask_rejects(fn, keyword, capsys):
-    assert_rejects(ex.check_causal_mask, fn, keyword, capsys)
+def softmax_over_queries(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    w = F.softmax(scores, dim=-2)
+    return w @ V
 
 
-def test_inverted_random_mask_with_weights(capsys):
-    def inverted(Q, K, V, attn_mask=None):
-        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
-        if attn_mask is not None:
-            scores = scores.masked_fill(attn_mask, -1e9)  # -1e9: no NaN in fully masked rows
-        w = torch.softmax(scores, dim=-1)
-        return w @ V, w
-
-    assert_rejects(ex.check_self_attention, inverted, "掩码方向可能反了（True = 可以看）", capsys)
+def weights_times_keys(Q, K, V, attn_mask=None):
+    out, w = tc.scaled_dot_product_attention(Q, K, V, attn_mask)
+    return w @ K
 
 
-def attention_three_values(Q, K, V, mask=None):
-    out, weights = tc.scaled_dot_product_attention(Q, K, V, mask)
-    return out, weights, None
+def mask_inverted(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(attn_mask, -1e9)  # -1e9: no NaN, the hint must still say why
+    return torch.softmax(scores, -1) @ V
 
 
-def attention_swapped(Q, K, V, mask=None):
-    out, weights = tc.scaled_dot_product_attention(Q, K, V, mask)
-    return weights, out
+def mask_ignored(Q, K, V, mask=None):  # the argument is there, never used
+    return tc.scaled_dot_product_attention(Q, K, V)[0]
 
 
-def attention_nan(Q, K, V, mask=None):
-    return tc.scaled_dot_product_attention(Q, K, V, mask)[0] * math.nan
+def masked_to_zero(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = torch.where(attn_mask, scores, torch.zeros_like(scores))
+    return torch.softmax(scores, -1) @ V
 
 
-@pytest.mark.parametrize(
-    "checker, candidate, keyword",
-    [
-        pytest.param(ex.check_self_attention, attention_three_values, "3 个值的元组", id="attention: three values"),
-        pytest.param(ex.check_self_attention, attention_swapped, "顺序反了", id="attention: (weights, output)"),
-        pytest.param(ex.check_self_attention, attention_nan, "含 NaN 或 inf", id="attention: NaN without a mask"),
-    ],
-)
-def test_rejects_more_mistakes(checker, candidate, keyword, capsys):
+def mask_after_softmax(Q, K, V, attn_mask=None):
+    w = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1)), -1)
+    if attn_mask is not None:
+        w = w * attn_mask
+    return w @ V
+
+
+def online_without_rescale(Q, K, V, attn_mask=None, block=4):
+    scores = Q @ K.mT / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    m = torch.full(scores.shape[:-1] + (1,), NEG)
+    total, acc = 0.0, 0.0
+    for s0 in range(0, scores.size(-1), block):
+        s = scores[..., s0 : s0 + block]
+        m = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - torch.nan_to_num(m, neginf=0.0))
+        total, acc = total + p.sum(-1, keepdim=True), acc + p @ V[..., s0 : s0 + block, :]
+    return acc / total
+
+
+def online_nan_on_masked_first_block(Q, K, V, attn_mask=None, block=4):
+    """Never guards -inf - (-inf): NaN when a row's first block is fully masked."""
+    scores = Q @ K.mT / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    m = torch.full(scores.shape[:-1] + (1,), NEG)
+    total = torch.zeros_like(m)
+    acc = torch.zeros(scores.shape[:-1] + (V.size(-1),))
+    for s0 in range(0, scores.size(-1), block):
+        s = scores[..., s0 : s0 + block]
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p, rescale = torch.exp(s - m_new), torch.exp(m - m_new)
+        total = total * rescale + p.sum(-1, keepdim=True)
+        acc = acc * rescale + p @ V[..., s0 : s0 + block, :]
+        m = m_new
+    return acc / total
+
+
+def no_transpose(Q, K, V, attn_mask=None):
+    scores = Q @ K / math.sqrt(Q.size(-1))  # forgot the transpose
+    return torch.softmax(scores, -1) @ V
+
+
+def k_dot_t(Q, K, V, attn_mask=None):
+    with warnings.catch_warnings():  # torch deprecates .T on 3-D tensors
+        warnings.simplefilter("ignore")
+        scores = Q @ K.T / math.sqrt(Q.size(-1))
+    return torch.softmax(scores, -1) @ V
+
+
+def raw_scores_as_weights(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    out = tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0]
+    return out, scores
+
+
+def returns_weights(Q, K, V, attn_mask=None):
+    return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[1]
+
+
+def swapped_pair(Q, K, V, attn_mask=None):
+    out, w = tc.scaled_dot_product_attention(Q, K, V, attn_mask)
+    return w, out
+
+
+def three_values(Q, K, V, attn_mask=None):
+    out, w = tc.scaled_dot_product_attention(Q, K, V, attn_mask)
+    return out, w, None
+
+
+def nested_list(Q, K, V, attn_mask=None):
+    return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0].tolist()
+
+
+def nan_output(Q, K, V, attn_mask=None):
+    return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0] * math.nan
+
+
+def view_after_transpose(Q, K, V, attn_mask=None):
+    N, L = Q.shape[0], Q.shape[-2]
+    out = tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0]
+    return out.transpose(-2, -1).view(N, -1, L).transpose(-2, -1).view(out.shape)
+
+
+def transposed_output_tuple(Q, K, V, attn_mask=None):
+    q = (Q, K)  # a tuple where a tensor is meant
+    return q.transpose(-2, -1)
+
+
+def bad_signature(Q, K, V):  # no attn_mask argument
+    return tc.scaled_dot_product_attention(Q, K, V)[0]
+
+
+def float_and_long(Q, K, V, attn_mask=None):
+    return torch.softmax(Q @ K.mT, -1) @ V.long()
+
+
+def wrong_shape(Q, K, V, attn_mask=None):
+    return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0][..., :1]
+
+
+def integer_output(Q, K, V, attn_mask=None):
+    return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0].long()
+
+
+def check(fn, keyword, id):
+    return pytest.param(ex.check_self_attention, fn, keyword, id=id)
+
+
+def mask_check(fn, keyword, id):
+    return pytest.param(ex.check_causal_mask, fn, keyword, id=id)
+
+
+ones = torch.ones
+
+REJECTS = [
+    check(no_scale, "没有除以 √d_k", "missing scale"),
+    check(scale_by_d, "除以了 d_k", "divided by d, not its root"),
+    check(scale_by_length, "键的个数", "divided by the root of the key count"),
+    check(softmax_over_queries, "softmax 的 dim 可能写错了", "softmax over queries"),
+    check(weights_times_keys, "应是 V，不是 K", "weights times K"),
+    check(mask_inverted, "掩码方向可能反了", "mask inverted (-1e9)"),
+    check(mask_ignored, "掩码没有起作用", "mask argument ignored"),
+    check(masked_to_zero, "填成了 0", "masked scores set to 0"),
+    check(mask_after_softmax, "softmax 之后才乘掩码", "mask applied after softmax"),
+    check(online_without_rescale, "重新缩放", "online softmax without rescaling"),
+    check(online_nan_on_masked_first_block, "NaN", "online softmax: NaN on a masked first block"),
+    check(k_dot_t, "K.transpose(-2, -1)", "K.T"),
+    check(no_transpose, "形状对不上", "Q @ K without the transpose"),
+    check(raw_scores_as_weights, "softmax 之前的分数", "raw scores returned as weights"),
+    check(returns_weights, "weights @ V", "returns the weights"),
+    check(swapped_pair, "顺序反了", "(weights, output)"),
+    check(three_values, "3 个值", "three values"),
+    check(nested_list, "应是 torch.Tensor", "returns a list"),
+    check(nan_output, "含 NaN 或 inf", "NaN without a mask"),
+    check(view_after_transpose, "不再连续", ".view after .transpose"),
+    check(transposed_output_tuple, "先解包", "a tuple used as a tensor"),
+    check(bad_signature, "签名", "no attn_mask argument"),
+    check(float_and_long, "dtype 不一致", "float times long"),
+    check(wrong_shape, "形状不对", "wrong output shape"),
+    check(integer_output, "浮点", "integer output"),
+    mask_check(lambda L: ones(L, L, dtype=torch.bool).triu(1), "True = 可以看", "blocked convention"),
+    mask_check(lambda L: ones(L, L, dtype=torch.bool).triu(), "方向反了", "upper triangle"),
+    mask_check(lambda L: ones(L, L, dtype=torch.bool).tril(-1), "对角线上应为 True", "diagonal missing"),
+    mask_check(lambda L: ones(L, L).tril(), "torch.bool", "float mask"),
+    mask_check(lambda L: ones(L, L, dtype=torch.bool), "没有屏蔽", "all True"),
+    mask_check(lambda L: ones(L, L, dtype=torch.bool).tril(1), "i + 1", "one step ahead"),
+    mask_check(lambda L: ones(L, L + 1, dtype=torch.bool).tril(), "形状", "wrong shape"),
+    mask_check(lambda L: ones(L, L).tril().tolist(), "torch.Tensor", "returns a list"),
+]
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", REJECTS)
+def test_rejects(checker, candidate, keyword, capsys):
     assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    tables = {
+        "ATTENTION_HINTS": attention.ATTENTION_HINTS,
+        "ATTENTION_CRASHES": attention.ATTENTION_CRASHES,
+        "CAUSAL_MASK_HINTS": attention.CAUSAL_MASK_HINTS,
+        "CRASH_CAUSES": _protocol.CRASH_CAUSES,
+    }
+    assert_every_hint_reached(tables, REJECTS, capsys)
+
+
+# ---------------------------------------------------------------------------
+# causal mask: correct variants
+
+
+def test_causal_mask_accepts(capsys):
+    assert_passes(ex.check_causal_mask, tc.causal_mask, capsys)
+    assert_passes(ex.check_causal_mask, lambda L: torch.tril(torch.ones(L, L)).bool(), capsys)
+    assert_passes(ex.check_causal_mask, lambda L: torch.arange(L)[:, None] >= torch.arange(L), capsys)
+    assert_passes(ex.check_causal_mask, lambda L: ~torch.ones(L, L, dtype=torch.bool).triu(1), capsys)
+
+
+def test_causal_mask_skeleton(capsys):
+    def my_causal_mask(L):
+        pass
+
+    assert_skeleton(ex.check_causal_mask, my_causal_mask, capsys)

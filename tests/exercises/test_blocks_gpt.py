@@ -1,61 +1,46 @@
-"""The Pre-LN block and the GPT model.
-
-Each checker accepts correct implementations written in different styles with one "✓"
-line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
-hand-written wrong implementations with a Chinese hint that names the mistake."""
+"""The Pre-LN block and the GPT model: correct variants (nanoGPT-style mask buffers,
+SDPA, tying either way, (logits, loss) returns) pass; hand-written learner mistakes are
+rejected with a hint that names them; every hint-table entry is reached."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import blocks_gpt
 
-from .support import GeluFeedForward, assert_passes, assert_rejects, assert_skeleton
-
-# 8. Transformer block and GPT
-# ---------------------------------------------------------------------------
+from .support import GeluFeedForward, assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 
-def make_block(mistake=None, ln_names=("norm1", "norm2")):
-    class Block(nn.Module):
-        def __init__(self, d_model, num_heads):
-            super().__init__()
-            setattr(self, ln_names[0], nn.LayerNorm(d_model))
-            setattr(self, ln_names[1], nn.LayerNorm(d_model))
-            self.self_attn = tc.MultiHeadAttention(d_model, num_heads)
-            self.ffn = GeluFeedForward(d_model, 4 * d_model)
+class Block(nn.Module):
+    """A learner's Pre-LN block with the package's attention and FFN inside."""
 
-        def forward(self, x):
-            L = x.size(1)
-            attn_mask = {"no_causal": None, "inverted": ~tc.causal_mask(L)}.get(mistake, tc.causal_mask(L))
-            ln1, ln2 = getattr(self, ln_names[0]), getattr(self, ln_names[1])
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.self_attn = tc.MultiHeadAttention(d_model, num_heads)
+        self.ffn = GeluFeedForward(d_model, 4 * d_model)
 
-            def attn(h):
-                return self.self_attn(h, h, h, attn_mask)
+    def attn(self, h):
+        return self.self_attn(h, h, h, attn_mask=tc.causal_mask(h.size(1)))
 
-            if mistake == "post_ln":
-                x = ln1(x + attn(x))
-                return ln2(x + self.ffn(x))
-            if mistake == "no_res_attn":
-                x = attn(ln1(x))
-                return x + self.ffn(ln2(x))
-            if mistake == "no_res_ffn":
-                return self.ffn(ln2(x + attn(ln1(x))))
-            if mistake == "res_from_norm":
-                h = ln1(x)
-                x = h + attn(h)
-                h = ln2(x)
-                return h + self.ffn(h)
-            if mistake == "parallel":
-                return x + attn(ln1(x)) + self.ffn(ln2(x))
-            if mistake == "norm1_twice":
-                x = x + attn(ln1(x))
-                return x + self.ffn(ln1(x))
-            x = x + attn(ln1(x))
-            return x + self.ffn(ln2(x))
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.ffn(self.norm2(x))
 
-    return Block
+
+class BlockMaskBuffer(Block):
+    """nanoGPT style: a persistent causal-mask buffer, SDPA with is_causal elsewhere."""
+
+    def __init__(self, d_model, num_heads, context=16):
+        super().__init__(d_model, num_heads)
+        self.register_buffer("mask", torch.ones(context, context, dtype=torch.bool).tril())
+
+    def attn(self, h):
+        L = h.size(1)
+        return self.self_attn(h, h, h, attn_mask=self.mask[:L, :L])
 
 
 class BlockSkeleton(nn.Module):
@@ -64,64 +49,236 @@ class BlockSkeleton(nn.Module):
         raise NotImplementedError("写出 norm1, self_attn, norm2, ffn")
 
 
-def test_transformer_block(capsys):
-    assert_passes(ex.check_transformer_block, make_block(), capsys)
+def test_transformer_block_accepts(capsys):
+    for cls in (Block, BlockMaskBuffer):
+        assert_passes(ex.check_transformer_block, cls, capsys)
     assert_skeleton(ex.check_transformer_block, BlockSkeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "kwargs, keyword",
-    [
-        pytest.param(dict(mistake="no_res_attn"), "少了注意力子层的残差连接", id="missing residual (attention)"),
-        pytest.param(dict(mistake="no_res_ffn"), "少了 FFN 子层的残差连接", id="missing residual (FFN)"),
-        pytest.param(dict(mistake="post_ln"), "Post-LN", id="post-LN instead of pre-LN"),
-        pytest.param(dict(mistake="no_causal"), "因果掩码", id="no causal mask"),
-        pytest.param(dict(mistake="inverted"), "方向", id="causal mask inverted"),
-        pytest.param(dict(mistake="res_from_norm"), "归一化之前的 x", id="residual from the normalised x"),
-        pytest.param(dict(mistake="parallel"), "串行", id="parallel sublayers"),
-        pytest.param(dict(mistake="norm1_twice"), "norm2", id="norm1 used twice"),
-        pytest.param(dict(ln_names=("ln1", "ln2")), "缺少属性 norm1", id="other names"),
-    ],
-)
-def test_transformer_block_rejects(kwargs, keyword, capsys):
-    assert_rejects(ex.check_transformer_block, make_block(**kwargs), keyword, capsys)
+# ---------------------------------------------------------------------------
+# block mistakes
 
 
-def make_gpt(mistake=None, block=None, names=("norm_f",), tie=False):
-    Block = block or make_block()
+class NoResidualAttention(Block):
+    def forward(self, x):
+        x = self.attn(self.norm1(x))
+        return x + self.ffn(self.norm2(x))
 
-    class GPT(nn.Module):
-        def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
-            super().__init__()
-            self.tok_emb = nn.Embedding(vocab_size, d_model)
-            self.pos_emb = nn.Embedding(context_length, d_model)
-            self.blocks = nn.ModuleList(Block(d_model, num_heads) for _ in range(num_layers))
-            setattr(self, names[0], nn.LayerNorm(d_model))
-            self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
-            if tie:
-                self.lm_head.weight = self.tok_emb.weight
 
-        def forward(self, input_ids):
-            N, L = input_ids.shape
-            pos = input_ids if mistake == "pos_by_id" else torch.arange(L)
-            x = self.tok_emb(input_ids) + (0 if mistake == "no_pos" else self.pos_emb(pos))
-            h = x
-            for blk in self.blocks:
-                h = blk(x if mistake == "same_input" else h)
-            if mistake != "no_norm_f":
-                h = getattr(self, names[0])(h)
-            logits = self.lm_head(h)
-            if mistake == "softmax":
-                return torch.softmax(logits, -1)
-            if mistake == "last":
-                return logits[:, -1]
-            if mistake == "flat":
-                return logits.view(N * L, -1)
-            if mistake == "tuple":
-                return logits, None
+class NoResidualFFN(Block):
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return self.ffn(self.norm2(x))
+
+
+class NoResidual(Block):
+    def forward(self, x):
+        return self.ffn(self.norm2(self.attn(self.norm1(x))))
+
+
+class PostLN(Block):
+    def forward(self, x):
+        x = self.norm1(x + self.attn(x))
+        return self.norm2(x + self.ffn(x))
+
+
+class NoCausalMask(Block):
+    def attn(self, h):
+        return self.self_attn(h, h, h)
+
+
+class InvertedMask(Block):
+    def attn(self, h):
+        return self.self_attn(h, h, h, attn_mask=~tc.causal_mask(h.size(1)))
+
+
+class ResidualFromNorm(Block):
+    def forward(self, x):
+        h = self.norm1(x)
+        x = h + self.attn(h)
+        h = self.norm2(x)
+        return h + self.ffn(h)
+
+
+class Parallel(Block):
+    def forward(self, x):
+        return x + self.attn(self.norm1(x)) + self.ffn(self.norm2(x))
+
+
+class Norm1Twice(Block):
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.ffn(self.norm1(x))
+
+
+class NoNorm2(Block):
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.ffn(x)
+
+
+class NoNorms(Block):
+    def forward(self, x):
+        x = x + self.attn(x)
+        return x + self.ffn(x)
+
+
+class FloatTrilMask(Block):
+    """A float 0/1 tril fed as a mask: with SDPA it would be added, not a mask."""
+
+    def attn(self, h):
+        L = h.size(1)
+        mask = torch.ones(L, L).tril()
+        q = k = v = h
+        sa = self.self_attn
+        split = lambda t: t.view(t.size(0), L, sa.num_heads, -1).transpose(1, 2)  # noqa: E731
+        out = F.scaled_dot_product_attention(split(sa.q_proj(q)), split(sa.k_proj(k)), split(sa.v_proj(v)),
+                                             attn_mask=mask)  # fmt: skip
+        return sa.out_proj(out.transpose(1, 2).reshape(h.shape))
+
+
+class OtherNames(Block):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.ln1 = self.norm1
+        del self.norm1
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.ffn(self.norm2(x))
+
+
+class BiasFreeFFN(Block):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.ffn = tc.FeedForward(d_model, 4 * d_model, activation="gelu", bias=False)
+
+
+class BiasFreeAttention(Block):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.self_attn = tc.MultiHeadAttention(d_model, num_heads, bias=False)
+
+
+class SmallEps(Block):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model, eps=1e-6), nn.LayerNorm(d_model, eps=1e-6)
+
+
+class NoAffineNorm(Block):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.norm1 = nn.LayerNorm(d_model, elementwise_affine=False)
+
+
+class WithDropout(Block):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.drop(super().forward(x))
+
+
+def block_check(cls, keyword, id):
+    return pytest.param(ex.check_transformer_block, cls, keyword, id=id)
+
+
+BLOCK_REJECTS = [
+    block_check(NoResidualAttention, "少了注意力子层的残差连接", "missing residual (attention)"),
+    block_check(NoResidualFFN, "少了 FFN 子层的残差连接", "missing residual (FFN)"),
+    block_check(NoResidual, "两个子层都少了残差连接", "no residual at all"),
+    block_check(PostLN, "Post-LN", "post-LN instead of pre-LN"),
+    block_check(NoCausalMask, "因果掩码", "no causal mask"),
+    block_check(InvertedMask, "方向", "causal mask inverted"),
+    block_check(ResidualFromNorm, "归一化之前的 x", "residual from the normalised x"),
+    block_check(Parallel, "串行", "parallel sublayers"),
+    block_check(Norm1Twice, "用了两次 norm1", "norm1 used twice"),
+    block_check(NoNorm2, "忘了 norm2", "no norm2"),
+    block_check(NoNorms, "没有用 norm1 和 norm2", "no norms"),
+    block_check(FloatTrilMask, "因果", "float tril as the mask"),
+    block_check(OtherNames, "缺少参数 norm1.weight", "other names"),
+    block_check(BiasFreeFFN, "缺少偏置", "bias-free FFN"),
+    block_check(BiasFreeAttention, "缺少偏置", "bias-free attention"),
+    block_check(SmallEps, "eps", "LayerNorm(eps=1e-6)"),
+    block_check(NoAffineNorm, "缺少参数 norm1.weight", "LayerNorm without γ/β"),
+    block_check(WithDropout, "dropout", "dropout"),
+]
+
+
+# ---------------------------------------------------------------------------
+# GPT
+
+
+class GPT(nn.Module):
+    """A learner's GPT: tied head, learned positions."""
+
+    block = Block
+
+    def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(context_length, d_model)
+        self.blocks = nn.ModuleList(self.block(d_model, num_heads) for _ in range(num_layers))
+        self.norm_f = nn.LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+
+    def embed(self, input_ids):
+        return self.tok_emb(input_ids) + self.pos_emb(torch.arange(input_ids.size(1)))
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.norm_f(x))
+
+
+class GPTTiedOtherWay(GPT):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.lm_head = nn.Linear(self.tok_emb.embedding_dim, self.tok_emb.num_embeddings, bias=False)
+        self.tok_emb.weight = self.lm_head.weight
+
+
+class GPTNanoStyle(GPT):
+    """Mask buffers in the blocks, forward(idx, targets=None): the loss only when
+    targets are given."""
+
+    block = BlockMaskBuffer
+
+    def forward(self, idx, targets=None):
+        logits = super().forward(idx)
+        if targets is None:
             return logits
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
-    return GPT
+
+class GPTListReturn(GPT):
+    def forward(self, input_ids):
+        return [super().forward(input_ids), None]
+
+
+class GPTLogitsAndLoss(GPT):
+    def forward(self, input_ids):
+        return super().forward(input_ids), None
+
+
+class MiniGPTModules(nn.Module):
+    """tc.MiniGPT's own modules under the exercise's contract."""
+
+    def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
+        super().__init__()
+        cfg = tc.GPTConfig(vocab_size, context_length=context_length, d_model=d_model, num_heads=num_heads,
+                           num_layers=num_layers)  # fmt: skip
+        gpt = tc.MiniGPT(cfg)
+        self.tok_emb, self.pos_emb = gpt.tok_emb, gpt.pos_emb.embedding
+        self.blocks, self.norm_f, self.lm_head = gpt.blocks, gpt.norm_f, gpt.lm_head
+        self.gpt = [gpt]  # not a submodule: its parameters are the ones above
+
+    def forward(self, input_ids):
+        return self.gpt[0](input_ids)[0]
 
 
 class GPTSkeleton(nn.Module):
@@ -132,44 +289,153 @@ class GPTSkeleton(nn.Module):
         pass
 
 
-class MiniGPTModules(nn.Module):
-    """tc.MiniGPT's own modules under the exercise's contract: the same names, with the
-    learned position table itself as pos_emb."""
-
-    def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
-        super().__init__()
-        cfg = tc.GPTConfig(vocab_size=vocab_size, context_length=context_length, d_model=d_model,
-                           num_heads=num_heads, num_layers=num_layers, dropout=0.0,
-                           positional="learned", activation="gelu")  # fmt: skip
-        gpt = tc.MiniGPT(cfg)
-        self.tok_emb, self.pos_emb = gpt.tok_emb, gpt.pos_emb.embedding
-        self.blocks, self.norm_f, self.lm_head = gpt.blocks, gpt.norm_f, gpt.lm_head
-        self.gpt = [gpt]  # not a submodule: its parameters are the ones above
-
-    def forward(self, input_ids):
-        return self.gpt[0](input_ids)
-
-
-def test_gpt(capsys):
-    for cls in (make_gpt(), make_gpt(tie=True), make_gpt(mistake="tuple"), MiniGPTModules):
+def test_gpt_accepts(capsys):
+    for cls in (GPT, GPTTiedOtherWay, GPTNanoStyle, MiniGPTModules):
         assert_passes(ex.check_gpt, cls, capsys)
     assert_skeleton(ex.check_gpt, GPTSkeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "kwargs, keyword",
-    [
-        pytest.param(dict(mistake="no_pos"), "忘了加位置嵌入", id="no position embedding"),
-        pytest.param(dict(mistake="pos_by_id"), "torch.arange(L)", id="positions looked up by token id"),
-        pytest.param(dict(mistake="no_norm_f"), "norm_f", id="no final norm"),
-        pytest.param(dict(mistake="softmax"), "未经 softmax", id="returns probabilities"),
-        pytest.param(dict(mistake="same_input"), "上一个块的输出", id="every block gets the embeddings"),
-        pytest.param(dict(mistake="last"), "只返回了最后一个位置", id="last position only"),
-        pytest.param(dict(mistake="flat"), "展平", id="flattened logits"),
-        pytest.param(dict(block=make_block("no_causal")), "因果掩码", id="block without causal mask"),
-        pytest.param(dict(block=make_block("post_ln")), "check_transformer_block", id="post-LN block"),
-        pytest.param(dict(names=("ln_final",)), "缺少属性 norm_f", id="other names"),
-    ],
-)
-def test_gpt_rejects(kwargs, keyword, capsys):
-    assert_rejects(ex.check_gpt, make_gpt(**kwargs), keyword, capsys)
+class NoPositions(GPT):
+    def embed(self, input_ids):
+        return self.tok_emb(input_ids)
+
+
+class PositionsById(GPT):
+    def embed(self, input_ids):
+        return self.tok_emb(input_ids) + self.pos_emb(input_ids)
+
+
+class PositionsFrom1(GPT):
+    def embed(self, input_ids):
+        return self.tok_emb(input_ids) + self.pos_emb.weight[1 : input_ids.size(1) + 1]
+
+
+class LastPositions(GPT):
+    def embed(self, input_ids):
+        return self.tok_emb(input_ids) + self.pos_emb.weight[-input_ids.size(1) :]
+
+
+class NoFinalNorm(GPT):
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(x)
+
+
+class Probabilities(GPT):
+    def forward(self, input_ids):
+        return super().forward(input_ids).softmax(-1)
+
+
+class SameInput(GPT):
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        h = x
+        for block in self.blocks:
+            h = block(x)
+        return self.lm_head(self.norm_f(h))
+
+
+class LastOnly(GPT):
+    def forward(self, input_ids):
+        return super().forward(input_ids)[:, -1]
+
+
+class Flattened(GPT):
+    def forward(self, input_ids):
+        return super().forward(input_ids).flatten(0, 1)
+
+
+class WithoutCausal(GPT):
+    block = NoCausalMask
+
+
+class WithPostLN(GPT):
+    block = PostLN
+
+
+class UntiedHead(GPT):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.lm_head = nn.Linear(self.tok_emb.embedding_dim, self.tok_emb.num_embeddings, bias=False)
+
+
+class RepeatedBlock(GPT):
+    def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
+        super().__init__(vocab_size, context_length, d_model, num_heads, num_layers)
+        self.blocks = nn.ModuleList([Block(d_model, num_heads)] * num_layers)
+
+
+class BiasFreeFFNGPT(GPT):
+    block = BiasFreeFFN
+
+
+class FinalNormNamedLnF(GPT):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.ln_f = self.norm_f
+        del self.norm_f
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+class SwappedSizes(GPT):
+    def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
+        super().__init__(context_length, vocab_size, d_model, num_heads, num_layers)
+
+
+def gpt_check(cls, keyword, id):
+    return pytest.param(ex.check_gpt, cls, keyword, id=id)
+
+
+GPT_REJECTS = [
+    gpt_check(NoPositions, "忘了加位置嵌入", "no position embedding"),
+    gpt_check(PositionsById, "不是按 token id", "positions looked up by token id (crashes)"),
+    gpt_check(PositionsFrom1, "位置应从 0 开始", "positions 1..L"),
+    gpt_check(LastPositions, "最后 L 行", "the table's last L rows"),
+    gpt_check(NoFinalNorm, "norm_f", "no final norm"),
+    gpt_check(Probabilities, "未经 softmax", "returns probabilities"),
+    gpt_check(SameInput, "上一个块的输出", "every block gets the embeddings"),
+    gpt_check(LastOnly, "只返回了最后一个位置", "last position only"),
+    gpt_check(Flattened, "展平", "flattened logits"),
+    gpt_check(WithoutCausal, "因果掩码", "blocks without causal mask"),
+    gpt_check(WithPostLN, "check_transformer_block", "post-LN blocks"),
+    gpt_check(UntiedHead, "共享", "untied lm_head"),
+    gpt_check(RepeatedBlock, "同一个块对象", "one block object repeated"),
+    gpt_check(BiasFreeFFNGPT, "缺少偏置", "bias-free FFN inside"),
+    gpt_check(FinalNormNamedLnF, "缺少参数 norm_f.weight", "other names"),
+    gpt_check(SwappedSizes, "下标越界", "vocab_size and context_length swapped"),
+    gpt_check(GPTLogitsAndLoss, "应只返回 logits", "(logits, loss) returned"),
+    gpt_check(GPTListReturn, "应只返回 logits", "[logits, None] returned"),
+]
+
+REJECTS = BLOCK_REJECTS + GPT_REJECTS
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", REJECTS)
+def test_rejects(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    tables = {
+        "BLOCK_HINTS": blocks_gpt.BLOCK_HINTS,
+        "GPT_HINTS": blocks_gpt.GPT_HINTS,
+        "GPT_CRASHES": blocks_gpt.GPT_CRASHES,
+    }
+    assert_every_hint_reached(tables, REJECTS, capsys)
+
+
+def test_copy_parameters_both_ways():
+    ref = blocks_gpt._gpt_reference(11, 6, 12, 3, 2)
+    mine = GPTNanoStyle(11, 6, 12, 3, 2)  # with mask buffers
+    ex.copy_parameters(ref, mine)
+    ids = torch.randint(11, (2, 6))
+    torch.testing.assert_close(mine.eval()(ids), ref(ids)[0])
+    with pytest.raises(ValueError, match="ln_f"):
+        ex.copy_parameters(ref, FinalNormNamedLnF(11, 6, 12, 3, 2))

@@ -10,8 +10,9 @@ import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import generation_cache
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 # 11. generation
 # ---------------------------------------------------------------------------
@@ -21,8 +22,11 @@ def make_generate(mistake=None):
     def fn(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
         start = idx
         for _ in range(max_new_tokens):
-            ctx = {"no_crop": idx, "first": idx[:, :context_length]}.get(mistake, idx[:, -context_length:])
+            crop = {"no_crop": idx, "first": idx[:, :context_length], "short": idx[:, -context_length + 1 :]}
+            ctx = crop.get(mistake, idx[:, -context_length:])
             logits = model(ctx)
+            if mistake == "unpack":
+                logits, _ = logits  # as if model returned (logits, loss)
             logits = logits[:, 0, :] if mistake == "pos0" else logits[:, -1, :]
             if generator is None and mistake != "always_sample":
                 nxt = logits.argmax(dim=-1, keepdim=True)
@@ -32,8 +36,16 @@ def make_generate(mistake=None):
                 if top_k is not None and mistake != "ignore_top_k":
                     v, _ = torch.topk(logits, top_k)
                     threshold = v[:, [-2]] if mistake == "k_minus_1" else v[:, [-1]]
+                    if mistake == "k_plus_1":
+                        threshold = torch.topk(logits, top_k + 1).values[:, [-1]]
+                    if mistake == "no_keepdim":
+                        threshold = v[:, -1]
                     logits = logits.masked_fill(logits < threshold, float("-inf"))
                 probs = F.softmax(logits, dim=-1)
+                if mistake == "double_softmax":
+                    probs = F.softmax(probs, dim=-1)
+                if mistake == "sample_logits":
+                    probs = logits
                 gen = None if mistake == "no_generator" else generator
                 nxt = torch.multinomial(probs, num_samples=1, generator=gen)
             idx = torch.cat([idx, nxt], dim=1)
@@ -69,22 +81,30 @@ def test_generate(capsys):
     assert_skeleton(ex.check_generate, generate_skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "mistake, keyword",
-    [
-        pytest.param("no_crop", "input_ids[:, -context_length:]", id="generate not cropping the context"),
-        pytest.param("first", "最前面", id="keeps the first tokens"),
-        pytest.param("pos0", "最后一个位置", id="first position's logits"),
-        pytest.param("k_minus_1", "k − 1", id="top-k keeping k-1"),
-        pytest.param("ignore_top_k", "top_k 没有起作用", id="top-k ignored"),
-        pytest.param("no_generator", "generator=generator", id="generator not passed"),
-        pytest.param("always_sample", "argmax", id="samples when greedy"),
-        pytest.param("argmax_always", "按概率抽样", id="greedy when sampling"),
-        pytest.param("new_only", "只返回了新生成的词元", id="returns only the new tokens"),
-    ],
-)
-def test_generate_rejects(mistake, keyword, capsys):
-    assert_rejects(ex.check_generate, make_generate(mistake), keyword, capsys)
+GENERATE_REJECTS = [
+    pytest.param(
+        ex.check_generate,
+        make_generate("no_crop"),
+        "input_ids[:, -context_length:]",
+        id="generate not cropping the context",
+    ),
+    pytest.param(ex.check_generate, make_generate("first"), "最前面", id="keeps the first tokens"),
+    pytest.param(ex.check_generate, make_generate("pos0"), "最后一个位置", id="first position's logits"),
+    pytest.param(ex.check_generate, make_generate("k_minus_1"), "k − 1", id="top-k keeping k-1"),
+    pytest.param(ex.check_generate, make_generate("ignore_top_k"), "top_k 没有起作用", id="top-k ignored"),
+    pytest.param(ex.check_generate, make_generate("no_generator"), "generator=generator", id="generator not passed"),
+    pytest.param(ex.check_generate, make_generate("always_sample"), "argmax", id="samples when greedy"),
+    pytest.param(ex.check_generate, make_generate("argmax_always"), "按概率抽样", id="greedy when sampling"),
+    pytest.param(
+        ex.check_generate, make_generate("new_only"), "只返回了新生成的词元", id="returns only the new tokens"
+    ),
+    pytest.param(ex.check_generate, make_generate("short"), "裁剪多了一个", id="crops one token too many"),
+    pytest.param(ex.check_generate, make_generate("k_plus_1"), "k + 1", id="top-k keeping k+1"),
+    pytest.param(ex.check_generate, make_generate("double_softmax"), "softmax 做了两次", id="softmax twice"),
+    pytest.param(ex.check_generate, make_generate("no_keepdim"), "v[:, [-1]]", id="top-k threshold without keepdim"),
+    pytest.param(ex.check_generate, make_generate("unpack"), "不是 (logits, loss) 元组", id="unpacks model(x)"),
+    pytest.param(ex.check_generate, make_generate("sample_logits"), "非负", id="multinomial on logits"),
+]
 
 
 # ---------------------------------------------------------------------------
@@ -107,6 +127,8 @@ def make_cache(mistake=None):
             dim = {"dim0": 0, "dim1": 1, "dim_last": -1}.get(mistake, -2)
             if self.k is None or mistake == "new_only":
                 self.k, self.v = k, v
+            elif mistake == "transposed_new":
+                self.k, self.v = torch.cat([self.k, k.mT], dim), torch.cat([self.v, v.mT], dim)
             elif mistake == "reversed":
                 self.k, self.v = torch.cat([k, self.k], dim), torch.cat([v, self.v], dim)
             else:
@@ -134,27 +156,17 @@ class CacheSkeleton:
         pass
 
 
-def test_kv_cache(capsys):
-    for cls in (tc.KVCache, make_cache()):
-        assert_passes(ex.check_kv_cache, cls, capsys)
-    assert_skeleton(ex.check_kv_cache, CacheSkeleton, capsys)
-
-
-@pytest.mark.parametrize(
-    "mistake, keyword",
-    [
-        pytest.param("dim0", "dim=0", id="cache concatenated on dim 0"),
-        pytest.param("dim1", "dim=1", id="cache concatenated on dim 1"),
-        pytest.param("dim_last", "最后一维", id="cache concatenated on the last dim"),
-        pytest.param("new_only", "只返回了这一步", id="returns only the new k/v"),
-        pytest.param("reversed", "旧的位置在前", id="new before old"),
-        pytest.param("swapped", "K 和 V 顺序反了", id="(V, K)"),
-        pytest.param("count_updates", "调用次数", id="len counts updates"),
-        pytest.param("shared", "共享", id="class-level storage"),
-    ],
-)
-def test_kv_cache_rejects(mistake, keyword, capsys):
-    assert_rejects(ex.check_kv_cache, make_cache(mistake), keyword, capsys)
+KV_CACHE_REJECTS = [
+    pytest.param(ex.check_kv_cache, make_cache("dim0"), "dim=0", id="cache concatenated on dim 0"),
+    pytest.param(ex.check_kv_cache, make_cache("dim1"), "dim=1", id="cache concatenated on dim 1"),
+    pytest.param(ex.check_kv_cache, make_cache("dim_last"), "最后一维", id="cache concatenated on the last dim"),
+    pytest.param(ex.check_kv_cache, make_cache("new_only"), "只返回了这一步", id="returns only the new k/v"),
+    pytest.param(ex.check_kv_cache, make_cache("reversed"), "旧的位置在前", id="new before old"),
+    pytest.param(ex.check_kv_cache, make_cache("swapped"), "K 和 V 顺序反了", id="(V, K)"),
+    pytest.param(ex.check_kv_cache, make_cache("count_updates"), "调用次数", id="len counts updates"),
+    pytest.param(ex.check_kv_cache, make_cache("shared"), "共享", id="class-level storage"),
+    pytest.param(ex.check_kv_cache, make_cache("transposed_new"), "拼接的维度不对", id="cat of mismatched shapes"),
+]
 
 
 def generate_float(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
@@ -191,23 +203,41 @@ def make_cache_returning(result):
     return Cache
 
 
-@pytest.mark.parametrize(
-    "checker, candidate, keyword",
-    [
-        pytest.param(ex.check_generate, generate_float, "torch.long", id="generate: float ids"),
-        pytest.param(ex.check_generate, generate_changed_prompt, "原样是输入 input_ids", id="generate: prompt changed"),
-        pytest.param(ex.check_generate, generate_hot, "对照：裁剪", id="generate: unknown sampling mistake"),
-        pytest.param(ex.check_kv_cache, CacheWithoutUpdate, "缺少方法 update", id="kv cache: no update"),
-        pytest.param(
-            ex.check_kv_cache, make_cache_returning(lambda k, v: (k, v, k)), "两个张量", id="kv cache: three values"
-        ),
-        pytest.param(
-            ex.check_kv_cache,
-            make_cache_returning(lambda k, v: (2 * k, 2 * v)),
-            "逐次拼接的结果不一致",
-            id="kv cache: wrong values",
-        ),
-    ],
-)
-def test_rejects_more_mistakes(checker, candidate, keyword, capsys):
+MORE_REJECTS = [
+    pytest.param(ex.check_generate, generate_float, "torch.long", id="generate: float ids"),
+    pytest.param(ex.check_generate, generate_changed_prompt, "原样是输入 input_ids", id="generate: prompt changed"),
+    pytest.param(ex.check_generate, generate_hot, "对照：裁剪", id="generate: unknown sampling mistake"),
+    pytest.param(ex.check_kv_cache, CacheWithoutUpdate, "缺少方法 update", id="kv cache: no update"),
+    pytest.param(
+        ex.check_kv_cache, make_cache_returning(lambda k, v: (k, v, k)), "两个张量", id="kv cache: three values"
+    ),
+    pytest.param(
+        ex.check_kv_cache,
+        make_cache_returning(lambda k, v: (2 * k, 2 * v)),
+        "逐次拼接的结果不一致",
+        id="kv cache: wrong values",
+    ),
+]
+
+
+REJECTS = GENERATE_REJECTS + KV_CACHE_REJECTS + MORE_REJECTS
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", REJECTS)
+def test_rejects(checker, candidate, keyword, capsys):
     assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    tables = {
+        "GENERATE_HINTS": generation_cache.GENERATE_HINTS,
+        "GENERATE_CRASHES": generation_cache.GENERATE_CRASHES,
+        "CACHE_CRASHES": generation_cache.CACHE_CRASHES,
+    }
+    assert_every_hint_reached(tables, REJECTS, capsys)
+
+
+def test_kv_cache(capsys):
+    for cls in (tc.KVCache, make_cache(), make_cache_returning(lambda k, v: [k, v])):
+        assert_passes(ex.check_kv_cache, cls, capsys)
+    assert_skeleton(ex.check_kv_cache, CacheSkeleton, capsys)

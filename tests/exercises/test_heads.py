@@ -1,59 +1,84 @@
-"""Multi-head attention.
-
-Each checker accepts correct implementations written in different styles with one "✓"
-line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
-hand-written wrong implementations with a Chinese hint that names the mistake."""
+"""Multi-head attention: correct variants pass, hand-written learner mistakes are
+rejected with a hint that names them, every hint-table entry is reached."""
 
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import heads
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
-# 3. multi-head attention
-# ---------------------------------------------------------------------------
+NEG = float("-inf")
 
 
-def make_mha(split="ok", merge="ok", scale="head", dim=-1, masking="ok", out_proj=True, source="ok",
-             heads=None, bias=True, names=("q_proj", "k_proj", "v_proj", "out_proj")):  # fmt: skip
-    class Candidate(nn.Module):
-        def __init__(self, d_model, num_heads):
-            super().__init__()
-            self.h = num_heads if heads is None else heads
-            for n in names:
-                setattr(self, n, nn.Linear(d_model, d_model, bias=bias))
-            self.lin = [getattr(self, n) for n in names]
+class MHA(nn.Module):
+    """A learner's multi-head attention, written the usual way."""
 
-        def forward(self, Q, K, V, attn_mask=None):
-            N, L, E = Q.shape
-            H, D = self.h, E // self.h
-            if source == "q":
-                K = V = Q
-            q, k, v = (lin(x) for lin, x in zip(self.lin[:3], (Q, K, V), strict=True))
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h, self.d = num_heads, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
 
-            def split_heads(x):
-                if split == "view":
-                    return x.reshape(N, H, x.size(1), D)
-                return x.view(N, x.size(1), H, D).transpose(1, 2)
+    def split(self, x):  # (N, T, E) -> (N, H, T, D)
+        return x.view(x.size(0), x.size(1), self.h, self.d).transpose(1, 2)
 
-            q, k, v = split_heads(q), split_heads(k), split_heads(v)
-            scores = q @ k.transpose(-2, -1)
-            if scale == "head":
-                scores = scores / math.sqrt(D)
-            elif scale == "model":
-                scores = scores / math.sqrt(E)
-            if attn_mask is not None and masking != "ignored":
-                scores = scores.masked_fill(~attn_mask if masking == "ok" else attn_mask, float("-inf"))
-            out = torch.softmax(scores, dim=dim) @ v
-            out = out.reshape(N, L, E) if merge == "view" else out.transpose(1, 2).reshape(N, L, E)
-            return self.lin[3](out) if out_proj else out
+    def merge(self, x):  # (N, H, L, D) -> (N, L, E)
+        return x.transpose(1, 2).reshape(x.size(0), x.size(2), self.h * self.d)
 
-    return Candidate
+    def attend(self, q, k, v, attn_mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d)
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, NEG)
+        return torch.softmax(scores, dim=-1) @ v
+
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.k_proj(K)), self.split(self.v_proj(V))
+        return self.out_proj(self.merge(self.attend(q, k, v, attn_mask)))
+
+
+class MHAEinsumLoop(nn.Module):
+    """Another style: a loop over heads with channel slices and einsum."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h = num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.q_proj(Q), self.k_proj(K), self.v_proj(V)
+        D = q.size(-1) // self.h
+        outs = []
+        for i in range(self.h):
+            sl = slice(i * D, (i + 1) * D)
+            s = torch.einsum("nld,nsd->nls", q[..., sl], k[..., sl]) / D**0.5
+            if attn_mask is not None:
+                s = s.masked_fill(~attn_mask, NEG)
+            outs.append(torch.einsum("nls,nsd->nld", s.softmax(-1), v[..., sl]))
+        return self.out_proj(torch.cat(outs, dim=-1))
+
+
+class MHASdpaTuple(MHA):
+    """unflatten/permute, torch's SDPA, and (output, None) returned."""
+
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = (p(x).unflatten(-1, (self.h, self.d)).permute(0, 2, 1, 3)
+                   for p, x in ((self.q_proj, Q), (self.k_proj, K), (self.v_proj, V)))  # fmt: skip
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return self.out_proj(out.permute(0, 2, 1, 3).flatten(2)), None
+
+
+def test_multi_head_attention_accepts(capsys):
+    for cls in (tc.MultiHeadAttention, MHA, MHAEinsumLoop, MHASdpaTuple):
+        assert_passes(ex.check_multi_head_attention, cls, capsys)
 
 
 class MHASkeleton(nn.Module):
@@ -77,33 +102,172 @@ class MHANoSuper(nn.Module):
         pass
 
 
-def test_multi_head_attention_accepts(capsys):
-    # the package's own class under the same names
-    for cls in (tc.MultiHeadAttention, make_mha(), make_mha(bias=False)):
-        assert_passes(ex.check_multi_head_attention, cls, capsys)
-
-
 @pytest.mark.parametrize("skeleton", [MHASkeleton, MHAInitNotImplemented, MHANoSuper])
 def test_multi_head_attention_skeleton(skeleton, capsys):
     assert_skeleton(ex.check_multi_head_attention, skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "kwargs, keyword",
-    [
-        pytest.param(dict(merge="view"), "合并多头时没有先转置", id="heads merged without transposing"),
-        pytest.param(dict(split="view"), "拆分多头时直接 view", id="heads split without transposing"),
-        pytest.param(dict(split="view", merge="view"), "都少了转置", id="split and merge without transposing"),
-        pytest.param(dict(scale="none"), "没有除以 √d_k", id="missing scale"),
-        pytest.param(dict(scale="model"), "√d_model", id="scale by sqrt(d_model)"),
-        pytest.param(dict(dim=-2), "softmax 的 dim", id="softmax on the wrong axis"),
-        pytest.param(dict(out_proj=False), "out_proj", id="no output projection"),
-        pytest.param(dict(source="q"), "都用 Q 算了", id="K and V projected from Q"),
-        pytest.param(dict(masking="inverted"), "掩码方向可能反了", id="mask inverted"),
-        pytest.param(dict(masking="ignored"), "掩码没有起作用", id="mask ignored"),
-        pytest.param(dict(heads=1), "没有拆分多头", id="a single head"),
-        pytest.param(dict(names=("W_q", "W_k", "W_v", "W_o")), "缺少属性 q_proj", id="other names"),
-    ],
-)
-def test_multi_head_attention_rejects(kwargs, keyword, capsys):
-    assert_rejects(ex.check_multi_head_attention, make_mha(**kwargs), keyword, capsys)
+# ---------------------------------------------------------------------------
+# learner mistakes
+
+
+class MergeWithoutTranspose(MHA):
+    def merge(self, x):
+        return x.reshape(x.size(0), x.size(2), -1)
+
+
+class SplitWithoutTranspose(MHA):
+    def split(self, x):
+        return x.reshape(x.size(0), self.h, x.size(1), self.d)
+
+
+class NeitherTransposed(SplitWithoutTranspose):
+    def merge(self, x):
+        return x.reshape(x.size(0), x.size(2), -1)
+
+
+class OneHead(MHA):
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.q_proj(Q), self.k_proj(K), self.v_proj(V)
+        s = q @ k.mT / math.sqrt(q.size(-1))
+        if attn_mask is not None:
+            s = s.masked_fill(~attn_mask, NEG)
+        return self.out_proj(s.softmax(-1) @ v)
+
+
+class NoScale(MHA):
+    def attend(self, q, k, v, attn_mask):
+        s = q @ k.transpose(-2, -1)
+        return (s if attn_mask is None else s.masked_fill(~attn_mask, NEG)).softmax(-1) @ v
+
+
+class ScaleByModel(MHA):
+    def attend(self, q, k, v, attn_mask):
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.h * self.d)
+        return (s if attn_mask is None else s.masked_fill(~attn_mask, NEG)).softmax(-1) @ v
+
+
+class SoftmaxOverQueries(MHA):
+    def attend(self, q, k, v, attn_mask):
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d)
+        return (s if attn_mask is None else s.masked_fill(~attn_mask, NEG)).softmax(-2) @ v
+
+
+class NoOutProj(MHA):
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.k_proj(K)), self.split(self.v_proj(V))
+        return self.merge(self.attend(q, k, v, attn_mask))
+
+
+class KVFromQuery(MHA):
+    def forward(self, Q, K, V, attn_mask=None):
+        return super().forward(Q, Q, Q, attn_mask)
+
+
+class QProjForAll(MHA):
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.q_proj(K)), self.split(self.q_proj(V))
+        return self.out_proj(self.merge(self.attend(q, k, v, attn_mask)))
+
+
+class MaskInverted(MHA):
+    def attend(self, q, k, v, attn_mask):
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d)
+        return (s if attn_mask is None else s.masked_fill(attn_mask, -1e9)).softmax(-1) @ v
+
+
+class MaskIgnored(MHA):
+    def attend(self, q, k, v, attn_mask):
+        return super().attend(q, k, v, None)
+
+
+class SplitWithQueryLength(MHA):
+    def forward(self, Q, K, V, attn_mask=None):
+        N, L, E = Q.shape
+
+        def split(x):
+            return x.view(N, L, self.h, self.d).transpose(1, 2)  # L of Q, also for K and V
+
+        q, k, v = split(self.q_proj(Q)), split(self.k_proj(K)), split(self.v_proj(V))
+        return self.out_proj(self.merge(self.attend(q, k, v, attn_mask)))
+
+
+class ViewAfterTranspose(MHA):
+    def merge(self, x):
+        return x.transpose(1, 2).view(x.size(0), x.size(2), -1)
+
+
+class HeadsNotMerged(MHA):
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.k_proj(K)), self.split(self.v_proj(V))
+        return self.attend(q, k, v, attn_mask)
+
+
+class NoBias(MHA):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+
+
+class OtherNames(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, Q, K, V, attn_mask=None):
+        return Q
+
+
+class WithDropout(MHA):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.drop = nn.Dropout(0.1)
+
+    def attend(self, q, k, v, attn_mask):
+        return self.drop(super().attend(q, k, v, attn_mask))
+
+
+class ThreeValues(MHA):
+    def forward(self, Q, K, V, attn_mask=None):
+        return Q, K, V
+
+
+def check(cls, keyword, id):
+    return pytest.param(ex.check_multi_head_attention, cls, keyword, id=id)
+
+
+REJECTS = [
+    check(MergeWithoutTranspose, "合并多头时没有先转置", "heads merged without transposing"),
+    check(SplitWithoutTranspose, "拆分多头时直接 view", "heads split without transposing"),
+    check(NeitherTransposed, "都少了转置", "split and merge without transposing"),
+    check(OneHead, "没有拆分多头", "a single head"),
+    check(NoScale, "没有除以 √d_k", "missing scale"),
+    check(ScaleByModel, "√d_model", "scaled by d_model"),
+    check(SoftmaxOverQueries, "softmax 的 dim", "softmax over queries"),
+    check(NoOutProj, "输出投影", "no output projection"),
+    check(KVFromQuery, "K 和 V 都用 Q 算了", "K and V from Q"),
+    check(QProjForAll, "也用 q_proj 投影了", "q_proj used for K and V"),
+    check(MaskInverted, "掩码方向可能反了", "mask inverted"),
+    check(MaskIgnored, "掩码没有起作用", "mask ignored"),
+    check(SplitWithQueryLength, "K.size(1)", "K split with the query length"),
+    check(ViewAfterTranspose, "不再连续", ".view after .transpose"),
+    check(HeadsNotMerged, "合并多头", "heads not merged"),
+    check(NoBias, "应带偏置", "bias-free projection"),
+    check(OtherNames, "缺少属性 q_proj", "other names"),
+    check(WithDropout, "dropout", "dropout"),
+    check(ThreeValues, "torch.Tensor", "three values"),
+]
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", REJECTS)
+def test_rejects(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    assert_every_hint_reached({"MHA_HINTS": heads.MHA_HINTS, "MHA_CRASHES": heads.MHA_CRASHES}, REJECTS, capsys)
+
+
+def test_instance_instead_of_class():
+    with pytest.raises(ex.ExerciseError, match="类本身"):
+        ex.check_multi_head_attention(MHA(12, 3))

@@ -11,8 +11,9 @@ from torch import nn
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import norms_ffn
 
-from .support import GeluFeedForward, assert_passes, assert_rejects, assert_skeleton
+from .support import GeluFeedForward, assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 # 4. layer norm
 # ---------------------------------------------------------------------------
@@ -29,13 +30,16 @@ def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=T
 
         def forward(self, x):
             g, b = getattr(self, names[0]), getattr(self, names[1])
-            dim = 0 if mistake == "dim0" else -1
-            mean = x.mean(dim, keepdim=True)
-            var = x.var(dim, keepdim=True, unbiased=mistake == "unbiased")
+            dim = {"dim0": 0, "dim1": 1, "all": tuple(range(1, x.dim()))}.get(mistake, -1)
+            keep = mistake != "no_keepdim"
+            mean = x.mean(dim, keepdim=keep)
+            var = x.var(dim, keepdim=keep, unbiased=mistake == "unbiased")
             if mistake == "std_eps":
                 y = (x - mean) / (var.sqrt() + self.eps)
             elif mistake == "no_eps":
                 y = (x - mean) / var.sqrt()
+            elif mistake == "no_sqrt":
+                y = (x - mean) / (var + self.eps)
             elif mistake == "no_center":
                 y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
             else:
@@ -44,6 +48,8 @@ def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=T
                 return y
             if mistake == "swapped":
                 return y * b + g
+            if mistake == "shift_then_scale":
+                return (y + b) * g
             return y * g + b
 
     return Candidate
@@ -58,45 +64,53 @@ class LNSkeleton(nn.Module):
 
 
 def test_layer_norm(capsys):
-    for cls in (tc.LayerNorm, make_ln()):
+    for cls in (tc.LayerNorm, nn.LayerNorm, make_ln()):
         assert_passes(ex.check_layer_norm, cls, capsys)
     assert_skeleton(ex.check_layer_norm, LNSkeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "kwargs, keyword",
-    [
-        pytest.param(dict(mistake="unbiased"), "无偏", id="unbiased variance"),
-        pytest.param(dict(mistake="std_eps"), "eps 应加在根号里面", id="eps outside the square root"),
-        pytest.param(dict(mistake="no_eps"), "忘了在根号里加 eps", id="no eps"),
-        pytest.param(dict(mistake="dim0"), "归一化的维度不对", id="normalised over dim 0"),
-        pytest.param(dict(mistake="no_center"), "没有减去均值", id="no mean subtracted"),
-        pytest.param(dict(mistake="no_affine"), "γ 和 β", id="gamma and beta unused"),
-        pytest.param(dict(mistake="swapped"), "用反了", id="gamma and beta swapped"),
-        pytest.param(dict(mistake="eps_ignored"), "构造函数传入的 eps", id="eps argument ignored"),
-        pytest.param(dict(parameter=False), "nn.Parameter", id="plain tensors"),
-        pytest.param(dict(init=(0.0, 0.0)), "初始值", id="gamma initialised to 0"),
-        pytest.param(dict(names=("scale", "shift")), "缺少可学习参数", id="other names"),
-        pytest.param(dict(names=("gamma", "beta")), "缺少可学习参数", id="gamma and beta instead of weight and bias"),
-    ],
-)
-def test_layer_norm_rejects(kwargs, keyword, capsys):
-    assert_rejects(ex.check_layer_norm, make_ln(**kwargs), keyword, capsys)
+LAYER_NORM_REJECTS = [
+    pytest.param(ex.check_layer_norm, make_ln(mistake="unbiased"), "无偏", id="unbiased variance"),
+    pytest.param(
+        ex.check_layer_norm, make_ln(mistake="std_eps"), "eps 应加在根号里面", id="eps outside the square root"
+    ),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="no_eps"), "忘了在根号里加 eps", id="no eps"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="dim0"), "归一化的维度不对", id="normalised over dim 0"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="no_center"), "没有减去均值", id="no mean subtracted"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="no_affine"), "γ 和 β", id="gamma and beta unused"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="swapped"), "用反了", id="gamma and beta swapped"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="eps_ignored"), "构造函数传入的 eps", id="eps argument ignored"),
+    pytest.param(ex.check_layer_norm, make_ln(parameter=False), "nn.Parameter", id="plain tensors"),
+    pytest.param(ex.check_layer_norm, make_ln(init=(0.0, 0.0)), "初始值", id="gamma initialised to 0"),
+    pytest.param(ex.check_layer_norm, make_ln(names=("scale", "shift")), "缺少可学习参数", id="other names"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="no_sqrt"), "忘了开根号", id="no square root"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="dim1"), "不是第 1 维", id="normalised over dim 1"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="all"), "不要把其它维也算进去", id="normalised over all dims"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="shift_then_scale"), "先加 β 再乘 γ", id="(x̂ + β)γ"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="no_keepdim"), "keepdim=True", id="no keepdim"),
+    pytest.param(
+        ex.check_layer_norm,
+        make_ln(names=("gamma", "beta")),
+        "缺少可学习参数",
+        id="gamma and beta instead of weight and bias",
+    ),
+]
 
 
 # 7. FFN and SwiGLU
 # ---------------------------------------------------------------------------
 
 
-def make_ffn(act=F.gelu, twice=False, residual=False, names=("w1", "w2")):
+def make_ffn(act=F.gelu, twice=False, residual=False, names=("w1", "w2"), bias=True, dropout=0.0):
     class Candidate(nn.Module):
         def __init__(self, d_model, d_ff):
             super().__init__()
-            setattr(self, names[0], nn.Linear(d_model, d_ff))
+            setattr(self, names[0], nn.Linear(d_model, d_ff, bias=bias))
             setattr(self, names[1], nn.Linear(d_ff, d_model))
+            self.drop = nn.Dropout(dropout)
 
         def forward(self, x):
-            out = getattr(self, names[1])(act(getattr(self, names[0])(x)))
+            out = self.drop(getattr(self, names[1])(act(getattr(self, names[0])(x))))
             out = act(out) if twice else out
             return x + out if residual else out
 
@@ -118,20 +132,24 @@ def test_feed_forward(capsys):
     assert_skeleton(ex.check_feed_forward, FFNSkeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "kwargs, keyword",
-    [
-        pytest.param(dict(act=F.relu), "ReLU", id="ReLU instead of GELU"),
-        pytest.param(dict(act=nn.GELU(approximate="tanh")), "tanh 近似", id="tanh GELU"),
-        pytest.param(dict(act=lambda t: t), "缺少激活函数", id="no activation"),
-        pytest.param(dict(twice=True), "w2 之后", id="activation after w2 too"),
-        pytest.param(dict(residual=True), "不含残差", id="residual inside the FFN"),
-        pytest.param(dict(act=F.silu), "SiLU", id="SiLU"),
-        pytest.param(dict(names=("fc1", "fc2")), "缺少属性 w1", id="other names"),
-    ],
-)
-def test_feed_forward_rejects(kwargs, keyword, capsys):
-    assert_rejects(ex.check_feed_forward, make_ffn(**kwargs), keyword, capsys)
+FEED_FORWARD_REJECTS = [
+    pytest.param(ex.check_feed_forward, make_ffn(act=F.relu), "ReLU", id="ReLU instead of GELU"),
+    pytest.param(ex.check_feed_forward, make_ffn(act=nn.GELU(approximate="tanh")), "tanh 近似", id="tanh GELU"),
+    pytest.param(ex.check_feed_forward, make_ffn(act=lambda t: t), "缺少激活函数", id="no activation"),
+    pytest.param(ex.check_feed_forward, make_ffn(twice=True), "w2 之后", id="activation after w2 too"),
+    pytest.param(ex.check_feed_forward, make_ffn(residual=True), "不含残差", id="residual inside the FFN"),
+    pytest.param(ex.check_feed_forward, make_ffn(act=F.silu), "SiLU", id="SiLU"),
+    pytest.param(ex.check_feed_forward, make_ffn(names=("fc1", "fc2")), "缺少属性 w1", id="other names"),
+    pytest.param(ex.check_feed_forward, make_ffn(act=torch.sigmoid), "sigmoid；", id="sigmoid"),
+    pytest.param(
+        ex.check_feed_forward,
+        make_ffn(act=lambda h: h * torch.sigmoid(1.702 * h)),
+        "sigmoid 近似",
+        id="sigmoid approximation of GELU",
+    ),
+    pytest.param(ex.check_feed_forward, make_ffn(bias=False), "应带偏置", id="bias-free w1"),
+    pytest.param(ex.check_feed_forward, make_ffn(dropout=0.1), "dropout", id="nanoGPT dropout"),
+]
 
 
 def make_swiglu(mistake=None, bias=False):
@@ -152,6 +170,8 @@ def make_swiglu(mistake=None, bias=False):
                 "no_gate": lambda: F.silu(a),
                 "sum": lambda: F.silu(a) + b,
                 "after": lambda: F.silu(a * b),
+                "relu": lambda: F.relu(a) * b,
+                "both": lambda: F.silu(a) * F.silu(b),
             }[mistake]()
             return self.w2(hidden)
 
@@ -169,17 +189,32 @@ def test_swiglu(capsys):
     assert_skeleton(ex.check_swiglu, SwiGLUSkeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "kwargs, keyword",
-    [
-        pytest.param(dict(mistake="swapped"), "silu 应作用在 w1 x 上", id="w1 and w3 swapped"),
-        pytest.param(dict(mistake="gelu"), "GEGLU", id="GELU gate"),
-        pytest.param(dict(mistake="sigmoid"), "GLU", id="sigmoid gate"),
-        pytest.param(dict(mistake="no_gate"), "缺了门控", id="no gate"),
-        pytest.param(dict(mistake="sum"), "不是相加", id="sum instead of product"),
-        pytest.param(dict(mistake="after"), "不是 silu(w1 x * w3 x)", id="silu after the product"),
-        pytest.param(dict(bias=True), "不应带偏置", id="with biases"),
-    ],
-)
-def test_swiglu_rejects(kwargs, keyword, capsys):
-    assert_rejects(ex.check_swiglu, make_swiglu(**kwargs), keyword, capsys)
+SWIGLU_REJECTS = [
+    pytest.param(ex.check_swiglu, make_swiglu(mistake="swapped"), "silu 应作用在 w1 x 上", id="w1 and w3 swapped"),
+    pytest.param(ex.check_swiglu, make_swiglu(mistake="gelu"), "GEGLU", id="GELU gate"),
+    pytest.param(ex.check_swiglu, make_swiglu(mistake="sigmoid"), "GLU", id="sigmoid gate"),
+    pytest.param(ex.check_swiglu, make_swiglu(mistake="no_gate"), "缺了门控", id="no gate"),
+    pytest.param(ex.check_swiglu, make_swiglu(mistake="sum"), "不是相加", id="sum instead of product"),
+    pytest.param(ex.check_swiglu, make_swiglu(mistake="after"), "不是 silu(w1 x * w3 x)", id="silu after the product"),
+    pytest.param(ex.check_swiglu, make_swiglu(bias=True), "不应带偏置", id="with biases"),
+    pytest.param(ex.check_swiglu, make_swiglu(mistake="relu"), "ReLU", id="ReLU gate"),
+    pytest.param(ex.check_swiglu, make_swiglu(mistake="both"), "那一支不过激活", id="both branches activated"),
+]
+
+
+REJECTS = LAYER_NORM_REJECTS + FEED_FORWARD_REJECTS + SWIGLU_REJECTS
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", REJECTS)
+def test_rejects(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    tables = {
+        "LAYER_NORM_HINTS": norms_ffn.LAYER_NORM_HINTS,
+        "LAYER_NORM_CRASHES": norms_ffn.LAYER_NORM_CRASHES,
+        "FFN_HINTS": norms_ffn.FFN_HINTS,
+        "SWIGLU_HINTS": norms_ffn.SWIGLU_HINTS,
+    }
+    assert_every_hint_reached(tables, REJECTS, capsys)

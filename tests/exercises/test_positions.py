@@ -11,8 +11,9 @@ import torch
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import positions
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 # 5. sinusoidal encoding
 # ---------------------------------------------------------------------------
@@ -45,6 +46,7 @@ def make_pe(mistake):
             pos = p + 1 if mistake == "pos1" else p
             for j in range(0, d_model, 2):
                 expo = (j // 2) / d_model if mistake == "exp_i" else j / d_model
+                expo = j // d_model if mistake == "int_div" else expo
                 angle = pos * 10000.0**expo if mistake == "multiply" else pos / 10000.0**expo
                 if mistake == "per_column":  # column j + 1 uses its own index
                     pe[p, j], pe[p, j + 1] = math.sin(angle), math.cos(pos / 10000.0 ** ((j + 1) / d_model))
@@ -65,22 +67,18 @@ def test_sinusoidal_encoding(capsys):
     assert_skeleton(ex.check_sinusoidal_encoding, sinusoidal_skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "fn, keyword",
-    [
-        pytest.param(make_pe("swapped"), "sin 和 cos 的列放反了", id="sin/cos swapped"),
-        pytest.param(make_pe("halves"), "交错排列", id="sin half, cos half"),
-        pytest.param(make_pe("pos1"), "位置应从 0 开始", id="positions from 1"),
-        pytest.param(make_pe("exp_i"), "指数写错了", id="exponent i instead of 2i"),
-        pytest.param(make_pe("multiply"), "你乘了它", id="multiplied by the frequency"),
-        pytest.param(make_pe("per_column"), "共享一个频率", id="frequency per column"),
-        pytest.param(lambda n, d: sinusoidal(n, d).T, "行和列反了", id="transposed"),
-        pytest.param(lambda n, d: sinusoidal(n, d).long(), "浮点", id="integer table"),
-        pytest.param(lambda n, d: sinusoidal(n, d).numpy(), "numpy", id="numpy array"),
-    ],
-)
-def test_sinusoidal_encoding_rejects(fn, keyword, capsys):
-    assert_rejects(ex.check_sinusoidal_encoding, fn, keyword, capsys)
+PE_REJECTS = [
+    pytest.param(ex.check_sinusoidal_encoding, make_pe("swapped"), "sin 和 cos 的列放反了", id="sin/cos swapped"),
+    pytest.param(ex.check_sinusoidal_encoding, make_pe("halves"), "交错排列", id="sin half, cos half"),
+    pytest.param(ex.check_sinusoidal_encoding, make_pe("pos1"), "位置应从 0 开始", id="positions from 1"),
+    pytest.param(ex.check_sinusoidal_encoding, make_pe("exp_i"), "指数写错了", id="exponent i instead of 2i"),
+    pytest.param(ex.check_sinusoidal_encoding, make_pe("multiply"), "你乘了它", id="multiplied by the frequency"),
+    pytest.param(ex.check_sinusoidal_encoding, make_pe("per_column"), "共享一个频率", id="frequency per column"),
+    pytest.param(ex.check_sinusoidal_encoding, lambda n, d: sinusoidal(n, d).T, "行和列反了", id="transposed"),
+    pytest.param(ex.check_sinusoidal_encoding, lambda n, d: sinusoidal(n, d).long(), "浮点", id="integer table"),
+    pytest.param(ex.check_sinusoidal_encoding, lambda n, d: sinusoidal(n, d).numpy(), "numpy", id="numpy array"),
+    pytest.param(ex.check_sinusoidal_encoding, make_pe("int_div"), "整数除法", id="integer division in the exponent"),
+]
 
 
 # ---------------------------------------------------------------------------
@@ -110,6 +108,11 @@ def make_rope(mistake):
         cos, sin = angles.cos(), angles.sin()
         if mistake == "reversed":
             sin = -sin
+        if mistake == "swap_sin_cos":
+            cos, sin = sin, cos
+        if mistake == "pos_heads":
+            hpos = torch.arange(H).float()[:, None, None] * theta  # (H, 1, D/2)
+            cos, sin = hpos.cos(), hpos.sin()
         if mistake == "halves":
             x1, x2 = x[..., : D // 2], x[..., D // 2 :]
         else:
@@ -136,17 +139,27 @@ def test_rope(capsys):
     assert_skeleton(ex.check_rope, rope_skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "mistake, keyword",
-    [
-        pytest.param("halves", "配对方式不对", id="split-halves pairing"),
-        pytest.param("cat", "交错放回", id="pairs concatenated back"),
-        pytest.param("reversed", "旋转方向反了", id="rotation reversed"),
-        pytest.param("pos1", "位置应从 0 开始", id="positions from 1"),
-        pytest.param("exp_i", "频率写错了", id="frequency exponent"),
-        pytest.param("half_output", "形状", id="returns one half"),
-        pytest.param("no_cos", "长度", id="cos missing"),
-    ],
-)
-def test_rope_rejects(mistake, keyword, capsys):
-    assert_rejects(ex.check_rope, make_rope(mistake), keyword, capsys)
+ROPE_REJECTS = [
+    pytest.param(ex.check_rope, make_rope("halves"), "配对方式不对", id="split-halves pairing"),
+    pytest.param(ex.check_rope, make_rope("cat"), "交错放回", id="pairs concatenated back"),
+    pytest.param(ex.check_rope, make_rope("reversed"), "旋转方向反了", id="rotation reversed"),
+    pytest.param(ex.check_rope, make_rope("pos1"), "位置应从 0 开始", id="positions from 1"),
+    pytest.param(ex.check_rope, make_rope("exp_i"), "频率写错了", id="frequency exponent"),
+    pytest.param(ex.check_rope, make_rope("half_output"), "形状", id="returns one half"),
+    pytest.param(ex.check_rope, make_rope("no_cos"), "长度", id="cos missing"),
+    pytest.param(ex.check_rope, make_rope("swap_sin_cos"), "cos 和 sin 用反了", id="cos and sin swapped"),
+    pytest.param(ex.check_rope, make_rope("pos_heads"), "头的编号", id="positions counted along the heads"),
+]
+
+
+REJECTS = PE_REJECTS + ROPE_REJECTS
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", REJECTS)
+def test_rejects(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    tables = {"PE_HINTS": positions.PE_HINTS, "ROPE_HINTS": positions.ROPE_HINTS}
+    assert_every_hint_reached(tables, REJECTS, capsys)

@@ -13,6 +13,7 @@ from torch import nn
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import _protocol
 
 from .support import assert_passes, assert_rejects, assert_skeleton
 
@@ -96,3 +97,45 @@ def test_unexpected_return_value_gives_a_hint(capsys):
 def test_instance_instead_of_class():
     with pytest.raises(ex.ExerciseError, match="类本身"):
         ex.check_multi_head_attention(tc.MultiHeadAttention(12, 3))
+
+
+def test_progress_by_exercise_number(capsys):
+    _protocol.RESULTS.clear()
+
+    def done(Q, K, V, attn_mask=None):
+        return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0]
+
+    def todo(L):
+        pass
+
+    def wrong(Q, K, V, attn_mask=None):
+        return done(Q, K, V, attn_mask) * 2
+
+    ex.check_self_attention(done, exercise="5.10")
+    ex.check_causal_mask(todo, exercise="5.2")
+    with pytest.raises(ex.ExerciseError):
+        ex.check_self_attention(wrong, exercise="4.3")
+    ex.check_self_attention(done, solution=True, exercise="4.3")  # solutions are not counted
+    ex.check_self_attention(done)  # no number: not counted
+    capsys.readouterr()
+    ex.progress(5)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "搭建练习：1 道通过，1 道尚未实现，0 道未通过（共 2 道）", lines
+    assert lines[1].startswith("  … 练习 5.2 ") and lines[1].endswith("尚未实现"), lines
+    assert lines[2].startswith("  ✓ 练习 5.10 ") and "done" in lines[2], lines
+    ex.progress()
+    out = capsys.readouterr().out
+    assert "✗ 练习 4.3" in out and "未通过" in out
+    _protocol.RESULTS.clear()
+    ex.progress()
+    assert "还没有运行过" in capsys.readouterr().out
+
+
+def test_crash_message_quotes_the_learner(capsys):
+    def crashes(Q, K, V, attn_mask=None):
+        return Q.undefined_method()
+
+    message = str(pytest.raises(ex.ExerciseError, ex.check_self_attention, crashes).value)
+    assert "AttributeError" in message and "undefined_method" in message
+    assert "return Q.undefined_method()" in message  # the learner's own line
+    assert "可能的原因" not in message  # no cause is known: no guess

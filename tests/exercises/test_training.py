@@ -10,8 +10,9 @@ import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import training
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 # 9. training step
 # ---------------------------------------------------------------------------
@@ -66,25 +67,34 @@ def test_train_step(capsys):
     assert_skeleton(ex.check_train_step, train_step_skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "fn, keyword",
-    [
-        pytest.param(make_train_step(order=("backward", "step")), "忘了 optimizer.zero_grad()", id="no zero_grad"),
-        pytest.param(
-            make_train_step(order=("backward", "zero_grad", "step")), "backward 和 step 之间", id="zero_grad early"
-        ),
-        pytest.param(make_train_step(order=("zero_grad", "backward")), "optimizer.step()", id="no step"),
-        pytest.param(make_train_step(order=("zero_grad", "step")), "loss.backward()", id="no backward"),
-        pytest.param(make_train_step(order=("zero_grad", "step", "backward")), "之前", id="step before backward"),
-        pytest.param(make_train_step(reduction="sum"), "求和", id="summed loss"),
-        pytest.param(make_train_step(ret="tensor"), "loss.item()", id="returns a tensor"),
-        pytest.param(make_train_step(ret="after"), "更新之前", id="loss after the update"),
-        pytest.param(make_train_step(shift=True), "不要再移位", id="shifted once more"),
-        pytest.param(train_step_wrong_shape, "类别在第 1 维", id="logits not flattened"),
-    ],
-)
-def test_train_step_rejects(fn, keyword, capsys):
-    assert_rejects(ex.check_train_step, fn, keyword, capsys)
+TRAIN_STEP_REJECTS = [
+    pytest.param(
+        ex.check_train_step,
+        make_train_step(order=("backward", "step")),
+        "忘了 optimizer.zero_grad()",
+        id="no zero_grad",
+    ),
+    pytest.param(
+        ex.check_train_step,
+        make_train_step(order=("backward", "zero_grad", "step")),
+        "backward 和 step 之间",
+        id="zero_grad early",
+    ),
+    pytest.param(
+        ex.check_train_step, make_train_step(order=("zero_grad", "backward")), "optimizer.step()", id="no step"
+    ),
+    pytest.param(
+        ex.check_train_step, make_train_step(order=("zero_grad", "step")), "loss.backward()", id="no backward"
+    ),
+    pytest.param(
+        ex.check_train_step, make_train_step(order=("zero_grad", "step", "backward")), "之前", id="step before backward"
+    ),
+    pytest.param(ex.check_train_step, make_train_step(reduction="sum"), "求和", id="summed loss"),
+    pytest.param(ex.check_train_step, make_train_step(ret="tensor"), "loss.item()", id="returns a tensor"),
+    pytest.param(ex.check_train_step, make_train_step(ret="after"), "更新之前", id="loss after the update"),
+    pytest.param(ex.check_train_step, make_train_step(shift=True), "不要再移位", id="shifted once more"),
+    pytest.param(ex.check_train_step, train_step_wrong_shape, "类别在第 1 维", id="logits not flattened"),
+]
 
 
 # ---------------------------------------------------------------------------
@@ -112,6 +122,8 @@ def make_lm_batch(mistake=None):
             return x.float(), y.float()
         if mistake == "list":
             return [x, y, ix]
+        if mistake == "one_too_far":  # targets indexed one position further
+            y = data[ix[:, None] + torch.arange(1, T + 2)][:, :T]
         return x, y
 
     return fn
@@ -127,20 +139,22 @@ def test_lm_batch(capsys):
     assert_skeleton(ex.check_lm_batch, lm_batch_skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "mistake, keyword",
-    [
-        pytest.param("no_shift", "错后一位", id="y equals x"),
-        pytest.param("redraw", "不要为 y 另抽随机数", id="y drawn separately"),
-        pytest.param("no_generator", "没有把 generator 传给 torch.randint", id="generator not used"),
-        pytest.param("high_plus", "len(data) - context_length", id="off-by-one: one start too many"),
-        pytest.param("high_minus", "len(data) - context_length", id="off-by-one: one start too few"),
-        pytest.param("float", "torch.long", id="float ids"),
-        pytest.param("list", "两个张量", id="three values"),
-    ],
-)
-def test_lm_batch_rejects(mistake, keyword, capsys):
-    assert_rejects(ex.check_lm_batch, make_lm_batch(mistake), keyword, capsys)
+LM_BATCH_REJECTS = [
+    pytest.param(ex.check_lm_batch, make_lm_batch("no_shift"), "错后一位", id="y equals x"),
+    pytest.param(ex.check_lm_batch, make_lm_batch("redraw"), "不要为 y 另抽随机数", id="y drawn separately"),
+    pytest.param(
+        ex.check_lm_batch, make_lm_batch("no_generator"), "没有把 generator 传给 torch.randint", id="generator not used"
+    ),
+    pytest.param(
+        ex.check_lm_batch, make_lm_batch("high_plus"), "len(data) - context_length", id="off-by-one: one start too many"
+    ),
+    pytest.param(
+        ex.check_lm_batch, make_lm_batch("high_minus"), "len(data) - context_length", id="off-by-one: one start too few"
+    ),
+    pytest.param(ex.check_lm_batch, make_lm_batch("float"), "torch.long", id="float ids"),
+    pytest.param(ex.check_lm_batch, make_lm_batch("list"), "两个张量", id="three values"),
+    pytest.param(ex.check_lm_batch, make_lm_batch("one_too_far"), "下标越界", id="index out of range"),
+]
 
 
 def lm_batch_reversed_rows(data, batch_size, context_length, generator):
@@ -158,13 +172,25 @@ def lm_batch_extra_draw(data, batch_size, context_length, generator):
     return lm_batch(data, batch_size, context_length, generator)
 
 
-@pytest.mark.parametrize(
-    "checker, candidate, keyword",
-    [
-        pytest.param(ex.check_lm_batch, lm_batch_reversed_rows, "连续的一段", id="lm_batch: x not a window"),
-        pytest.param(ex.check_lm_batch, lm_batch_reversed_y, "y[0] 不对", id="lm_batch: y not a window"),
-        pytest.param(ex.check_lm_batch, lm_batch_extra_draw, "只抽这一次", id="lm_batch: another draw first"),
-    ],
-)
-def test_rejects_more_mistakes(checker, candidate, keyword, capsys):
+MORE_REJECTS = [
+    pytest.param(ex.check_lm_batch, lm_batch_reversed_rows, "连续的一段", id="lm_batch: x not a window"),
+    pytest.param(ex.check_lm_batch, lm_batch_reversed_y, "y[0] 不对", id="lm_batch: y not a window"),
+    pytest.param(ex.check_lm_batch, lm_batch_extra_draw, "只抽这一次", id="lm_batch: another draw first"),
+]
+
+
+REJECTS = TRAIN_STEP_REJECTS + LM_BATCH_REJECTS + MORE_REJECTS
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", REJECTS)
+def test_rejects(checker, candidate, keyword, capsys):
     assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    tables = {
+        "LOSS_HINTS": training.LOSS_HINTS,
+        "TRAIN_CRASHES": training.TRAIN_CRASHES,
+        "BATCH_CRASHES": training.BATCH_CRASHES,
+    }
+    assert_every_hint_reached(tables, REJECTS, capsys)

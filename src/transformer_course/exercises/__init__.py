@@ -19,6 +19,17 @@ state is restored afterwards. Right: one line starting with ``✓``. Wrong:
 mistake. Still a skeleton: ``尚未实现：…`` without raising (with ``solution=True`` it
 raises).
 
+**Progress.** A checker call may name its exercise: ``check_gpt(MyGPT,
+exercise="5.7")`` (the number the book prints in the exercise's title; two checkers in
+one exercise share it). :func:`progress` (the last cell of a chapter) then prints
+which of these passed, are skeletons, or failed in this kernel.
+
+**What is accepted works later.** A checker tests what the page's later cells rely on:
+the names, biases, eps and tied head of the printed ``tc`` code, no dropout, the return
+types. Weights move between a learner's model and ``tc.MiniGPT`` with
+:func:`copy_parameters` (by parameter name, buffers left alone), the same function the
+checkers grade with.
+
 **One vocabulary.** An exercise requires the attribute and argument names of the
 package code that the book prints: ``q_proj``/``k_proj``/``v_proj``/``out_proj``
 (:class:`~transformer_course.MultiHeadAttention`), ``norm1``/``norm2``/``self_attn``/
@@ -44,13 +55,19 @@ copies the learner's weights into the package module by these names.
   mistake outputs, and ``first_reproduced(out, table, variant)`` (``_report``) to pick
   the hint. Messages use the helpers of ``_report`` (``check_shape``,
   ``where_differs``, ...).
+* Crashes in the learner's code: a topic's ``XXX_CRASHES = [(pattern, hint), ...]``
+  (pattern searched in "ExceptionType: message\\nthe learner's line") passed as
+  ``causes=`` to ``run_learner``; the message always quotes the learner's exception
+  and line, the hint only where a pattern matches.
 * Tests go to ``tests/exercises/test_<topic>.py``: hand-written correct variants and
-  mutants (never the checker's own variant function).
+  mutants (never the checker's own variant function), and every entry of the topic's
+  ``*_HINTS`` / ``*_CRASHES`` tables reached by at least one mutant.
 """
 
+from ._progress import progress
 from ._protocol import ExerciseError
 from .attention import check_causal_mask, check_self_attention
-from .blocks_gpt import check_gpt, check_transformer_block
+from .blocks_gpt import check_gpt, check_transformer_block, copy_parameters
 from .generation_cache import check_generate, check_kv_cache
 from .heads import check_multi_head_attention
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
@@ -75,4 +92,6 @@ __all__ = [
     "check_generate",
     "check_kv_cache",
     "compare_prediction",
+    "copy_parameters",
+    "progress",
 ]

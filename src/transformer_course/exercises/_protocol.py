@@ -7,8 +7,9 @@ from __future__ import annotations
 import functools
 import linecache
 import os
+import re
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -61,16 +62,36 @@ def name_of(candidate: object) -> str:
     return getattr(candidate, "__name__", None) or type(candidate).__name__
 
 
-def checker(title: str, wants_class: bool = False) -> Callable:
-    """Turn ``body(candidate) -> detail`` into a checker with the common protocol."""
+# (exercise number, checker title) -> (status, candidate name), for progress()
+RESULTS: dict[tuple[str, str], tuple[str, str]] = {}
+PASSED, SKELETON, FAILED = "通过", "尚未实现", "未通过"
 
-    def decorate(body: Callable[[object], str]) -> Callable[..., bool]:
+
+def _record(
+    exercise: str | None, title: str, name: str, solution: bool, status: str
+) -> None:
+    """Keep a learner's (not a solution's) outcome under its exercise number."""
+    if exercise is not None and not solution:
+        RESULTS[str(exercise), title] = (status, name)
+
+
+def checker(title: str, wants_class: bool = False) -> Callable:
+    """Turn ``body(candidate) -> detail`` into a checker with the common protocol:
+    ``check(candidate, *, solution=False, exercise=None)``. With ``exercise`` (the
+    book's exercise number, e.g. ``"5.3"``) the outcome of a learner's call is kept for
+    :func:`~transformer_course.exercises.progress`."""
+
+    def decorate(body: Callable[[object], str]) -> Callable[..., None]:
         @functools.wraps(body)
-        def check(candidate: object, *, solution: bool = False) -> None:
+        def check(
+            candidate: object, *, solution: bool = False, exercise: str | None = None
+        ) -> None:
             # the only frame the learner sees: IPython and pytest hide it, and every
             # ExerciseError is re-raised from here without the checker's inner frames
             __tracebackhide__ = True
             name = name_of(candidate)
+            record = functools.partial(_record, exercise, title, name, solution)
+            record(FAILED)  # until it gets further
             if not callable(candidate):
                 raise ExerciseError(
                     f"{title}：要检查的应是一个函数或类，得到的是 "
@@ -93,6 +114,7 @@ def checker(title: str, wants_class: bool = False) -> Callable:
                         "（solution=True）。"
                     ) from None
                 print(f"尚未实现：{skel.what} {skel.reason}（写好后重新运行本单元格）")
+                record(SKELETON)
                 return
             except ExerciseError as err:
                 raise err.with_traceback(None) from None
@@ -102,6 +124,7 @@ def checker(title: str, wants_class: bool = False) -> Callable:
                     "多半是返回值的类型或形状出乎意料：对照练习说明检查返回值。"
                 ) from err
             print(f"✓ {title}：{name} 通过（{detail}）")
+            record(PASSED)
 
         return check
 
@@ -112,29 +135,68 @@ def fail(message: str) -> None:
     raise ExerciseError(message)
 
 
-def _user_line(err: BaseException) -> str:
-    """``文件:行号 源代码`` of the innermost frame outside torch and this package."""
+def _user_frame(err: BaseException) -> tuple[str, str]:
+    """``(位置, 源代码)`` of the innermost frame outside torch and this package."""
     package = os.path.dirname(os.path.dirname(__file__))  # transformer_course/
     skip = (os.path.dirname(torch.__file__), package)
     for frame in reversed(traceback.extract_tb(err.__traceback__)):
         if frame.filename.startswith(skip):
             continue
         line = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
-        where = os.path.basename(frame.filename)
-        return f"\n出错的位置：{where} 第 {frame.lineno} 行：{line}"
-    return ""
+        return f"{os.path.basename(frame.filename)} 第 {frame.lineno} 行", line
+    return "", ""
 
 
-def _crash_hint(err: BaseException) -> str:
-    text = str(err)
-    if isinstance(err, TypeError) and "argument" in text:
-        return "检查参数：函数（或 __init__、forward）的签名要与练习说明的一致。"
-    shape_words = ("size", "shape", "dimension", "mat1", "broadcast")
-    if any(word in text for word in shape_words):
-        return "多半是形状对不上：在出错的行前打印各个张量的 .shape 看看。"
-    if "expected scalar type" in text or "dtype" in text.lower():
-        return "多半是 dtype 不一致（例如 float 和 long、float32 和 float64 混用）。"
-    return ""
+# What a crash most likely means: (regular expression searched in
+# "ExceptionType: message\nthe learner's line", hint). A topic passes its own causes,
+# tried before these general ones.
+CRASH_CAUSES = [
+    (
+        r"view size is not compatible",
+        "transpose（或 permute）之后张量在内存里不再连续（contiguous），"
+        ".view 只能用于连续的张量：改用 .reshape(...)，"
+        "或先 .contiguous() 再 .view(...)。",
+    ),
+    (
+        r"'tuple' object has no attribute",
+        "这里拿到的是一个元组：某个函数返回了 (输出, 权重) 之类的两个值，先解包，"
+        "如 out, _ = my_self_attention(...)。",
+    ),
+    (
+        r"^TypeError: .*(argument|positional)",
+        "检查参数：函数（或 __init__、forward）的签名要与练习说明的一致。",
+    ),
+    (
+        r"size|shape|dimension|mat1|broadcast",
+        "形状对不上：在出错的那一行之前打印各个张量的 .shape，对照练习说明里的形状。",
+    ),
+    (
+        r"expected scalar type|dtype|Long|Float",
+        "dtype 不一致（例如 float 和 long、float32 和 float64 混用）。",
+    ),
+]
+
+
+def _crash_message(
+    err: BaseException, what: str, case: str, causes: Sequence[tuple[str, str]]
+) -> str:
+    """The learner's exception (type, message, the learner's line) and its likely
+    cause."""
+    where, line = _user_frame(err)
+    text = f"{type(err).__name__}: {err}\n{line}"
+    hint = next(
+        (
+            h
+            for pattern, h in (*causes, *CRASH_CAUSES)
+            if re.search(pattern, text, re.M)
+        ),
+        "",
+    )
+    return (
+        f"{what} 运行出错{f'（{case}）' if case else ''}：{type(err).__name__}: {err}"
+        + (f"\n出错的位置：{where}：{line}" if where else "")
+        + (f"\n可能的原因：{hint}" if hint else "")
+    )
 
 
 def run_learner(
@@ -143,7 +205,7 @@ def run_learner(
     what: str,
     case: str = "",
     first: bool = False,
-    hint: str = "",
+    causes: Sequence[tuple[str, str]] = (),
     **kwargs,
 ):
     """Call the learner's ``fn``; a crash becomes an :class:`ExerciseError` naming the
@@ -157,12 +219,7 @@ def run_learner(
     except (ExerciseError, Skeleton):
         raise
     except Exception as err:  # the learner's bug: say where and on what
-        where = f"（{case}）" if case else ""
-        extra = hint or _crash_hint(err)
-        raise ExerciseError(
-            f"{what} 运行出错{where}：{type(err).__name__}: {err}"
-            f"{_user_line(err)}" + (f"\n提示：{extra}" if extra else "")
-        ) from None
+        raise ExerciseError(_crash_message(err, what, case, causes)) from None
     if out is None:
         if first:
             raise Skeleton(what, "返回了 None——还没写完，或者忘了 return")
@@ -195,7 +252,7 @@ def run_module(
     what: str,
     case: str = "",
     first: bool = False,
-    hint: str = "",
+    causes: Sequence[tuple[str, str]] = (),
 ):
     """Call ``module(*args)``; an ``__init__`` without ``super().__init__()`` still
     reveals a skeleton ``forward`` (it is called directly then)."""
@@ -207,7 +264,7 @@ def run_module(
             what=f"{what}.forward",
             case=case,
             first=first,
-            hint=hint,
+            causes=causes,
         )
         fail(
             f"{what}.__init__ 里没有调用 super().__init__()：nn.Module 的子类必须先"
@@ -215,5 +272,5 @@ def run_module(
         )
         return out
     return run_learner(
-        module, *args, what=f"{what}.forward", case=case, first=first, hint=hint
+        module, *args, what=f"{what}.forward", case=case, first=first, causes=causes
     )

@@ -4,7 +4,6 @@ reproduces."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 
 import torch
@@ -86,35 +85,27 @@ def where_differs(got: Tensor, ref: Tensor) -> str:
     )
 
 
-def diagnose(
-    got: Tensor,
-    variants: Sequence[tuple[str, Callable[[], Tensor]]],
-    rtol: float = RTOL,
-    atol: float = ATOL,
-) -> str | None:
-    """The hint of the first typical mistake whose result ``got`` reproduces."""
-    for hint, compute in variants:
-        try:
-            with torch.no_grad():
-                ref = compute()
-        except Exception:  # a variant that cannot run here cannot be the mistake
-            continue
-        if close(got, ref, rtol, atol):
-            return hint
-    return None
-
-
 def first_reproduced(
     got: Tensor,
-    mistakes: Sequence[tuple[str, str]],
-    variant: Callable[[str], Tensor],
+    table: Sequence[tuple[str, str]],
+    variant: Callable[[str], Tensor | None],
     rtol: float = RTOL,
     atol: float = ATOL,
+    **fmt: object,
 ) -> str | None:
-    """:func:`diagnose` over a table of ``(hint, mistake)``: ``variant(mistake)``
-    computes the result of that mistake."""
-    variants = [(hint, functools.partial(variant, m)) for hint, m in mistakes]
-    return diagnose(got, variants, rtol, atol)
+    """The hint of the first typical mistake that ``got`` reproduces: ``table`` is
+    ``[(hint template, mistake), ...]``, ``variant(mistake)`` computes what that mistake
+    outputs (``None`` or an exception: not possible here), ``fmt`` fills the hint's
+    ``{placeholders}``. The one way a checker says "this is mistake X"."""
+    for template, mistake in table:
+        try:
+            with torch.no_grad():
+                ref = variant(mistake)
+        except Exception:  # a variant that cannot run here cannot be the mistake
+            continue
+        if ref is not None and close(got, ref, rtol, atol):
+            return template.format(**fmt)
+    return None
 
 
 def check_finite(t: Tensor, what: str, case: str, hint: str = "") -> None:
@@ -149,7 +140,24 @@ def linear_attr(
         )
     if bias is False and layer.bias is not None:
         fail(f"{what}.{attr} 不应带偏置：nn.Linear({in_f}, {out_f}, bias=False)。")
+    if bias is True and layer.bias is None:
+        fail(
+            f"{what}.{attr} 应带偏置：nn.Linear({in_f}, {out_f})（默认 bias=True），"
+            "不要写 bias=False：书里的 tc 模块带偏置，后面的单元格要复制它。"
+        )
     return layer
+
+
+def check_no_dropout(module: nn.Module, what: str) -> None:
+    """The exercises have no dropout: a learner's ``nn.Dropout(p > 0)`` makes the
+    output random and differ from the page's ``tc`` model."""
+    for path, sub in module.named_modules():
+        if isinstance(sub, nn.Dropout) and sub.p > 0:
+            fail(
+                f"{what}.{path} 是 nn.Dropout(p={sub.p:g})：练习里不加 dropout"
+                "（去掉它，或 p=0），否则每次输出都不同，也与后面单元格里的 tc 模型"
+                "对不上。"
+            )
 
 
 def apply_linear(layer: nn.Linear, x: Tensor) -> Tensor:

@@ -25,43 +25,106 @@ from ._report import (
     check_float,
     check_shape,
     close,
-    diagnose,
+    first_reproduced,
     where_differs,
 )
 
 
-def _attention_variant(
-    Q: Tensor,
-    K: Tensor,
-    V: Tensor,
-    mask: Tensor | None,
-    *,
-    scale: str = "sqrt",
-    dim: int = -1,
-    masking: str = "ok",
-    transpose_scores: bool = False,
-    value: str = "V",
+def _scores(Q: Tensor, K: Tensor, mask: Tensor | None, fill: float = -math.inf):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    return scores if mask is None else scores.masked_fill(~mask, fill)
+
+
+def _online_without_rescale(
+    Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None, block: int = 4
 ) -> Tensor:
-    """Attention with one typical mistake (for diagnosis)."""
-    if transpose_scores:
-        scores = (K @ Q.transpose(-2, -1)).transpose(-2, -1)
-    else:
-        scores = Q @ K.transpose(-2, -1)
-    d = Q.size(-1)
-    scores = {"sqrt": scores / math.sqrt(d), "none": scores, "d": scores / d}[scale]
-    if mask is not None:
-        if masking == "ok":
-            scores = scores.masked_fill(~mask, -math.inf)
-        elif masking == "inverted":
-            scores = scores.masked_fill(mask, -math.inf)
-        elif masking == "zero":
-            scores = scores.masked_fill(~mask, 0.0)
-        elif masking == "big":
-            scores = scores.masked_fill(~mask, -1e9)
-    weights = torch.softmax(scores, dim=dim)
-    if mask is not None and masking == "after":
+    """Blockwise softmax that never rescales the earlier blocks' sums (ch04)."""
+    scores = _scores(Q, K, mask)
+    m = torch.full(scores.shape[:-1] + (1,), -math.inf, dtype=scores.dtype)
+    total, acc = torch.zeros_like(m), 0.0
+    for start in range(0, scores.size(-1), block):
+        s = scores[..., start : start + block]
+        m = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+        total = total + p.sum(-1, keepdim=True)
+        acc = acc + p @ V[..., start : start + block, :]
+    return acc / total
+
+
+def _attention_variant(
+    Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None, mistake: str
+) -> Tensor | None:
+    """What attention with one of :data:`ATTENTION_HINTS`' mistakes outputs."""
+    if mistake.startswith("mask_") and mask is None:
+        return None
+    d, s = Q.size(-1), K.size(-2)
+    raw = Q @ K.transpose(-2, -1)
+    scale = {"no_scale": 1.0, "scale_d": d, "scale_len": math.sqrt(s)}
+    scores = raw / scale.get(mistake, math.sqrt(d))
+    if mask is not None and mistake != "mask_ignored":
+        fill = {"mask_zero": 0.0, "mask_inverted": -1e9}.get(mistake, -math.inf)
+        scores = scores.masked_fill(mask if mistake == "mask_inverted" else ~mask, fill)
+    if mistake == "mask_after":
+        scores = raw / math.sqrt(d)
+    if mistake == "online_no_rescale":
+        return _online_without_rescale(Q, K, V, mask)
+    weights = torch.softmax(scores, dim=-2 if mistake == "softmax_queries" else -1)
+    if mistake == "mask_after":
         weights = weights * mask
-    return weights @ (V if value == "V" else K)
+    return weights @ (K if mistake == "values_K" else V)
+
+
+ATTENTION_HINTS = [
+    (
+        "输出差了一个缩放：分数没有除以 √d_k（这里 d_k = {d}，应乘 1/√{d}）。",
+        "no_scale",
+    ),
+    ("分数除以了 d_k = {d}，应除以 √d_k = {sqrt_d:.3g}。", "scale_d"),
+    (
+        "缩放用了键的个数 S = {s}（√{s}）：应除以向量维度的平方根 √d_k = √{d}"
+        "（d_k = Q.size(-1)）。",
+        "scale_len",
+    ),
+    (
+        "权重在 key 维度上之和不是 1：softmax 的 dim 可能写错了"
+        "（应在最后一维 dim=-1，即 key 维度上归一化）。",
+        "softmax_queries",
+    ),
+    ("用权重加权求和的应是 V，不是 K（weights @ V）。", "values_K"),
+    (
+        "被屏蔽的位置仍有权重：掩码方向可能反了（True = 可以看），"
+        "应写 scores.masked_fill(~attn_mask, float('-inf'))。",
+        "mask_inverted",
+    ),
+    (
+        "被屏蔽的位置仍有权重：掩码没有起作用（attn_mask 参数被忽略了？）。",
+        "mask_ignored",
+    ),
+    (
+        "被屏蔽的位置仍有权重：屏蔽时把分数填成了 0，应填 -inf"
+        "（分数为 0 的位置经 softmax 后仍有权重）。",
+        "mask_zero",
+    ),
+    (
+        "softmax 之后才乘掩码：被屏蔽位置的权重虽为 0，每行之和却不再是 1。"
+        "应在 softmax 之前把被屏蔽的分数填成 -inf。",
+        "mask_after",
+    ),
+    (
+        "分块计算时，最大值 m 变大后没有把之前的累加量乘上 exp(m_旧 − m_新) 重新缩放"
+        "（分母 l 和分子 acc 都要缩放）。",
+        "online_no_rescale",
+    ),
+]
+
+# crashes: (pattern in "Type: message\nline", hint), before the general causes
+ATTENTION_CRASHES = [
+    (
+        r"\bK\.T\b|\.t\(\)|transpose\(1, ?2\)",
+        "输入可以是 3 维 (N, L, D) 或 4 维 (N, H, L, D)：转置 K 用 K.transpose(-2, -1)"
+        "（或 K.mT），不要写死维度编号（K.T、K.transpose(1, 2) 只适合特定维数）。",
+    ),
+]
 
 
 def _attention_cases(
@@ -99,15 +162,21 @@ def _attention_cases(
             random_mask(g, 2, 1, 4, 5),
         ),
     ]
+    leading = random_mask(g, 2, 3, 10)
+    leading[0, 0, :4] = leading[1, :, :4] = False  # a whole first block of 4 keys
+    leading[..., 6] = True
+    cases.append(
+        (
+            "N=2, L=3, S=10，有的行前 4 个键全被屏蔽（按 4 个一块时第一块整块被屏蔽）",
+            randn(g, 2, 3, 8),
+            randn(g, 2, 10, 8),
+            randn(g, 2, 10, 8),
+            leading,
+        )
+    )
     x = randn(g, 3, 5, 8)
     cases[2] = (cases[2][0], x, x, x, cases[2][4])
     return cases
-
-
-_FOUR_D_HINT = (
-    "4 维输入 (N, H, L, D) 也要能算：转置 K 用 K.transpose(-2, -1)，"
-    "不要写死维度编号（K.transpose(1, 2)、K.T 只适合特定维数）。"
-)
 
 
 @checker("缩放点积注意力")
@@ -122,13 +191,14 @@ def check_self_attention(fn: Callable) -> str:
     name = name_of(fn)
     for i, (case, Q, K, V, mask) in enumerate(_attention_cases(seeded_generator(1))):
         args = (Q, K, V) if mask is None else (Q, K, V, mask)
-        hint = _FOUR_D_HINT if Q.dim() == 4 else ""
-        out = run_learner(fn, *args, what=name, case=case, first=i == 0, hint=hint)
+        out = run_learner(
+            fn, *args, what=name, case=case, first=i == 0, causes=ATTENTION_CRASHES
+        )
         ref_out, ref_w = scaled_dot_product_attention(Q, K, V, mask)
         out, weights = _attention_outputs(fn, out, ref_out, ref_w, case)
         _check_attention_output_shape(fn, out, ref_out, ref_w, case)
         if weights is not None:
-            _check_attention_weights(fn, weights, ref_w, mask, case)
+            _check_attention_weights(fn, weights, ref_w, (Q, K), mask, case)
         _check_attention_finite(fn, out, mask, case)
         if not close(out, ref_out):
             fail(
@@ -141,7 +211,9 @@ def check_self_attention(fn: Callable) -> str:
                 f"{name} 的输出正确，返回的权重却与参考不一致（{case}；"
                 f"{where_differs(weights, ref_w)}）：返回的应是乘 V 的那个权重。"
             )
-    return "3 维和 4 维输入、批量 > 1、L ≠ S、因果掩码与随机掩码，共 5 组"
+    return (
+        "3 维和 4 维输入、批量 > 1、L ≠ S、因果掩码、随机掩码、整块被屏蔽的键，共 6 组"
+    )
 
 
 def _attention_outputs(
@@ -150,12 +222,9 @@ def _attention_outputs(
     """``fn``'s result as ``(output, weights or None)``; a swapped pair is a mistake."""
     name = name_of(fn)
     weights = None
-    if isinstance(out, tuple):
+    if isinstance(out, (tuple, list)):
         if len(out) != 2:
-            fail(
-                f"{name} 返回了 {len(out)} 个值的元组：应返回输出，或 "
-                "(输出, 权重) 两个值。"
-            )
+            fail(f"{name} 返回了 {len(out)} 个值：应返回输出，或 (输出, 权重) 两个值。")
         out, weights = out
     out = as_tensor(out, f"{name} 的输出", case)
     if weights is None:
@@ -216,58 +285,26 @@ def _attention_hint(
     out: Tensor, Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None
 ) -> str:
     """The typical mistake whose result ``out`` reproduces, or the recipe."""
-    variant = functools.partial(_attention_variant, Q, K, V, mask)
     d = Q.size(-1)
-    variants = [
-        (
-            f"输出差了一个缩放：分数没有除以 √d_k（这里 d_k = {d}，应乘 1/√{d}）。",
-            functools.partial(variant, scale="none"),
-        ),
-        (
-            f"分数除以了 d_k = {d}，应除以 √d_k = {math.sqrt(d):.3g}。",
-            functools.partial(variant, scale="d"),
-        ),
-        (
-            "权重在 key 维度上之和不是 1：softmax 的 dim 可能写错了"
-            "（应在最后一维 dim=-1，即 key 维度上归一化）。",
-            functools.partial(variant, dim=-2),
-        ),
-        (
-            "用权重加权求和的应是 V，不是 K（weights @ V）。",
-            functools.partial(variant, value="K"),
-        ),
-    ]
-    if mask is not None:
-        variants += [
-            (
-                "被屏蔽的位置仍有权重：掩码方向可能反了（True = 可以看），"
-                "应写 scores.masked_fill(~attn_mask, float('-inf'))。",
-                functools.partial(variant, masking="inverted"),
-            ),
-            (
-                "被屏蔽的位置仍有权重：掩码没有起作用（attn_mask 参数被忽略了？）。",
-                functools.partial(_attention_variant, Q, K, V, None),
-            ),
-            (
-                "被屏蔽的位置仍有权重：屏蔽时把分数填成了 0，应填 -inf"
-                "（分数为 0 的位置经 softmax 后仍有权重）。",
-                functools.partial(variant, masking="zero"),
-            ),
-            (
-                "softmax 之后才乘掩码：被屏蔽位置的权重虽为 0，每行之和却不再是 1。"
-                "应在 softmax 之前把被屏蔽的分数填成 -inf。",
-                functools.partial(variant, masking="after"),
-            ),
-        ]
-    return diagnose(out, variants) or (
+    variant = functools.partial(_attention_variant, Q, K, V, mask)
+    hint = first_reproduced(
+        out, ATTENTION_HINTS, variant, d=d, sqrt_d=math.sqrt(d), s=K.size(-2)
+    )
+    return hint or (
         "逐步对照：scores = Q @ K.transpose(-2, -1) / √d_k → "
         "masked_fill(~attn_mask, -inf) → softmax(dim=-1) → weights @ V。"
     )
 
 
 def _check_attention_weights(
-    fn: Callable, weights: Tensor, ref_w: Tensor, mask: Tensor | None, case: str
+    fn: Callable,
+    weights: Tensor,
+    ref_w: Tensor,
+    qk: tuple[Tensor, Tensor],
+    mask: Tensor | None,
+    case: str,
 ) -> None:
+    Q, K = qk
     name = name_of(fn)
     check_shape(
         weights,
@@ -302,11 +339,14 @@ def _check_attention_weights(
     sums = weights.detach().double().sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
         cols = weights.detach().double().sum(-2)
-        hint = (
-            "softmax 的 dim 可能写错了（应为 dim=-1）"
-            if torch.allclose(cols, torch.ones_like(cols), atol=1e-4)
-            else "检查 softmax 的 dim（应为 -1）"
-        )
+        if torch.allclose(cols, torch.ones_like(cols), atol=1e-4):
+            hint = "softmax 的 dim 可能写错了（应为 dim=-1）"
+        elif mask is None and any(
+            close(weights, s) for s in (_scores(Q, K, None), Q @ K.transpose(-2, -1))
+        ):
+            hint = "返回的权重是 softmax 之前的分数：应返回 softmax 之后、乘 V 的权重"
+        else:
+            hint = "返回的应是 softmax(dim=-1) 之后、乘 V 的那个权重"
         fail(
             f"权重在 key 维度上之和不是 1（{case}）：每个 query 的权重之和应为 1，"
             f"得到例如 {sums.flatten()[0].item():.4g}。{hint}。"
@@ -314,6 +354,41 @@ def _check_attention_weights(
 
 
 # causal mask
+
+
+def _causal_variant(L: int, mistake: str) -> Tensor:
+    """What a causal mask with one of :data:`CAUSAL_MASK_HINTS`' mistakes is."""
+    ones = torch.ones(L, L, dtype=torch.bool)
+    return {
+        "inverted": ~ones.tril(),
+        "upper": ones.triu(),
+        "no_diagonal": ones.tril(-1),
+        "all_true": ones,
+        "one_ahead": ones.tril(1),
+    }[mistake]
+
+
+CAUSAL_MASK_HINTS = [
+    (
+        "得到的是「不能看」的掩码（True = 未来位置）：本课程约定 "
+        "True = 可以看，对角线及以下为 True（.tril()，不是 .triu(1)）。",
+        "inverted",
+    ),
+    (
+        "掩码方向反了：True 应在对角线及其下方（query i 只能看 "
+        "key 0..i），你的在上方（.triu() 应为 .tril()）。",
+        "upper",
+    ),
+    (
+        "对角线上应为 True：每个位置可以看它自己（tril 的 diagonal 应为 0，不是 -1）。",
+        "no_diagonal",
+    ),
+    ("全部为 True：没有屏蔽未来的位置。", "all_true"),
+    (
+        "对角线上方多了一条 True：位置 i 看到了 i + 1（tril 的 diagonal 应为 0）。",
+        "one_ahead",
+    ),
+]
 
 
 @checker("因果掩码")
@@ -339,30 +414,9 @@ def check_causal_mask(fn: Callable) -> str:
             )
         if bool((out == ref).all()):
             continue
-        variants = [
-            (
-                ~ref,
-                "得到的是「不能看」的掩码（True = 未来位置）：本课程约定 "
-                "True = 可以看，对角线及以下为 True（.tril()，不是 .triu(1)）。",
-            ),
-            (
-                ref.T,
-                "掩码方向反了：True 应在对角线及其下方（query i 只能看 "
-                "key 0..i），你的在上方（.triu() 应为 .tril()）。",
-            ),
-            (
-                ref.tril(-1),
-                "对角线上应为 True：每个位置可以看它自己"
-                "（tril 的 diagonal 应为 0，不是 -1）。",
-            ),
-            (torch.ones_like(ref), "全部为 True：没有屏蔽未来的位置。"),
-            (
-                torch.ones_like(ref).tril(1),
-                "对角线上方多了一条 True：位置 i 看到了 i + 1"
-                "（tril 的 diagonal 应为 0）。",
-            ),
-        ]
-        hint = next((h for v, h in variants if bool((out == v).all())), None)
+        hint = first_reproduced(
+            out.bool(), CAUSAL_MASK_HINTS, functools.partial(_causal_variant, L)
+        )
         bad = tuple(int(j) for j in (out != ref).nonzero()[0])
         fail(
             f"{name}({L}) 不对：位置 {bad} 应为 {bool(ref[bad])}，"

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -25,6 +26,7 @@ from ._report import (
     as_tensor,
     check_finite,
     check_float,
+    check_no_dropout,
     check_shape,
     close,
     first_reproduced,
@@ -32,88 +34,100 @@ from ._report import (
 )
 
 
-def _learner_paths(ref: nn.Module) -> list[tuple[str, nn.Module]]:
-    """``(path, module)`` for every module of the package's ``ref`` that holds
-    parameters: the learner's module has the same path (one vocabulary). MiniGPT's
-    learned positions wrap their table (``pos_emb.embedding``); the learner's
-    ``pos_emb`` is the ``nn.Embedding`` itself."""
+def _named_parameters(module: nn.Module) -> list[tuple[str, Tensor]]:
+    """``module``'s parameters under the exercises' names: the package's, except that
+    MiniGPT's learned position table is wrapped (``pos_emb.embedding.weight``) where
+    the learner's ``pos_emb`` is the ``nn.Embedding`` itself. Tied parameters appear
+    under each of their names."""
     return [
-        (path.replace("pos_emb.embedding", "pos_emb"), module)
-        for path, module in ref.named_modules()
-        if next(module.parameters(recurse=False), None) is not None
+        (name.replace("pos_emb.embedding.", "pos_emb."), p)
+        for name, p in module.named_parameters(remove_duplicate=False)
     ]
 
 
-def _resolve(obj: nn.Module, path: str, what: str) -> nn.Module:
-    current: object = obj
-    done = what
-    for part in path.split("."):
-        if part.isdigit():
-            try:
-                current = current[int(part)]
-            except (TypeError, IndexError):
-                fail(f"{done} 应是 nn.ModuleList，且至少有 {int(part) + 1} 个元素。")
-            done += f"[{part}]"
+def copy_parameters(src: nn.Module, dst: nn.Module) -> None:
+    """Copy every parameter of ``dst`` from the parameter of ``src`` with the same
+    name (the exercises use the package's names); buffers are left alone.
+
+    A chapter starts the learner's model from ``tc.MiniGPT``'s weights with
+    ``copy_parameters(reference, model)``; :func:`check_gpt` and
+    :func:`check_transformer_block` grade by ``copy_parameters(learner, reference)``,
+    so whatever they accept, this copies."""
+    source = dict(_named_parameters(src))
+    with torch.no_grad():
+        for name, p in _named_parameters(dst):
+            if name not in source:
+                raise ValueError(
+                    f"{type(src).__name__} has no parameter {name!r} to copy into "
+                    f"{type(dst).__name__}"
+                )
+            if source[name].shape != p.shape:
+                raise ValueError(
+                    f"parameter {name!r}: shape {tuple(source[name].shape)} in "
+                    f"{type(src).__name__}, {tuple(p.shape)} in {type(dst).__name__}"
+                )
+            p.copy_(source[name])
+
+
+def _check_parameters(learner: nn.Module, ref: nn.Module, what: str) -> None:
+    """The learner's parameters are the package module's: same names, same shapes."""
+    mine, theirs = dict(_named_parameters(learner)), dict(_named_parameters(ref))
+    for name, p in theirs.items():
+        owner, _, leaf = name.rpartition(".")
+        if name not in mine:
+            if leaf == "bias" and f"{owner}.weight" in mine:
+                fail(
+                    f"{what}.{owner} 缺少偏置（bias）：书里的 tc 模块带偏置，"
+                    "nn.Linear 和 nn.LayerNorm 默认就有，不要写 bias=False"
+                    "（后面的单元格从 tc.MiniGPT 按名字复制权重）。"
+                )
+            fail(
+                f"{what} 缺少参数 {name}：属性名要与书里打印的 tc 代码一致"
+                f"（应有 {what}.{owner}），检查器按名字把你的权重复制到参考实现里。"
+            )
+        if tuple(mine[name].shape) != tuple(p.shape):
+            fail(
+                f"{what}.{name} 的形状应为 {tuple(p.shape)}，"
+                f"得到 {tuple(mine[name].shape)}。"
+            )
+    for name in mine.keys() - theirs.keys():
+        owner, _, leaf = name.rpartition(".")
+        if leaf == "bias":
+            fail(f"{what}.{owner} 不应带偏置：nn.Linear(…, bias=False)。")
+        fail(f"{what} 多了参数 {name}：书里的 tc 模块没有它。")
+
+
+def _check_eps(learner: nn.Module, ref: nn.Module, what: str) -> None:
+    """Every norm has the package's eps (``nn.LayerNorm``'s default 1e-5)."""
+    for path, norm in ref.named_modules():
+        eps = getattr(norm, "eps", None)
+        if eps is None or not path:
             continue
-        nxt = getattr(current, part, None)
-        if nxt is None:
+        mine = getattr(learner.get_submodule(path), "eps", eps)
+        if mine != eps:
             fail(
-                f"{done} 缺少属性 {part}：按约定要有 {what}.{path}（名字要一致，"
-                "检查器按名字把你的权重复制到参考实现里）。"
+                f"{what}.{path} 的 eps 是 {mine:g}：应为 {eps:g}"
+                "（nn.LayerNorm 的默认值，也是 tc 模块的），不要另设。"
             )
-        current, done = nxt, f"{done}.{part}"
-    return current
 
 
-def _param(module: nn.Module, name: str) -> Tensor | None:
-    p = getattr(module, name, None)
-    return p if isinstance(p, Tensor) else None
+_NORM_PARAMETER = re.compile(r"(^|\.)norm(\d|_f)\.(weight|bias)$")
 
 
-def _copy_weights(
-    candidate: nn.Module,
-    pairs: Sequence[tuple[str, nn.Module]],
-    what: str,
-    randomize_norms: torch.Generator | None = None,
+def _load_into_reference(
+    learner: nn.Module, ref: nn.Module, what: str, g: torch.Generator
 ) -> None:
-    """Copy the candidate's weights into the package modules of ``pairs``.
-
-    With ``randomize_norms`` the candidate's norm weights/biases are first set to random
-    values (initially all 1/0, they would not tell ``norm1`` from ``norm2``)."""
-    for path, dst in pairs:
-        src = _resolve(candidate, path, what)
-        w = _param(src, "weight")
-        b = _param(src, "bias")
-        if w is None:
-            fail(
-                f"{what}.{path} 没有权重（weight）：它应是 {type(dst).__name__}"
-                "（nn.Linear / nn.LayerNorm / nn.Embedding）。"
-            )
-        if tuple(w.shape) != tuple(dst.weight.shape):
-            fail(
-                f"{what}.{path}.weight 的形状应为 {tuple(dst.weight.shape)}，"
-                f"得到 {tuple(w.shape)}。"
-            )
-        norm = w.dim() == 1
-        with torch.no_grad():
-            if randomize_norms is not None and norm:
-                w.copy_(1.0 + 0.3 * randn(randomize_norms, *w.shape))
-                if b is not None:
-                    b.copy_(0.2 * randn(randomize_norms, *b.shape))
-            dst.weight.copy_(w)
-            dst_b = getattr(dst, "bias", None)
-            if dst_b is None:
-                if b is not None and bool(b.detach().ne(0).any()):
-                    fail(f"{what}.{path} 不应带偏置（nn.Linear(…, bias=False)）。")
-            elif b is None:
-                dst_b.zero_()
-            else:
-                if tuple(b.shape) != tuple(dst_b.shape):
-                    fail(
-                        f"{what}.{path}.bias 的形状应为 {tuple(dst_b.shape)}，"
-                        f"得到 {tuple(b.shape)}。"
-                    )
-                dst_b.copy_(b)
+    """Check the learner's parameters and copy them into ``ref``. The norms get random
+    γ/β first (initially all 1/0, they would not tell ``norm1`` from ``norm2``)."""
+    _check_parameters(learner, ref, what)
+    _check_eps(learner, ref, what)
+    check_no_dropout(learner, what)
+    with torch.no_grad():
+        for name, p in _named_parameters(learner):
+            if _NORM_PARAMETER.search(name):
+                base = 1.0 if name.endswith("weight") else 0.0
+                p.copy_(base + 0.3 * randn(g, *p.shape))
+    copy_parameters(learner, ref)
 
 
 def _attend(block: nn.Module, h: Tensor, causal: bool = True) -> Tensor:
@@ -174,7 +188,7 @@ def _residual_variant(
     return x + attn(norm1(x)) + ffn(norm2(x))  # "parallel"
 
 
-_BLOCK_HINTS = [
+BLOCK_HINTS = [
     ("少了注意力子层的残差连接：x = x + self_attn(norm1(x))。", "no_res_attn"),
     ("少了 FFN 子层的残差连接：x = x + ffn(norm2(x))。", "no_res_ffn"),
     (
@@ -260,8 +274,7 @@ def check_transformer_block(cls: type) -> str:
             run_module(module, x, what=what, case=case, first=i == 0)
         ref_mod = TransformerBlock.gpt(E, H, 4 * E)
         ref_mod.eval()
-        _copy_weights(module, _learner_paths(ref_mod), what, randomize_norms=g)
-        module.eval()  # no dropout in the contract; eval() in case there is some
+        _load_into_reference(module, ref_mod, what, g)
         with torch.no_grad():
             out = run_module(module, x, what=what, case=case)
             ref = ref_mod(x)
@@ -277,7 +290,7 @@ def check_transformer_block(cls: type) -> str:
         if close(out, ref):
             continue
         hint = first_reproduced(
-            out, _BLOCK_HINTS, functools.partial(_block_variant, ref_mod, x)
+            out, BLOCK_HINTS, functools.partial(_block_variant, ref_mod, x)
         )
         if hint is None and x.size(1) > 2:
             hint = _causality_hint(
@@ -299,36 +312,28 @@ def check_transformer_block(cls: type) -> str:
     return "3 组 (d_model, 头数, 形状)，含 L = 1，因果性与 Pre-LN 连线"
 
 
-def _gpt_reference(V: int, C: int, E: int, H: int, n_layers: int) -> nn.Module:
-    cfg = GPTConfig(
-        vocab_size=V,
-        context_length=C,
-        d_model=E,
-        num_heads=H,
-        num_layers=n_layers,
-        d_ff=4 * E,
-        dropout=0.0,
-        positional="learned",
-        norm="layernorm",
-        norm_first=True,
-        activation="gelu",
-        tie_weights=False,
-        bias=True,
-    )
+def _gpt_reference(V: int, C: int, E: int, H: int, n_layers: int) -> MiniGPT:
+    """``tc.MiniGPT`` as the chapters build it: learned positions, GELU, Pre-LN,
+    biases, ``lm_head`` tied to ``tok_emb``, no dropout."""
+    cfg = GPTConfig(V, context_length=C, d_model=E, num_heads=H, num_layers=n_layers)
     return MiniGPT(cfg).eval()
 
 
-def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor:
+def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
     """The package model's pieces, wired with one typical mistake."""
     L = idx.size(1)
     tok = ref.tok_emb(idx)
     pos = ref.pos_emb.embedding.weight
     if mistake == "no_pos":
         x = tok
-    elif mistake == "pos_by_id":  # only where every id < context_length
-        x = tok + pos[idx]
+    elif mistake == "pos_from_1":
+        x = tok + pos[1 : L + 1] if L < pos.size(0) else None
+    elif mistake == "pos_last":
+        x = tok + pos[-L:]
     else:
         x = tok + pos[:L]
+    if x is None:
+        return None
     h = x
     for block in ref.blocks:
         if mistake == "no_causal":
@@ -341,11 +346,16 @@ def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor:
     return torch.softmax(logits, -1) if mistake == "softmax" else logits
 
 
-_GPT_HINTS = [
+GPT_HINTS = [
     ("忘了加位置嵌入：x = tok_emb(input_ids) + pos_emb(torch.arange(L))。", "no_pos"),
     (
-        "位置嵌入应按位置 0..L-1 查表（pos_emb(torch.arange(L))），不是按 token id。",
-        "pos_by_id",
+        "位置应从 0 开始：pos_emb(torch.arange(L))，不是 arange(1, L + 1)。",
+        "pos_from_1",
+    ),
+    (
+        "位置嵌入取的是表的最后 L 行：应取前 L 行，pos_emb(torch.arange(L))"
+        "（或 pos_emb.weight[:L]）。",
+        "pos_last",
     ),
     ("lm_head 之前忘了最后的 norm_f。", "no_norm_f"),
     (
@@ -368,16 +378,17 @@ def check_gpt(cls: type) -> str:
     (learned, ``nn.Embedding(context_length, d_model)``), ``blocks``
     (``nn.ModuleList`` of blocks of the :func:`check_transformer_block` contract),
     ``norm_f`` (``nn.LayerNorm``), ``lm_head`` (``nn.Linear(d_model, vocab_size,
-    bias=False)``; tying it to ``tok_emb`` is fine). ``forward(input_ids)`` with
+    bias=False)``, its weight tied to ``tok_emb``'s). ``forward(input_ids)`` with
     ``input_ids (N, L)``, ``L <= context_length``, returns logits
-    ``(N, L, vocab_size)`` (a tuple
-    ``(logits, loss)`` is accepted too). Graded by copying the weights into
-    :class:`transformer_course.MiniGPT` (learned positions, GELU, Pre-LN).
+    ``(N, L, vocab_size)`` only (the chapters use ``model(x)`` as logits). No dropout;
+    biases and eps as ``nn.Linear``'s and ``nn.LayerNorm``'s defaults. Graded by
+    :func:`copy_parameters` into :class:`transformer_course.MiniGPT` (learned
+    positions, GELU, Pre-LN, tied head).
     """
     name = name_of(cls)
     g = seeded_generator(10)
     # (vocab, context, d_model, heads, layers, idx shapes)
-    configs = [(23, 8, 16, 2, 2, ((2, 8), (3, 5))), (11, 6, 12, 3, 1, ((1, 1), (2, 6)))]
+    configs = [(23, 8, 16, 2, 2, ((3, 5), (2, 8))), (11, 6, 12, 3, 1, ((1, 1), (2, 6)))]
     first = True
     for V, C, E, H, n_layers, shapes in configs:
         args = (V, C, E, H, n_layers)
@@ -389,24 +400,26 @@ def check_gpt(cls: type) -> str:
                 module,
                 probe,
                 what=what,
-                case=f"idx {shapes[0]}",
+                case=f"input_ids {shapes[0]}",
                 first=first,
-                hint=_embedding_hint,
+                causes=GPT_CRASHES,
             )
         first = False
+        _check_structure(module, what)
         ref = _gpt_reference(*args)
-        _copy_weights(module, _learner_paths(ref), what, randomize_norms=g)
-        module.eval()
+        _load_into_reference(module, ref, what, g)
         for shape in shapes:
-            case = f"vocab={V}, context={C}, idx {shape}"
+            case = f"vocab={V}, context={C}, input_ids {shape}"
             idx = torch.randint(V, shape, generator=g)
             with torch.no_grad():
-                out = run_module(
-                    module, idx, what=what, case=case, hint=_embedding_hint
-                )
+                out = run_module(module, idx, what=what, case=case, causes=GPT_CRASHES)
                 expected, _ = ref(idx)
-            if isinstance(out, tuple) and len(out) == 2:
-                out = out[0]
+            if isinstance(out, (tuple, list)):
+                fail(
+                    f"{what} 返回了 {type(out).__name__}（{case}）：forward(input_ids) "
+                    "应只返回 logits (N, L, V)——本章后面的训练和生成单元格直接把 "
+                    "model(x) 当 logits 用；损失在 forward 外面算。"
+                )
             out = as_tensor(out, f"{what} 的输出", case)
             N, L = shape
             if tuple(out.shape) == (N, V) and L > 1:
@@ -425,7 +438,7 @@ def check_gpt(cls: type) -> str:
             if close(out, expected):
                 continue
             hint = first_reproduced(
-                out, _GPT_HINTS, functools.partial(_gpt_variant, ref, idx)
+                out, GPT_HINTS, functools.partial(_gpt_variant, ref, idx)
             )
             if hint is None:
                 hint = _gpt_block_hint(module, ref, idx, what)
@@ -436,10 +449,32 @@ def check_gpt(cls: type) -> str:
     return "2 组配置、1 到 2 层、L = 1 到 context_length、批量 1 到 3"
 
 
-_embedding_hint = (
-    "nn.Embedding 的下标越界时：token 嵌入用 input_ids 查表，位置嵌入用 "
-    "torch.arange(L) 查表；检查 vocab_size 和 context_length 有没有用反。"
-)
+GPT_CRASHES = [
+    (
+        r"index out of range|IndexError",
+        "nn.Embedding 的下标越界：token 嵌入用 input_ids 查表，位置嵌入按位置 "
+        "torch.arange(L) 查表（不是按 token id，也不从 1 开始）；"
+        "检查 vocab_size 和 context_length 有没有用反。",
+    ),
+]
+
+
+def _check_structure(module: nn.Module, what: str) -> None:
+    """Distinct blocks, and ``lm_head`` sharing ``tok_emb``'s weight."""
+    blocks = getattr(module, "blocks", None)
+    if isinstance(blocks, nn.ModuleList) and len({id(b) for b in blocks}) < len(blocks):
+        fail(
+            f"{what}.blocks 里是同一个块对象重复了多次（[block] * n）：它们共用一份"
+            "权重。每层新建一个块：nn.ModuleList(MyBlock(...) for _ in range(n))。"
+        )
+    head, emb = getattr(module, "lm_head", None), getattr(module, "tok_emb", None)
+    if isinstance(head, nn.Module) and isinstance(emb, nn.Module):
+        if getattr(head, "weight", None) is not getattr(emb, "weight", None):
+            fail(
+                f"{what}.lm_head 的权重没有与 tok_emb 共享：在 __init__ 里写 "
+                "self.lm_head.weight = self.tok_emb.weight（书里的 tc.MiniGPT 这样做；"
+                "后面从它复制权重、逐步比较训练时依赖这一点）。"
+            )
 
 
 def _gpt_block_hint(module: nn.Module, ref: nn.Module, idx: Tensor, what: str) -> str:

@@ -18,10 +18,7 @@ from ._protocol import (
     run_learner,
     seeded_generator,
 )
-from ._report import (
-    as_tensor,
-    check_shape,
-)
+from ._report import as_tensor, check_shape, first_reproduced
 
 # generation
 
@@ -77,38 +74,63 @@ def _generate_reference(
     C: int,
     top_k: int | None,
     seed: int | None,
-    mistake: str = "",
+    among_top_k: bool = False,
 ) -> Tensor:
-    """The contract's generation loop (or one typical mistake in it); ``seed`` seeds a
-    fresh generator (``None``: greedy)."""
+    """The contract's generation loop; ``seed`` seeds a fresh generator (``None``:
+    greedy). ``among_top_k``: sample among ``torch.topk``'s values and map back (the
+    accepted other way to write top-k)."""
     generator = None if seed is None else seeded_generator(seed)
     for _ in range(steps):
-        ctx = {"first": idx[:, :C], "short": idx[:, -(C - 1) :] if C > 1 else idx}.get(
-            mistake, idx[:, -C:]
-        )
-        all_logits = model.logits(ctx)
-        logits = all_logits[:, 0] if mistake == "pos0" else all_logits[:, -1]
-        if generator is None or mistake == "greedy":
+        logits = model.logits(idx[:, -C:])[:, -1]
+        if generator is None:
             nxt = logits.argmax(-1, keepdim=True)
+        elif top_k is not None and among_top_k:
+            vals, inds = torch.topk(logits, min(top_k, logits.size(-1)))
+            probs = torch.softmax(vals, -1)
+            nxt = inds.gather(-1, torch.multinomial(probs, 1, generator=generator))
         else:
-            k = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
-            if top_k is not None and mistake != "no_top_k":
-                kk = max(1, min(top_k + k, logits.size(-1)))
-                vals, inds = torch.topk(logits, kk)
-                if mistake == "gather":
-                    choice = torch.multinomial(
-                        torch.softmax(vals, -1), 1, generator=generator
-                    )
-                    nxt = inds.gather(-1, choice)
-                    idx = torch.cat([idx, nxt], dim=1)
-                    continue
+            if top_k is not None:
+                vals, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits = logits.masked_fill(logits < vals[:, -1:], -math.inf)
-            nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+            probs = torch.softmax(logits, -1)
+            nxt = torch.multinomial(probs, 1, generator=generator)
         idx = torch.cat([idx, nxt], dim=1)
     return idx
 
 
-_GENERATE_HINTS = [
+def _generate_mistake(
+    model: _ToyLM,
+    idx: Tensor,
+    steps: int,
+    C: int,
+    top_k: int | None,
+    seed: int | None,
+    mistake: str,
+) -> Tensor:
+    """The generation loop with one of :data:`GENERATE_HINTS`' mistakes (kept apart
+    from the oracle above)."""
+    generator = None if seed is None else seeded_generator(seed)
+    crop = {"first": lambda i: i[:, :C], "short": lambda i: i[:, -(C - 1) :]}
+    for _ in range(steps):
+        ctx = crop.get(mistake, lambda i: i[:, -C:])(idx)
+        logits = model.logits(ctx)[:, 0 if mistake == "pos0" else -1]
+        if generator is None or mistake == "greedy":
+            nxt = logits.argmax(-1, keepdim=True)
+        else:
+            off = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
+            k = None if top_k is None else top_k + off
+            if k is not None and mistake != "no_top_k":
+                vals, _ = torch.topk(logits, max(1, min(k, logits.size(-1))))
+                logits = logits.masked_fill(logits < vals[:, -1:], -math.inf)
+            probs = torch.softmax(logits, -1)
+            if mistake == "double_softmax":
+                probs = torch.softmax(probs, -1)
+            nxt = torch.multinomial(probs, 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+GENERATE_HINTS = [
     ("取了第一个位置的 logits：应取最后一个位置 logits[:, -1, :]。", "pos0"),
     (
         "裁剪保留的是最前面的 context_length 个词元：应保留最后的 "
@@ -131,6 +153,28 @@ _GENERATE_HINTS = [
         "k_plus_1",
     ),
     ("top_k 没有起作用：应只保留最大的 top_k 个 logits，其余设为 -inf。", "no_top_k"),
+    (
+        "softmax 做了两次：对已经是概率的 probs 再做 softmax 会把分布压平；"
+        "只对 logits 做一次 softmax。",
+        "double_softmax",
+    ),
+]
+
+GENERATE_CRASHES = [
+    (
+        r"must match the size[\s\S]*<",
+        "top-k 的阈值要保留维度才能与 (N, V) 的 logits 比较：写 v[:, [-1]] 或 "
+        "v[:, -1:]（形状 (N, 1)），不是 v[:, -1]（形状 (N,)）。",
+    ),
+    (
+        r"too many values to unpack|not enough values to unpack|'tuple' object",
+        "model(input_ids) 直接返回 logits (N, L, V)，不是 (logits, loss) 元组。",
+    ),
+    (
+        r"multinomial|probability tensor",
+        "torch.multinomial 需要非负、有限、和为正的概率：先对（屏蔽后的）logits 做 "
+        "softmax，再抽样。",
+    ),
 ]
 
 
@@ -179,12 +223,12 @@ def check_generate(fn: Callable) -> str:
         )
         model.calls.clear()
         out = run(
-            first=i == 0, hint=_generate_crash_hint, **_generate_kwargs(top_k, seed)
+            first=i == 0, causes=GENERATE_CRASHES, **_generate_kwargs(top_k, seed)
         )
         out = _generated_tokens(name, out, idx, steps, case)
         gen = functools.partial(_generate_reference, model, idx, steps, C, top_k, seed)
         if torch.equal(out, gen()) or (
-            top_k is not None and torch.equal(out, gen("gather"))
+            top_k is not None and torch.equal(out, gen(among_top_k=True))
         ):
             continue
         if sample:
@@ -195,7 +239,10 @@ def check_generate(fn: Callable) -> str:
                     f"{name} 用同一个种子的 generator 运行两次，结果却不同（{case}）："
                     "没有把 generator 传给 torch.multinomial（generator=generator）。"
                 )
-        hint = _generate_hint(out, gen, sample)
+        mistake = functools.partial(
+            _generate_mistake, model, idx, steps, C, top_k, seed
+        )
+        hint = _generate_hint(out, mistake, sample)
         expected = gen()
         bad = tuple((out != expected).nonzero()[0].tolist())
         fail(
@@ -246,10 +293,10 @@ def _generated_tokens(
     return out
 
 
-def _generate_hint(out: Tensor, gen: Callable[[str], Tensor], sample: bool) -> str:
-    """The typical mistake that ``out`` reproduces (``gen(mistake)`` generates with
+def _generate_hint(out: Tensor, mistake: Callable[[str], Tensor], sample: bool) -> str:
+    """The typical mistake that ``out`` reproduces (``mistake(m)`` generates with
     it), or the recipe."""
-    hint = next((h for h, m in _GENERATE_HINTS if torch.equal(out, gen(m))), None)
+    hint = first_reproduced(out, GENERATE_HINTS, mistake, rtol=0.0, atol=0.0)
     if hint is None and not sample:
         hint = (
             "generator 为 None 时应贪心地取 argmax（logits[:, -1, :].argmax"
@@ -258,12 +305,6 @@ def _generate_hint(out: Tensor, gen: Callable[[str], Tensor], sample: bool) -> s
     if hint:
         return f"\n可能的原因：{hint}"
     return "\n对照：裁剪 → 取最后位置 logits → top-k → softmax → multinomial。"
-
-
-_generate_crash_hint = (
-    "model(input_ids) 直接返回 logits (N, L, V)，不是 (logits, loss) 元组；"
-    "torch.multinomial 需要非负的概率（先 softmax）。"
-)
 
 
 # KV cache
@@ -313,7 +354,7 @@ def check_kv_cache(cls: type) -> str:
                 what=f"{name}.update",
                 case=case,
                 first=first,
-                hint=_cache_crash_hint,
+                causes=CACHE_CRASHES,
             )
             if first:
                 _call_len(cache, name, first=True)
@@ -334,7 +375,7 @@ def check_kv_cache(cls: type) -> str:
 
 def _cache_outputs(name: str, out: object, case: str) -> tuple[Tensor, Tensor]:
     """``update``'s result must be two tensors ``(K_all, V_all)``."""
-    if not (isinstance(out, tuple) and len(out) == 2):
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
         fail(
             f"{name}.update 应返回 (K_all, V_all) 两个张量，得到 {type(out).__name__}。"
         )
@@ -405,10 +446,13 @@ def _check_cache_len(
         fail(f"len({name}) 应为 {total}，得到 {n_len}（{case}）{extra}")
 
 
-_cache_crash_hint = (
-    "torch.cat 报形状不匹配时，多半是拼接的维度不对：应沿时间维 dim=-2"
-    "（(N, H, T, D) 的 T）拼接，torch.cat([self.k, k], dim=-2)。"
-)
+CACHE_CRASHES = [
+    (
+        r"Sizes of tensors must match|torch\.cat",
+        "torch.cat 报形状不匹配，多半是拼接的维度不对：应沿时间维 dim=-2"
+        "（(N, H, T, D) 的 T）拼接，torch.cat([self.k, k], dim=-2)。",
+    ),
+]
 
 
 def _cache_shape_hint(got: tuple, chunk: tuple, expected: tuple, updates: int) -> str:

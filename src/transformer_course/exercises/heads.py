@@ -27,9 +27,10 @@ from ._report import (
     as_tensor,
     check_finite,
     check_float,
+    check_no_dropout,
     check_shape,
     close,
-    diagnose,
+    first_reproduced,
     linear_attr,
     where_differs,
 )
@@ -42,45 +43,94 @@ def _mha_variant(
     K: Tensor,
     V: Tensor,
     mask: Tensor | None,
-    *,
-    split: str = "ok",
-    merge: str = "ok",
-    scale: str = "head",
-    dim: int = -1,
-    masking: str = "ok",
-    out_proj: bool = True,
-    source: str = "ok",
-) -> Tensor:
-    """Multi-head attention from the learner's own four layers, with one typical
-    mistake (for diagnosis)."""
-    W_q, W_k, W_v, W_o = layers
+    mistake: str,
+) -> Tensor | None:
+    """What multi-head attention with the learner's four layers outputs with one of
+    :data:`MHA_HINTS`' mistakes."""
+    if mistake.startswith("mask_") and mask is None:
+        return None
+    q_proj, k_proj, v_proj, out_proj = layers
+    if mistake == "q_proj_for_all":
+        k_proj = v_proj = q_proj
+    if mistake == "kv_from_q":
+        K = V = Q
+    H = 1 if mistake == "one_head" else H
     N, L, E = Q.shape
     D = E // H
-    if source == "q":
-        K = V = Q
-    q, k, v = apply_linear(W_q, Q), apply_linear(W_k, K), apply_linear(W_v, V)
+    split = mistake in ("split_view", "split_merge_view")
+    merge = mistake in ("merge_view", "split_merge_view")
 
-    def heads(x: Tensor) -> Tensor:
-        if split == "view":  # (N, T, E) -> (N, H, T, D) without the transpose
+    def heads(x: Tensor) -> Tensor:  # (N, T, E) -> (N, H, T, D)
+        if split:  # without the transpose
             return x.reshape(N, H, x.size(1), D)
         return x.view(N, x.size(1), H, D).transpose(1, 2)
 
-    q, k, v = heads(q), heads(k), heads(v)
-    scores = q @ k.transpose(-2, -1)
-    scores = {
-        "head": scores / math.sqrt(D),
-        "model": scores / math.sqrt(E),
-        "none": scores,
-    }[scale]
-    if mask is not None:
-        fill = ~mask if masking == "ok" else mask
-        scores = scores.masked_fill(fill, -math.inf)
-    out = torch.softmax(scores, dim=dim) @ v  # (N, H, L, D)
-    if merge == "view":  # (N, H, L, D) -> (N, L, E) without the transpose
-        out = out.reshape(N, L, E)
-    else:
-        out = out.transpose(1, 2).reshape(N, L, E)
-    return apply_linear(W_o, out) if out_proj else out
+    q = heads(apply_linear(q_proj, Q))
+    k, v = heads(apply_linear(k_proj, K)), heads(apply_linear(v_proj, V))
+    scale = {"no_scale": 1.0, "scale_model": math.sqrt(E)}.get(mistake, math.sqrt(D))
+    scores = q @ k.transpose(-2, -1) / scale
+    if mask is not None and mistake != "mask_ignored":
+        inverted = mistake == "mask_inverted"  # -1e9: rows masked whole stay finite
+        scores = scores.masked_fill(
+            mask if inverted else ~mask, -1e9 if inverted else -math.inf
+        )
+    weights = torch.softmax(scores, dim=-2 if mistake == "softmax_queries" else -1)
+    out = weights @ v  # (N, H, L, D)
+    out = out.reshape(N, L, E) if merge else out.transpose(1, 2).reshape(N, L, E)
+    return out if mistake == "no_out_proj" else apply_linear(out_proj, out)
+
+
+MHA_HINTS = [
+    (
+        "合并多头时没有先转置：(N, H, L, D) 要先 transpose(1, 2) 变成 "
+        "(N, L, H, D)，再 reshape 成 (N, L, E)。",
+        "merge_view",
+    ),
+    (
+        "拆分多头时直接 view 成了 (N, H, L, D)：应先 view 成 (N, L, H, D)，"
+        "再 transpose(1, 2)。",
+        "split_view",
+    ),
+    (
+        "拆分和合并多头时都少了转置：应 view(N, L, H, D).transpose(1, 2)，"
+        "合并时反过来。",
+        "split_merge_view",
+    ),
+    (
+        "没有拆分多头：应把 (N, T, E) 拆成 {H} 个头 (N, {H}, T, {D})，"
+        "每个头各自做注意力（缩放 √d_k 也按每个头的维度）。",
+        "one_head",
+    ),
+    ("输出差了一个缩放：分数没有除以 √d_k（每个头 d_k = {D}）。", "no_scale"),
+    ("缩放用了 √d_model = √{E}，应除以每个头的维度 √d_k = √{D}。", "scale_model"),
+    (
+        "权重在 key 维度上之和不是 1：softmax 的 dim 可能写错了（应为 dim=-1）。",
+        "softmax_queries",
+    ),
+    ("忘了最后的输出投影：合并多头后还要经过 out_proj。", "no_out_proj"),
+    (
+        "K 和 V 都用 Q 算了：应为 k_proj(K)、v_proj(V)（交叉注意力里三者不同）。",
+        "kv_from_q",
+    ),
+    (
+        "K 和 V 也用 q_proj 投影了：三个输入各用自己的层，"
+        "q_proj(Q)、k_proj(K)、v_proj(V)。",
+        "q_proj_for_all",
+    ),
+    ("被屏蔽的位置仍有权重：掩码方向可能反了（True = 可以看）。", "mask_inverted"),
+    (
+        "被屏蔽的位置仍有权重：掩码没有起作用（attn_mask 参数被忽略了？）。",
+        "mask_ignored",
+    ),
+]
+
+MHA_CRASHES = [
+    (
+        r"is invalid for input of size",
+        "拆分多头时 view 的形状与元素个数不符：交叉注意力里 K、V 的长度 S 可以与 Q 的"
+        "长度 L 不同，拆分 K、V 时用它们自己的长度（K.size(1)），不要用 Q 的 L。",
+    ),
+]
 
 
 def _mha_reference(
@@ -92,17 +142,13 @@ def _mha_reference(
     mask: Tensor | None,
 ) -> Tensor:
     """The package's :class:`MultiHeadAttention` with the learner's weights."""
-    E = Q.size(-1)
-    ref = MultiHeadAttention(E, H)
+    ref = MultiHeadAttention(Q.size(-1), H)
     with torch.no_grad():
         for mine, theirs in zip(
             layers, (ref.q_proj, ref.k_proj, ref.v_proj, ref.out_proj), strict=True
         ):
             theirs.weight.copy_(mine.weight)
-            if mine.bias is None:
-                theirs.bias.zero_()
-            else:
-                theirs.bias.copy_(mine.bias)
+            theirs.bias.copy_(mine.bias)
         return ref(Q, K, V, attn_mask=mask)
 
 
@@ -115,10 +161,10 @@ def check_multi_head_attention(cls: type) -> str:
 
     The module has four ``nn.Linear(d_model, d_model)`` layers named as in
     :class:`~transformer_course.MultiHeadAttention`: ``q_proj, k_proj, v_proj,
-    out_proj``
-    (with or without bias); ``forward(Q, K, V, attn_mask=None)`` takes Q ``(N, L, E)``,
-    K/V ``(N, S, E)`` and a bool mask ``(L, S)`` (``True`` = may attend) and returns
-    ``(N, L, E)`` (or ``(output, weights)``). Compared with the package's
+    out_proj`` (with bias, as ``nn.Linear``'s default);
+    ``forward(Q, K, V, attn_mask=None)`` takes Q ``(N, L, E)``, K/V ``(N, S, E)`` and
+    a bool mask ``(L, S)`` (``True`` = may attend) and returns ``(N, L, E)`` (or
+    ``(output, weights)``). Compared with the package's
     :class:`~transformer_course.MultiHeadAttention` holding the same weights.
     """
     name = name_of(cls)
@@ -158,19 +204,14 @@ def check_multi_head_attention(cls: type) -> str:
         module = construct(cls, E, H, what=name)
         args = (Q, K, V) if mask is None else (Q, K, V, mask)
         with torch.no_grad():
-            hint = ""
-            if K.size(1) != Q.size(1):
-                hint = (
-                    "交叉注意力里 K、V 的长度 S 可以与 Q 的长度 L 不同：拆分 K、V "
-                    "的多头时用它们自己的长度（K.size(1)），不要用 Q 的 L。"
-                )
             out = run_module(
-                module, *args, what=what, case=case, first=i == 0, hint=hint
+                module, *args, what=what, case=case, first=i == 0, causes=MHA_CRASHES
             )
-        if isinstance(out, tuple) and len(out) == 2:
+        if isinstance(out, (tuple, list)) and len(out) == 2:
             out = out[0]
         out = as_tensor(out, f"{what} 的输出", case)
-        layers = [linear_attr(module, a, E, E, what) for a in _MHA_NAMES]
+        layers = [linear_attr(module, a, E, E, what, bias=True) for a in _MHA_NAMES]
+        check_no_dropout(module, what)
         with torch.no_grad():
             ref = _mha_reference(layers, H, Q, K, V, mask)
         if tuple(out.shape) == (Q.size(0), H, Q.size(1), E // H):
@@ -197,72 +238,8 @@ def check_multi_head_attention(cls: type) -> str:
         check_finite(out, f"{what} 的输出", case, nan_hint)
         if close(out, ref):
             continue
-        D = E // H
-        variants = [
-            (
-                "合并多头时没有先转置：(N, H, L, D) 要先 transpose(1, 2) 变成 "
-                "(N, L, H, D)，再 reshape 成 (N, L, E)。",
-                functools.partial(_mha_variant, layers, H, Q, K, V, mask, merge="view"),
-            ),
-            (
-                "拆分多头时直接 view 成了 (N, H, L, D)：应先 view 成 (N, L, H, D)，"
-                "再 transpose(1, 2)。",
-                functools.partial(_mha_variant, layers, H, Q, K, V, mask, split="view"),
-            ),
-            (
-                "拆分和合并多头时都少了转置：应 view(N, L, H, D).transpose(1, 2)，"
-                "合并时反过来。",
-                functools.partial(
-                    _mha_variant, layers, H, Q, K, V, mask, split="view", merge="view"
-                ),
-            ),
-            (
-                f"没有拆分多头：应把 (N, T, E) 拆成 {H} 个头 (N, {H}, T, {D})，"
-                "每个头各自做注意力（缩放 √d_k 也按每个头的维度）。",
-                functools.partial(_mha_variant, layers, 1, Q, K, V, mask),
-            ),
-            (
-                f"输出差了一个缩放：分数没有除以 √d_k（每个头 d_k = {D}）。",
-                functools.partial(_mha_variant, layers, H, Q, K, V, mask, scale="none"),
-            ),
-            (
-                f"缩放用了 √d_model = √{E}，应除以每个头的维度 √d_k = √{D}。",
-                functools.partial(
-                    _mha_variant, layers, H, Q, K, V, mask, scale="model"
-                ),
-            ),
-            (
-                "权重在 key 维度上之和不是 1：softmax 的 dim 可能写错了"
-                "（应为 dim=-1）。",
-                functools.partial(_mha_variant, layers, H, Q, K, V, mask, dim=-2),
-            ),
-            (
-                "忘了最后的输出投影：合并多头后还要经过 out_proj。",
-                functools.partial(
-                    _mha_variant, layers, H, Q, K, V, mask, out_proj=False
-                ),
-            ),
-            (
-                "K 和 V 都用 Q 算了：应为 k_proj(K)、v_proj(V)"
-                "（交叉注意力里三者不同）。",
-                functools.partial(_mha_variant, layers, H, Q, K, V, mask, source="q"),
-            ),
-        ]
-        if mask is not None:
-            variants += [
-                (
-                    "被屏蔽的位置仍有权重：掩码方向可能反了（True = 可以看）。",
-                    functools.partial(
-                        _mha_variant, layers, H, Q, K, V, mask, masking="inverted"
-                    ),
-                ),
-                (
-                    "被屏蔽的位置仍有权重：掩码没有起作用"
-                    "（attn_mask 参数被忽略了？）。",
-                    functools.partial(_mha_variant, layers, H, Q, K, V, None),
-                ),
-            ]
-        hint = diagnose(out, variants) or (
+        variant = functools.partial(_mha_variant, layers, H, Q, K, V, mask)
+        hint = first_reproduced(out, MHA_HINTS, variant, H=H, D=E // H, E=E) or (
             "逐步对照：投影 → view(N, T, H, D).transpose(1, 2) → 缩放点积注意力"
             "（除以 √d_k，掩码，softmax(dim=-1)）"
             "→ transpose(1, 2).reshape(N, L, E) → out_proj。"

@@ -27,9 +27,9 @@ from ._report import (
     as_tensor,
     check_finite,
     check_float,
+    check_no_dropout,
     check_shape,
     close,
-    diagnose,
     first_reproduced,
     linear_attr,
     where_differs,
@@ -56,7 +56,12 @@ def _norm_params(module: nn.Module, what: str) -> tuple[Tensor, Tensor]:
     return w, b
 
 
-def _ln_variant(x: Tensor, w: Tensor, b: Tensor, eps: float, mistake: str) -> Tensor:
+def _ln_variant(
+    x: Tensor, w: Tensor, b: Tensor, eps: float, eps_given: bool, mistake: str
+) -> Tensor | None:
+    """What layer norm with one of :data:`LAYER_NORM_HINTS`' mistakes outputs."""
+    if mistake == "eps_ignored":
+        return layer_norm_reference(x, w, b) if eps_given else None
     dims = {"dim0": 0, "dim1": 1, "all": tuple(range(1, x.dim()))}.get(mistake, -1)
     mean = x.mean(dim=dims, keepdim=True)
     var = x.var(dim=dims, keepdim=True, unbiased=mistake == "unbiased")
@@ -67,12 +72,54 @@ def _ln_variant(x: Tensor, w: Tensor, b: Tensor, eps: float, mistake: str) -> Te
     elif mistake == "no_sqrt":
         y = (x - mean) / (var + eps)
     else:
-        y = (x - mean) / torch.sqrt(var + (0.0 if mistake == "no_eps" else eps))
-    if mistake == "no_affine":
-        return y
-    if mistake == "swapped":
-        return y * b + w
-    return y * w + b
+        y = (x - mean) / torch.sqrt(var + eps)
+    affine = {"no_affine": lambda: y, "swapped": lambda: y * b + w}
+    affine["shift_then_scale"] = lambda: (y + b) * w
+    return affine.get(mistake, lambda: y * w + b)()
+
+
+LAYER_NORM_HINTS = [
+    (
+        "方差用了无偏估计（除以 n − 1）：torch.var / x.std 默认 unbiased=True，"
+        "LayerNorm 要有偏方差，写 x.var(-1, keepdim=True, unbiased=False)。",
+        "unbiased",
+    ),
+    (
+        "eps 应加在根号里面：(x − mean) / sqrt(var + eps)，不是 / (std + eps)。",
+        "std_eps",
+    ),
+    ("忘了开根号：应除以 sqrt(var + eps)，不是 (var + eps)。", "no_sqrt"),
+    (
+        "归一化的维度不对：应在最后一维上求均值和方差（dim=-1, keepdim=True），"
+        "不是第 0 维。",
+        "dim0",
+    ),
+    (
+        "归一化的维度不对：应在最后一维上求均值和方差（dim=-1, keepdim=True），"
+        "不是第 1 维。",
+        "dim1",
+    ),
+    (
+        "归一化的维度不对：只在最后一维（特征维）上求均值和方差，不要把其它维也算进去。",
+        "all",
+    ),
+    ("没有减去均值：这是 RMSNorm 的做法；LayerNorm 要 (x − mean)。", "no_center"),
+    ("没有用上 γ 和 β：标准化之后要 * weight + bias。", "no_affine"),
+    ("weight 和 bias 用反了：应为 x̂ * weight + bias。", "swapped"),
+    ("先加 β 再乘 γ 了：应先乘再加，x̂ * weight + bias。", "shift_then_scale"),
+    (
+        "没有使用构造函数传入的 eps：把它存成 self.eps，forward 里用 self.eps。",
+        "eps_ignored",
+    ),
+]
+
+LAYER_NORM_CRASHES = [
+    (
+        r"must match the size[\s\S]*\b(mean|var|std)\b",
+        "求均值或方差时少了 keepdim=True：(…, E) 减去形状 (…,) 的均值无法广播，"
+        "写 x.mean(-1, keepdim=True)。",
+    ),
+]
 
 
 @checker("层归一化", wants_class=True)
@@ -101,7 +148,9 @@ def check_layer_norm(cls: type) -> str:
         module = construct(cls, E, what=name, **kwargs)
         what = f"{name}{fmt_args((E,), kwargs)}"
         with torch.no_grad():
-            out = run_module(module, x, what=what, case=case, first=i == 0)
+            out = run_module(
+                module, x, what=what, case=case, first=i == 0, causes=LAYER_NORM_CRASHES
+            )
         w, b = _norm_params(module, what)
         for p, n, init in ((w, "weight（γ）", 1.0), (b, "bias（β）", 0.0)):
             check_shape(p, (E,), f"{what} 的 {n}", "", " 每个特征一个参数。")
@@ -114,7 +163,7 @@ def check_layer_norm(cls: type) -> str:
         with torch.no_grad():  # random γ, β: both must be used, and used right
             w.copy_(randn(g, E, scale=0.5) + 1.0)
             b.copy_(randn(g, E))
-            out = run_module(module, x, what=what, case=case)
+            out = run_module(module, x, what=what, case=case, causes=LAYER_NORM_CRASHES)
         out = as_tensor(out, f"{what} 的输出", case)
         check_shape(
             out,
@@ -134,54 +183,10 @@ def check_layer_norm(cls: type) -> str:
         ref = layer_norm_reference(x, w.detach(), b.detach(), e)
         if close(out, ref, 1e-4, 1e-4):
             continue
-        variants = [
-            (
-                "方差用了无偏估计（除以 n − 1）：torch.var / x.std 默认 unbiased=True，"
-                "LayerNorm 要有偏方差，写 x.var(-1, keepdim=True, unbiased=False)。",
-                "unbiased",
-            ),
-            (
-                "eps 应加在根号里面：(x − mean) / sqrt(var + eps)，"
-                "不是 / (std + eps)。",
-                "std_eps",
-            ),
-            ("忘了开根号：应除以 sqrt(var + eps)，不是 (var + eps)。", "no_sqrt"),
-            ("忘了 eps：应为 sqrt(var + eps)。", "no_eps"),
-            (
-                "归一化的维度不对：应在最后一维上求均值和方差（dim=-1, keepdim=True），"
-                "不是第 0 维。",
-                "dim0",
-            ),
-            (
-                "归一化的维度不对：应在最后一维上求均值和方差（dim=-1, keepdim=True），"
-                "不是第 1 维。",
-                "dim1",
-            ),
-            (
-                "归一化的维度不对：只在最后一维（特征维）上求均值和方差，"
-                "不要把其它维也算进去。",
-                "all",
-            ),
-            (
-                "没有减去均值：这是 RMSNorm 的做法；LayerNorm 要 (x − mean)。",
-                "no_center",
-            ),
-            ("没有用上 γ 和 β：标准化之后要 * weight + bias。", "no_affine"),
-            ("weight 和 bias 用反了：应为 x̂ * weight + bias。", "swapped"),
-        ]
-        variants_run = [
-            (h, functools.partial(_ln_variant, x, w.detach(), b.detach(), e, m))
-            for h, m in variants
-        ]
-        if eps is not None:
-            variants_run.append(
-                (
-                    "没有使用构造函数传入的 eps："
-                    "把它存成 self.eps，forward 里用 self.eps。",
-                    functools.partial(layer_norm_reference, x, w.detach(), b.detach()),
-                )
-            )
-        hint = diagnose(out, variants_run, 1e-4, 1e-4) or (
+        variant = functools.partial(
+            _ln_variant, x, w.detach(), b.detach(), e, eps is not None
+        )
+        hint = first_reproduced(out, LAYER_NORM_HINTS, variant, 1e-4, 1e-4) or (
             "对照公式：mean、有偏方差都在最后一维上算（keepdim=True），"
             "y = (x − mean) / sqrt(var + eps) * weight + bias。"
         )
@@ -196,14 +201,11 @@ def check_layer_norm(cls: type) -> str:
 
 
 def _copy_linear(src: nn.Linear, dst: nn.Linear) -> None:
-    """Copy ``src`` into ``dst``; a missing bias becomes zeros."""
+    """Copy ``src`` into ``dst`` (:func:`linear_attr` checked that the biases agree)."""
     with torch.no_grad():
         dst.weight.copy_(src.weight)
         if dst.bias is not None:
-            if src.bias is None:
-                dst.bias.zero_()
-            else:
-                dst.bias.copy_(src.bias)
+            dst.bias.copy_(src.bias)
 
 
 def _ffn_variant(l1: nn.Linear, l2: nn.Linear, x: Tensor, mistake: str) -> Tensor:
@@ -213,6 +215,7 @@ def _ffn_variant(l1: nn.Linear, l2: nn.Linear, x: Tensor, mistake: str) -> Tenso
         "none": lambda t: t,
         "silu": F.silu,
         "sigmoid": torch.sigmoid,
+        "sigmoid_gelu": lambda t: t * torch.sigmoid(1.702 * t),
     }
     act = acts.get(mistake, F.gelu)
     out = apply_linear(l2, act(apply_linear(l1, x)))
@@ -273,7 +276,7 @@ def _check_ffn_output(
     )
 
 
-_FFN_HINTS = [
+FFN_HINTS = [
     ("激活函数用了 ReLU；本练习用 GELU（F.gelu 或 nn.GELU()）。", "relu"),
     (
         "用了 GELU 的 tanh 近似（approximate='tanh'）；本练习用精确的 GELU"
@@ -285,6 +288,10 @@ _FFN_HINTS = [
     ("FFN 本身不含残差：x + … 由 Transformer 块去加。", "residual"),
     ("激活函数用了 SiLU；本练习用 GELU。", "silu"),
     ("激活函数用了 sigmoid；本练习用 GELU。", "sigmoid"),
+    (
+        "用了 GELU 的 sigmoid 近似 x·σ(1.702x)；本练习用精确的 GELU（F.gelu 的默认）。",
+        "sigmoid_gelu",
+    ),
 ]
 
 
@@ -293,20 +300,21 @@ def check_feed_forward(cls: type) -> str:
     """Grade ``cls(d_model, d_ff)``: the position-wise FFN ``w2(gelu(w1 x))``.
 
     ``w1 = nn.Linear(d_model, d_ff)``, ``w2 = nn.Linear(d_ff, d_model)``
-    (with or without bias), the exact GELU (``F.gelu`` / ``nn.GELU()``) between them, no
-    dropout; ``forward(x)`` works on any leading dimensions. Compared with
-    :class:`transformer_course.FeedForward` (``activation="gelu"``) holding the same
-    weights.
+    (with biases, as the book's ``tc.FeedForward``), the exact GELU (``F.gelu`` /
+    ``nn.GELU()``) between them, no dropout; ``forward(x)`` works on any leading
+    dimensions. Compared with :class:`transformer_course.FeedForward`
+    (``activation="gelu"``) holding the same weights.
     """
     for case, E, d_ff, x, what, module, out in _ffn_runs(cls, seed=7):
-        l1 = linear_attr(module, "w1", E, d_ff, what)
-        l2 = linear_attr(module, "w2", d_ff, E, what)
+        l1 = linear_attr(module, "w1", E, d_ff, what, bias=True)
+        l2 = linear_attr(module, "w2", d_ff, E, what, bias=True)
+        check_no_dropout(module, what)
         ref_mod = FeedForward(E, d_ff, activation="gelu")
         _copy_linear(l1, ref_mod.w1)
         _copy_linear(l2, ref_mod.w2)
         variant = functools.partial(_ffn_variant, l1, l2, x)
         formula = "w2(gelu(w1(x)))"
-        _check_ffn_output(out, x, ref_mod, _FFN_HINTS, variant, formula, what, case)
+        _check_ffn_output(out, x, ref_mod, FFN_HINTS, variant, formula, what, case)
     return "2 到 4 维输入，3 组 (d_model, d_ff)"
 
 
@@ -327,7 +335,7 @@ def _swiglu_variant(
     return apply_linear(w2, hidden)
 
 
-_SWIGLU_HINTS = [
+SWIGLU_HINTS = [
     (
         "silu 应作用在 w1 x 上，w3 x 是不过激活的另一支：w2(silu(w1 x) * w3 x)。",
         "swapped",
@@ -370,5 +378,5 @@ def check_swiglu(cls: type) -> str:
             _copy_linear(src, dst)
         variant = functools.partial(_swiglu_variant, w1, w2, w3, x)
         formula = "w2(silu(w1(x)) * w3(x))"
-        _check_ffn_output(out, x, ref_mod, _SWIGLU_HINTS, variant, formula, what, case)
+        _check_ffn_output(out, x, ref_mod, SWIGLU_HINTS, variant, formula, what, case)
     return "2 到 4 维输入，3 组 (d_model, d_ff)"

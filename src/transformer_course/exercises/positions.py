@@ -38,6 +38,8 @@ def _pe_variant(max_len: int, d: int, mistake: str) -> Tensor:
         freq = 10000.0 ** (i / d)
     elif mistake == "per_column":  # every column its own index j
         freq = None
+    elif mistake == "int_div":  # arange(0, d, 2) // d is 0: every frequency 1
+        freq = torch.ones_like(i)
     else:
         freq = 10000.0 ** (-i / d)
     pe = torch.zeros(max_len, d, dtype=torch.float64)
@@ -54,6 +56,43 @@ def _pe_variant(max_len: int, d: int, mistake: str) -> Tensor:
         sin, cos = cos, sin
     pe[:, 0::2], pe[:, 1::2] = sin, cos
     return pe
+
+
+PE_HINTS = [
+    (
+        "sin 和 cos 的列放反了：偶数列（0, 2, 4, …）是 sin，奇数列是 cos。",
+        "swapped",
+    ),
+    (
+        "前一半列放 sin、后一半放 cos 是另一种排法；"
+        "本课程（和原论文）交错排列："
+        "PE[:, 0::2] = sin，PE[:, 1::2] = cos。",
+        "halves",
+    ),
+    (
+        "位置应从 0 开始：第 0 行应为 [0, 1, 0, 1, …]（torch.arange(max_len)）。",
+        "pos1",
+    ),
+    (
+        "频率的指数写错了：应为 10000^(2i/d_model)，i 是列对的编号；"
+        "写成 torch.arange(0, d_model, 2) / d_model 即是 2i/d_model。",
+        "exp_i",
+    ),
+    (
+        "位置应除以 10000^(2i/d_model)（或乘以 10000^(−2i/d_model)），你乘了它。",
+        "multiply",
+    ),
+    (
+        "每一列用了自己的列号 j 算频率：同一对 (2i, 2i+1) 应共享一个频率 "
+        "10000^(−2i/d_model)。",
+        "per_column",
+    ),
+    (
+        "指数 2i/d_model 用了整数除法（// 或整数张量相除），结果全是 0："
+        "先转成浮点，torch.arange(0, d_model, 2).float() / d_model。",
+        "int_div",
+    ),
+]
 
 
 @checker("正弦位置编码")
@@ -79,40 +118,8 @@ def check_sinusoidal_encoding(fn: Callable) -> str:
         ref = sinusoidal_table(max_len, d, dtype=torch.float64)
         if close(out, ref, 1e-4, 1e-4):
             continue
-        variants = [
-            (
-                "sin 和 cos 的列放反了：偶数列（0, 2, 4, …）是 sin，奇数列是 cos。",
-                "swapped",
-            ),
-            (
-                "前一半列放 sin、后一半放 cos 是另一种排法；"
-                "本课程（和原论文）交错排列："
-                "PE[:, 0::2] = sin，PE[:, 1::2] = cos。",
-                "halves",
-            ),
-            (
-                "位置应从 0 开始：第 0 行应为 [0, 1, 0, 1, …]"
-                "（torch.arange(max_len)）。",
-                "pos1",
-            ),
-            (
-                "频率的指数写错了：应为 10000^(2i/d_model)，i 是列对的编号；"
-                "写成 torch.arange(0, d_model, 2) / d_model 即是 2i/d_model。",
-                "exp_i",
-            ),
-            (
-                "位置应除以 10000^(2i/d_model)"
-                "（或乘以 10000^(−2i/d_model)），你乘了它。",
-                "multiply",
-            ),
-            (
-                "每一列用了自己的列号 j 算频率：同一对 (2i, 2i+1) 应共享一个频率 "
-                "10000^(−2i/d_model)。",
-                "per_column",
-            ),
-        ]
         hint = first_reproduced(
-            out, variants, functools.partial(_pe_variant, max_len, d), 1e-4, 1e-4
+            out, PE_HINTS, functools.partial(_pe_variant, max_len, d), 1e-4, 1e-4
         )
         fail(
             f"{name}({max_len}, {d}) 与参考不一致（{where_differs(out, ref)}）。"
@@ -144,6 +151,8 @@ def _rope_variant(x: Tensor, mistake: str) -> Tensor:
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     if mistake == "reversed":
         sin = -sin
+    if mistake == "swap_sin_cos":
+        cos, sin = sin, cos
     if mistake == "halves":
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
@@ -152,6 +161,40 @@ def _rope_variant(x: Tensor, mistake: str) -> Tensor:
     if mistake == "cat":
         return torch.cat([r1, r2], dim=-1)
     return torch.stack([r1, r2], dim=-1).flatten(-2)
+
+
+ROPE_HINTS = [
+    (
+        "配对方式不对：本约定是相邻两维 (2i, 2i+1) 一对（交错，x[..., 0::2] 与 "
+        "x[..., 1::2]），你用的是前后两半 (i, i + D/2)。",
+        "halves",
+    ),
+    (
+        "旋转后要按 (2i, 2i+1) 交错放回"
+        "（torch.stack([…], dim=-1).flatten(-2)），"
+        "不是前后拼接（torch.cat）。",
+        "cat",
+    ),
+    (
+        "旋转方向反了：x₁' = x₁·cos − x₂·sin，x₂' = x₁·sin + x₂·cos。",
+        "reversed",
+    ),
+    ("位置应从 0 开始：第 0 个位置不旋转（torch.arange(L)）。", "pos1"),
+    (
+        "频率写错了：θ_i = 10000^(−2i/D)，i 是维度对的编号"
+        "（torch.arange(0, D, 2) / D 即是 2i/D）。",
+        "exp_i",
+    ),
+    (
+        "位置应沿倒数第二维 L 数（x 的形状是 (N, H, L, D) = {shape}），"
+        "你用的是头的编号。",
+        "pos_heads",
+    ),
+    (
+        "cos 和 sin 用反了：x₁' = x₁·cos − x₂·sin，x₂' = x₁·sin + x₂·cos。",
+        "swap_sin_cos",
+    ),
+]
 
 
 @checker("旋转位置编码 RoPE")
@@ -178,35 +221,9 @@ def check_rope(fn: Callable) -> str:
         ref = RotaryEmbedding(shape[-1])(x)
         if close(out, ref):
             continue
-        variants = [
-            (
-                "配对方式不对：本约定是相邻两维 (2i, 2i+1) 一对（交错，x[..., 0::2] 与 "
-                "x[..., 1::2]），你用的是前后两半 (i, i + D/2)。",
-                "halves",
-            ),
-            (
-                "旋转后要按 (2i, 2i+1) 交错放回"
-                "（torch.stack([…], dim=-1).flatten(-2)），"
-                "不是前后拼接（torch.cat）。",
-                "cat",
-            ),
-            (
-                "旋转方向反了：x₁' = x₁·cos − x₂·sin，x₂' = x₁·sin + x₂·cos。",
-                "reversed",
-            ),
-            ("位置应从 0 开始：第 0 个位置不旋转（torch.arange(L)）。", "pos1"),
-            (
-                "频率写错了：θ_i = 10000^(−2i/D)，i 是维度对的编号"
-                "（torch.arange(0, D, 2) / D 即是 2i/D）。",
-                "exp_i",
-            ),
-            (
-                f"位置应沿倒数第二维 L 数（x 的形状是 (N, H, L, D) = {shape}），"
-                "你用的是头的编号。",
-                "pos_heads",
-            ),
-        ]
-        hint = first_reproduced(out, variants, functools.partial(_rope_variant, x))
+        hint = first_reproduced(
+            out, ROPE_HINTS, functools.partial(_rope_variant, x), shape=shape
+        )
         if hint is None:
             norms = out.detach().double().norm(dim=-1)
             if not torch.allclose(norms, x.double().norm(dim=-1), rtol=1e-4):

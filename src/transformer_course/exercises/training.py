@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Callable
 
@@ -18,11 +19,7 @@ from ._protocol import (
     run_learner,
     seeded_generator,
 )
-from ._report import (
-    as_tensor,
-    check_shape,
-    close,
-)
+from ._report import as_tensor, check_shape, close, first_reproduced
 
 
 class _TinyLM(nn.Module):
@@ -64,6 +61,33 @@ def _params_close(a: nn.Module, b: nn.Module) -> bool:
 def _lm_loss(model: nn.Module, x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
     logits = model(x)
     return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction=reduction)
+
+
+def _loss_variant(
+    before: nn.Module, after: nn.Module, x: Tensor, y: Tensor, mistake: str
+) -> Tensor:
+    """The loss a train step with one of :data:`LOSS_HINTS`' mistakes returns."""
+    if mistake == "sum":
+        return _lm_loss(before, x, y, "sum")
+    if mistake == "after_step":
+        return _lm_loss(after, x, y)
+    # "shifted": x and y moved against each other once more
+    return F.cross_entropy(before(x)[:, :-1].flatten(0, 1), y[:, 1:].flatten())
+
+
+LOSS_HINTS = [
+    (
+        "应对所有位置取平均（F.cross_entropy 默认的 reduction='mean'），"
+        "你返回的是求和。",
+        "sum",
+    ),
+    ("返回的应是这一步更新之前的损失，不是更新后重新算的。", "after_step"),
+    (
+        "x 和 y 已经错开一位了（y[t] 就是 x[t] 的下一个词元），"
+        "不要再移位：直接对展平的 logits 和 y 算交叉熵。",
+        "shifted",
+    ),
+]
 
 
 def _order_hint(events: list[str]) -> str | None:
@@ -128,7 +152,7 @@ def check_train_step(fn: Callable) -> str:
             what=name,
             case=case,
             first=step == 0,
-            hint=_train_crash_hint,
+            causes=TRAIN_CRASHES,
         )
         ref_opt.zero_grad()
         ref_loss = _lm_loss(reference, x, y)
@@ -142,26 +166,13 @@ def check_train_step(fn: Callable) -> str:
         if not isinstance(loss, float):
             fail(f"{name} 应返回损失（float），得到 {type(loss).__name__}。")
         if not math.isclose(loss, ref_loss.item(), rel_tol=1e-5, abs_tol=1e-6):
-            with torch.no_grad():
-                variants = {
-                    "应对所有位置取平均（F.cross_entropy 默认的 reduction='mean'），"
-                    "你返回的是求和。": _lm_loss(before, x, y, "sum").item(),
-                    "返回的应是这一步更新之前的损失，不是更新后重新算的。": _lm_loss(
-                        model, x, y
-                    ).item(),
-                    "x 和 y 已经错开一位了（y[t] 就是 x[t] 的下一个词元），"
-                    "不要再移位：直接对展平的 logits 和 y 算交叉熵。": F.cross_entropy(
-                        before(x)[:, :-1].flatten(0, 1), y[:, 1:].flatten()
-                    ).item(),
-                }
-            hint = next(
-                (
-                    h
-                    for h, v in variants.items()
-                    if math.isclose(loss, v, rel_tol=1e-5, abs_tol=1e-6)
-                ),
-                "损失应为 F.cross_entropy(logits.view(-1, V), y.view(-1))。",
-            )
+            hint = first_reproduced(
+                torch.tensor(loss),
+                LOSS_HINTS,
+                functools.partial(_loss_variant, before, model, x, y),
+                rtol=1e-5,
+                atol=1e-6,
+            ) or ("损失应为 F.cross_entropy(logits.view(-1, V), y.view(-1))。")
             fail(
                 f"{name} 返回的损失不对（{case}）：应为 {ref_loss.item():.6f}，"
                 f"得到 {loss:.6f}。{hint}"
@@ -183,10 +194,14 @@ def check_train_step(fn: Callable) -> str:
     return "连续两步 SGD：损失的值、参数更新、梯度清零"
 
 
-_train_crash_hint = (
-    "F.cross_entropy 要求类别在第 1 维：把 logits 展平成 (N*T, V)、y 展平成 (N*T,)，"
-    "即 F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))。"
-)
+TRAIN_CRASHES = [
+    (
+        r"cross_entropy|batch_size|spatial targets|target size|Expected target",
+        "F.cross_entropy 要求类别在第 1 维：把 logits 展平成 (N*T, V)、"
+        "y 展平成 (N*T,)，"
+        "即 F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))。",
+    ),
+]
 
 
 # language-model batches
@@ -219,7 +234,7 @@ def check_lm_batch(fn: Callable) -> str:
             what=name,
             case=case,
             first=i == 0,
-            hint=_batch_crash_hint,
+            causes=BATCH_CRASHES,
         )
         x, y = _lm_batch_outputs(name, out, B, T, case)
         ref_x, ref_y = lm_batch(data, B, T, generator=seeded_generator(seed))
@@ -228,7 +243,7 @@ def check_lm_batch(fn: Callable) -> str:
         again = run_learner(
             fn, data.clone(), B, T, seeded_generator(seed), what=name, case=case
         )
-        if not (isinstance(again, tuple) and torch.equal(again[0], x)):
+        if not (isinstance(again, (tuple, list)) and torch.equal(again[0], x)):
             fail(
                 f"{name} 用同一个种子的 generator 调用两次，结果却不同（{case}）："
                 "没有把 generator 传给 torch.randint（generator=generator）。"
@@ -248,7 +263,7 @@ def _lm_batch_outputs(
 ) -> tuple[Tensor, Tensor]:
     """``out`` must be ``(x, y)``: two int64 tensors
     ``(batch_size, context_length)``."""
-    if not (isinstance(out, tuple) and len(out) == 2):
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
         fail(
             f"{name} 应返回两个张量 (x, y)，得到 {type(out).__name__}"
             + (f"（{len(out)} 个元素）" if isinstance(out, (tuple, list)) else "")
@@ -330,7 +345,10 @@ def _randint_hint(starts: list[int], n: int, T: int, seed: int) -> str:
     )
 
 
-_batch_crash_hint = (
-    "下标越界时：起点 i 最大只能是 len(data) - context_length - 1，"
-    "这样 y 的最后一个 data[i + context_length] 仍在范围内。"
-)
+BATCH_CRASHES = [
+    (
+        r"out of (range|bounds)|IndexError",
+        "下标越界：起点 i 最大只能是 len(data) - context_length - 1，"
+        "这样 y 的最后一个 data[i + context_length] 仍在范围内。",
+    ),
+]
