@@ -96,6 +96,7 @@ from .sparse import (
     sparsemax_attention,
     sparsemax_threshold,
 )
+from .tokenizer import BPETokenizer
 from .training import (
     TrainHistory,
     label_smoothing_loss,
@@ -134,7 +135,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm",
+    "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "BPETokenizer", "build_norm",
     "build_positional", "causal_mask", "char_ngram_loss", "CharTokenizer", "check",
     "check_close", "check_mask", "check_positive_int", "checks", "config_from_dict",
     "config_to_dict", "copy_task", "count_parameters", "course_seed",
