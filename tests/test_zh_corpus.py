@@ -66,7 +66,7 @@ English only paragraph is dropped.
 
 def test_page_paragraphs_keeps_prose_and_drops_code_math_and_markup():
     assert make_zh_corpus.page_paragraphs(PAGE) == [
-        "第 9 章 示例",
+        "第 9 章示例",
         "9.1 导读",
         "本章讲注意力，见第 1 章与图和。公式与代码都不算正文，链接文档只留文字。",
         "列表第一项",
