@@ -135,7 +135,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "BPETokenizer", "build_norm",
+    "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm",
     "build_positional", "causal_mask", "char_ngram_loss", "CharTokenizer", "check",
     "check_close", "check_mask", "check_positive_int", "checks", "config_from_dict",
     "config_to_dict", "copy_task", "count_parameters", "course_seed",
@@ -160,4 +160,5 @@ __all__ = [
     "train_loop", "TrainHistory", "Transformer", "transformer_parameter_breakdown",
     "transformer_parameter_count", "TransformerBlock", "TransformerConfig",
     "translation_corpus", "unwrap_model", "WordTokenizer",
+    "BPETokenizer",
 ]  # fmt: skip

@@ -12,10 +12,10 @@ variant), small enough to read in the book.
 * Encoding applies the learned merges in the order they were learned (the lowest rank
   first), exactly as GPT-2 and the Hugging Face ``tokenizers`` byte-level BPE do.
 
-**Pre-tokenisation.** Before BPE the text is cut into chunks by :data:`PATTERN` (GPT-2's
-rule without its English contractions): a run of letters, a run of digits, or a run of
-other symbols, each with at most one leading space, and runs of whitespace. Merges never
-cross a chunk boundary. Chinese characters are letters, so a run of 汉字 between two
+**Pre-tokenisation.** Before BPE the text is cut into chunks by :data:`PATTERN`
+(GPT-2's rule without its English contractions): a run of letters, a run of digits 0-9,
+or a run of punctuation, each with at most one leading space, and runs of whitespace.
+Merges never cross a chunk boundary. Chinese characters are letters, so a run of 汉字 between two
 punctuation marks is one chunk and BPE can learn words such as 注意力 inside it, but
 never a token that glues a character to the following "，". The tests configure the
 Hugging Face tokenizer with the same pattern.
@@ -28,14 +28,30 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import pairwise
 from pathlib import Path
 
 __all__ = ["PATTERN", "BPETokenizer", "count_pairs", "merge_pair", "pretokenize"]
 
-#: Letters (``[^\W\d]``: word characters that are not decimal digits, 汉字 included),
-#: digits, other symbols (each with one optional leading space), then whitespace; a
-#: whitespace run leaves its last space to the next chunk.
-PATTERN = r" ?[^\W\d]+| ?\d+| ?[^\w\s]+|\s+(?!\S)|\s+"
+_SPACE = " \t\n\r\f\v"
+#: Punctuation and symbols: ASCII (but ``_``), Latin-1, general punctuation, arrows and
+#: mathematical operators, CJK punctuation (。、「」 and the ideographic space) and the
+#: full-width forms (，：！（） ...). Spelled out, not ``\\w``/``\\s``: Python's ``re``
+#: and the Oniguruma engine of Hugging Face ``tokenizers`` disagree on those for some
+#: characters (``²`` is ``\\w`` in one and not in the other).
+_PUNCT = (
+    re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^`{|}~")
+    + "\u00a1-\u00bf\u00d7\u00f7\u2000-\u206f\u2190-\u22ff\u3000-\u303f"
+    + "\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"
+)
+#: A run of letters (everything that is not a space, a digit 0-9 or punctuation: 汉字,
+#: letters of any script, ``_``, emoji), of digits, or of punctuation, each with at most
+#: one leading space; then runs of whitespace, which leave their last space to the next
+#: chunk (GPT-2's rule without its English contractions).
+PATTERN = (
+    f" ?[^{_SPACE}0-9{_PUNCT}]+| ?[0-9]+| ?[{_PUNCT}]+"
+    f"|[{_SPACE}]+(?![^{_SPACE}])|[{_SPACE}]+"
+)
 _CHUNK = re.compile(PATTERN)
 _FORMAT = "transformer_course byte-level BPE"
 
@@ -48,7 +64,7 @@ def pretokenize(text: str) -> list[str]:
 def count_pairs(ids: Sequence[int]) -> Counter:
     """How often each adjacent pair occurs in ``ids``: ``[1, 1, 1]`` has ``(1, 1)``
     twice (the pairs overlap)."""
-    return Counter(zip(ids, ids[1:]))
+    return Counter(pairwise(ids))
 
 
 def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
@@ -120,7 +136,7 @@ class BPETokenizer:
             return self._cache[chunk]
         ids = list(chunk.encode("utf-8"))
         while len(ids) >= 2:
-            pair = min(zip(ids, ids[1:]), key=lambda p: self.merges.get(p, _NEVER))
+            pair = min(pairwise(ids), key=lambda p: self.merges.get(p, _NEVER))
             if pair not in self.merges:
                 break
             ids = merge_pair(ids, pair, self.merges[pair])
