@@ -15,10 +15,10 @@ variant), small enough to read in the book.
 **Pre-tokenisation.** Before BPE the text is cut into chunks by :data:`PATTERN`
 (GPT-2's rule without its English contractions): a run of letters, a run of digits 0-9,
 or a run of punctuation, each with at most one leading space, and runs of whitespace.
-Merges never cross a chunk boundary. Chinese characters are letters, so a run of 汉字 between two
-punctuation marks is one chunk and BPE can learn words such as 注意力 inside it, but
-never a token that glues a character to the following "，". The tests configure the
-Hugging Face tokenizer with the same pattern.
+Merges never cross a chunk boundary. Chinese characters are letters, so a run of 汉字
+between two punctuation marks is one chunk and BPE can learn words such as 注意力
+inside it, but never a token that glues a character to the following "，". The tests
+configure the Hugging Face tokenizer with the same pattern.
 """
 
 from __future__ import annotations
