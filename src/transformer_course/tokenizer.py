@@ -31,7 +31,14 @@ from collections.abc import Iterable, Sequence
 from itertools import pairwise
 from pathlib import Path
 
-__all__ = ["PATTERN", "BPETokenizer", "count_pairs", "merge_pair", "pretokenize"]
+__all__ = [
+    "PATTERN",
+    "BPETokenizer",
+    "PairIndex",
+    "count_pairs",
+    "merge_pair",
+    "pretokenize",
+]
 
 _SPACE = " \t\n\r\f\v"
 #: Punctuation and symbols: ASCII (but ``_``), Latin-1, general punctuation, arrows and
@@ -107,7 +114,7 @@ class BPETokenizer:
         """Learn merges from ``text``; returns ``self``."""
         n_merges = _check_train_args(text, vocab_size, special_tokens)
         chunks = Counter(pretokenize(text))  # identical chunks are counted once
-        pairs = _PairIndex([list(c.encode("utf-8")) for c in chunks], chunks.values())
+        pairs = PairIndex([list(c.encode("utf-8")) for c in chunks], chunks.values())
         merges = {}
         while len(merges) < n_merges:
             pair = pairs.most_frequent()
@@ -205,7 +212,7 @@ class BPETokenizer:
 _NEVER = float("inf")  # the rank of a pair that was never merged
 
 
-class _PairIndex:
+class PairIndex:
     """The pair counts of a training run, kept up to date merge after merge.
 
     ``words`` are the distinct chunks as byte ids, ``freqs`` how often each occurs;
