@@ -8,11 +8,12 @@ chapters 1 to 5, so that the last paragraphs (which ``tc.split_paragraphs`` hold
 validation) are chapter prose. The preface and the project pages are not read (the project page
 studies this corpus, so its own text would change what it measures).
 
-Removed: the YAML header, code cells and every other fenced block that is not prose (math, code, figures), display math, tables, labels, comments and
-cell markers, directive options, inline math and inline code, URLs; kept: headings, list items,
-the prose inside admonitions, exercises, solutions and proofs, the titles of those blocks, and
-the visible text of links and cross-references. One paragraph per line, paragraphs separated by
-a blank line (as in the English corpus); a paragraph is kept only if it has a Chinese character.
+Removed: the YAML header, code cells and every other fenced block that is not prose (math,
+code, figures), display math, tables, labels, comments and cell markers, directive options,
+inline math and inline code, URLs; kept: headings, list items, the prose inside admonitions,
+exercises, solutions and proofs, the titles of those blocks, and the visible text of links and
+cross-references. One paragraph per line, paragraphs separated by a blank line (as in the
+English corpus); a paragraph is kept only if it has a Chinese character.
 ``tests/test_zh_corpus.py`` checks that the committed file is what this script derives from book/.
 """
 
