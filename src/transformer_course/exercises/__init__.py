@@ -42,7 +42,8 @@ copies the learner's weights into the package module by these names.
 **Adding a checker for a new exercise.**
 
 * One module per topic (``attention``, ``heads``, ``norms_ffn``, ``positions``,
-  ``blocks_gpt``, ``training``, ``generation_cache``); a new topic gets a new module.
+  ``blocks_gpt``, ``training``, ``generation_cache``, ``tokenizer``); a new topic gets a
+  new module.
   Re-export the checker here and list it in ``__all__``.
 * Write the checker body as ``@checker("中文标题", wants_class=...)`` over
   ``body(candidate) -> detail``: the wrapper (in ``_protocol``) handles skeletons,
@@ -73,6 +74,7 @@ from .heads import check_multi_head_attention
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .positions import check_rope, check_sinusoidal_encoding
 from .predictions import compare_prediction
+from .tokenizer import check_bpe_merge, check_merge_pair, check_pair_counts
 from .training import check_lm_batch, check_train_step
 
 __all__ = [
@@ -91,6 +93,9 @@ __all__ = [
     "check_lm_batch",
     "check_generate",
     "check_kv_cache",
+    "check_pair_counts",
+    "check_merge_pair",
+    "check_bpe_merge",
     "compare_prediction",
     "copy_parameters",
     "progress",
