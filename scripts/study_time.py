@@ -10,7 +10,8 @@ What counts as the main path: everything outside 选读 blocks (``:class: option
 
 - prose: the Chinese characters (CJK ideographs) of the markdown, read at ``CHARS_PER_MIN``;
 - code: the lines of the code cells a reader sees (not ``hide-input``/``remove-input``/
-  ``remove-cell``), plus the printed package code of ``tc.show_source(...)`` cells, at
+  ``remove-cell``), plus the code that a cell prints: the package's with
+  ``tc.show_source(...)``, the page's own functions with ``inspect.getsource(name)``, at
   ``CODE_LINES_PER_MIN`` (read, run, look at the output);
 - display equations: ``MIN_PER_EQUATION`` each.
 
@@ -40,6 +41,8 @@ HANZI = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
 HIDDEN_TAGS = ("hide-input", "remove-input", "remove-cell")
 SHOW_SOURCE = re.compile(r"tc\.show_source\((.+)\)\s*$", re.M)
+# a function of the page itself shown as code: Code(inspect.getsource(name), ...)
+GET_SOURCE = re.compile(r"inspect\.getsource\((\w+)\)")
 
 
 @dataclass
@@ -78,6 +81,18 @@ def _printed_lines(call: str) -> int:
         return len(inspect.getsource(obj).strip().splitlines())
     except Exception:  # an argument built in the page (a local object): a typical printed function
         return 20
+
+
+def _page_function_lines(text: str, name: str) -> int:
+    """Lines of ``def name(...)`` defined in the page (up to the next unindented line)."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(f"def {name}(")), None)
+    if start is None:
+        return 20
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end].startswith((" ", "\t"))):
+        end += 1
+    return sum(1 for ln in lines[start:end] if ln.strip())
 
 
 def _cells(text: str):
@@ -148,7 +163,8 @@ def _solution_closes_exercise(lines: list[str]) -> bool:
 def measure(path: Path) -> Study:
     study = Study()
     state = {"optional": False, "exercise": False}
-    for kind, lines, tags in _cells(path.read_text(encoding="utf-8")):
+    text = path.read_text(encoding="utf-8")
+    for kind, lines, tags in _cells(text):
         if kind == "markdown":
             _count_markdown(lines, study, state)
             if _solution_closes_exercise(lines):
@@ -160,8 +176,10 @@ def measure(path: Path) -> Study:
         if "remove-cell" in tags:
             continue
         printed = SHOW_SOURCE.findall(source)
-        if printed:
+        own = GET_SOURCE.findall(source)
+        if printed or own:
             study.code_lines += sum(_printed_lines(call) for call in printed)
+            study.code_lines += sum(_page_function_lines(text, name) for name in own)
         elif not tags:
             study.code_lines += sum(1 for ln in lines if ln.strip())
     return study

@@ -372,3 +372,20 @@ def test_study_time_counts_what_a_reader_meets(tmp_path):
     assert (study.chars, study.code_lines, study.equations) == (300 + 2, 2, 1)
     assert study.exercises == {1: 1, 2: 1, 3: 0} and study.exercise_min == 5 + 15
     assert study.reading_min == 5  # 302/200 + 2/8 + 0.5 = 2.3 min, rounded up to 5
+
+
+def test_study_time_counts_the_code_a_cell_prints(tmp_path):
+    page = tmp_path / "ch99_y.md"
+    fence = "```"
+    page.write_text(
+        f"{fence}{{code-cell}} ipython3\n---\ntags: [hide-input]\n---\ndef helper(x):\n    y = x + 1\n\n    return y\n{fence}\n"
+        f"{fence}{{code-cell}} ipython3\n---\ntags: [remove-input]\n---\nCode(inspect.getsource(helper))\n{fence}\n"
+        f"{fence}{{code-cell}} ipython3\n---\ntags: [remove-input]\n---\ntc.show_source(tc.causal_mask)\n{fence}\n",
+        encoding="utf-8",
+    )
+    import inspect
+
+    import transformer_course as tc
+
+    printed = len(inspect.getsource(tc.causal_mask).strip().splitlines())
+    assert study_time.measure(page).code_lines == 3 + printed
