@@ -378,7 +378,8 @@ def test_study_time_counts_the_code_a_cell_prints(tmp_path):
     page = tmp_path / "ch99_y.md"
     fence = "```"
     page.write_text(
-        f"{fence}{{code-cell}} ipython3\n---\ntags: [hide-input]\n---\ndef helper(x):\n    y = x + 1\n\n    return y\n{fence}\n"
+        f"{fence}{{code-cell}} ipython3\n---\ntags: [hide-input]\n---\n"
+        f"def helper(x):\n    y = x + 1\n\n    return y\n{fence}\n"
         f"{fence}{{code-cell}} ipython3\n---\ntags: [remove-input]\n---\nCode(inspect.getsource(helper))\n{fence}\n"
         f"{fence}{{code-cell}} ipython3\n---\ntags: [remove-input]\n---\ntc.show_source(tc.causal_mask)\n{fence}\n",
         encoding="utf-8",
