@@ -51,9 +51,12 @@ copies the learner's weights into the package module by these names.
 from ._protocol import ExerciseError
 from .attention import check_causal_mask, check_self_attention
 from .blocks_gpt import check_gpt, check_transformer_block
+from .encoder import check_encoder_layer
 from .generation_cache import check_generate, check_kv_cache
 from .heads import check_multi_head_attention
+from .linear_attention import check_rnn_linear_attention
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
+from .objective import check_shifted_loss
 from .positions import check_rope, check_sinusoidal_encoding
 from .predictions import compare_prediction
 from .training import check_lm_batch, check_train_step
@@ -75,4 +78,7 @@ __all__ = [
     "check_generate",
     "check_kv_cache",
     "compare_prediction",
+    "check_encoder_layer",
+    "check_shifted_loss",
+    "check_rnn_linear_attention",
 ]
