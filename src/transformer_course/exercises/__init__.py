@@ -69,9 +69,12 @@ from ._progress import progress
 from ._protocol import ExerciseError
 from .attention import check_causal_mask, check_self_attention
 from .blocks_gpt import check_gpt, check_transformer_block, copy_parameters
+from .encoder import check_encoder_layer
 from .generation_cache import check_generate, check_kv_cache
 from .heads import check_multi_head_attention
+from .linear_attention import check_rnn_linear_attention
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
+from .objective import check_shifted_loss
 from .positions import check_rope, check_sinusoidal_encoding
 from .predictions import compare_prediction
 from .tokenizer import check_bpe_merge, check_merge_pair, check_pair_counts
@@ -99,4 +102,7 @@ __all__ = [
     "compare_prediction",
     "copy_parameters",
     "progress",
+    "check_encoder_layer",
+    "check_shifted_loss",
+    "check_rnn_linear_attention",
 ]

@@ -1,0 +1,112 @@
+"""The checker of ex-7 (causal linear attention as an RNN)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import transformer_course as tc
+from transformer_course import exercises as ex
+
+from .support import assert_passes, assert_rejects, assert_skeleton
+
+
+def phi(x):
+    return F.elu(x) + 1
+
+
+def rnn_loop(q, k, v):
+    S = torch.zeros(q.size(1), v.size(1))
+    u = torch.zeros(q.size(1))
+    out = []
+    for i in range(q.size(0)):
+        S = S + torch.outer(phi(k[i]), v[i])
+        u = u + phi(k[i])
+        out.append(phi(q[i]) @ S / (phi(q[i]) @ u))
+    return torch.stack(out)
+
+
+def rnn_einsum(q, k, v):
+    # states kept in a list, read with einsum; output written into a preallocated tensor
+    out = torch.empty(q.size(0), v.size(1))
+    S, u = 0.0, 0.0
+    for i, (qi, ki, vi) in enumerate(zip(phi(q), phi(k), v, strict=True)):
+        S = S + torch.einsum("d,e->de", ki, vi)
+        u = u + ki
+        out[i] = torch.einsum("d,de->e", qi, S) / torch.dot(qi, u)
+    return out
+
+
+def cumsum_form(q, k, v):
+    kv = phi(k)[:, :, None] * v[:, None, :]
+    S, u = kv.cumsum(0), phi(k).cumsum(0)
+    return torch.einsum("nd,nde->ne", phi(q), S) / (phi(q) * u).sum(-1, keepdim=True)
+
+
+def package(q, k, v):
+    return tc.linear_attention_recurrent(q, k, v, eps=0.0)
+
+
+def skeleton(q, k, v):
+    raise NotImplementedError
+
+
+def test_rnn_linear_attention_accepts(capsys):
+    for fn in (rnn_loop, rnn_einsum, cumsum_form, package):
+        assert_passes(ex.check_rnn_linear_attention, fn, capsys)
+    assert_skeleton(ex.check_rnn_linear_attention, skeleton, capsys)
+
+
+def make_rnn(feature=phi, read_first=False, den=True, read_key=False, phi_v=False):
+    def fn(q, k, v):
+        S = torch.zeros(q.size(1), v.size(1))
+        u = torch.zeros(q.size(1))
+        out = []
+        for i in range(q.size(0)):
+            vi = phi(v[i]) if phi_v else v[i]
+            reader = feature(k[i]) if read_key else feature(q[i])
+            if read_first:
+                out.append(reader @ S / (reader @ u))
+            S = S + torch.outer(feature(k[i]), vi)
+            u = u + feature(k[i])
+            if not read_first:
+                out.append(reader @ S / (reader @ u) if den else reader @ S)
+        return torch.stack(out)
+
+    return fn
+
+
+def noncausal(q, k, v):
+    return tc.linear_attention(q, k, v, eps=0.0)
+
+
+def relu_with_eps(q, k, v):
+    return make_rnn(feature=lambda x: F.relu(x) + 1e-6)(q, k, v)
+
+
+@pytest.mark.parametrize(
+    "fn, keyword",
+    [
+        (make_rnn(feature=lambda x: x), "φ"),
+        (relu_with_eps, "relu"),
+        (make_rnn(feature=F.elu), "少了 + 1"),
+        (make_rnn(feature=torch.exp), "exp"),
+        (make_rnn(phi_v=True), "φ 也作用在了 v 上"),
+        (make_rnn(den=False), "漏了分母"),
+        (noncausal, "不是因果的"),
+        (make_rnn(read_first=True), "先读后更新"),
+        (make_rnn(read_key=True), "用查询读出"),
+    ],
+    ids=[
+        "no phi",
+        "relu",
+        "elu",
+        "exp",
+        "phi on v",
+        "no denominator",
+        "non-causal",
+        "read before update",
+        "read with key",
+    ],
+)
+def test_rnn_linear_attention_rejects(fn, keyword, capsys):
+    assert_rejects(ex.check_rnn_linear_attention, fn, keyword, capsys)
