@@ -51,11 +51,19 @@ copies the learner's weights into the package module by these names.
 from ._protocol import ExerciseError
 from .attention import check_causal_mask, check_self_attention
 from .blocks_gpt import check_gpt, check_transformer_block
+from .cached_generation import check_cached_forward
 from .generation_cache import check_generate, check_kv_cache
 from .heads import check_multi_head_attention
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .positions import check_rope, check_sinusoidal_encoding
 from .predictions import compare_prediction
+from .self_check import (
+    check_causality_probe,
+    check_greedy_with_cache,
+    check_kv_cache_bytes,
+    check_qkv_answers,
+    check_softmax_jacobian,
+)
 from .training import check_lm_batch, check_train_step
 
 __all__ = [
@@ -75,4 +83,10 @@ __all__ = [
     "check_generate",
     "check_kv_cache",
     "compare_prediction",
+    "check_cached_forward",
+    "check_qkv_answers",
+    "check_softmax_jacobian",
+    "check_causality_probe",
+    "check_kv_cache_bytes",
+    "check_greedy_with_cache",
 ]
