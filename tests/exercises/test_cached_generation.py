@@ -128,3 +128,24 @@ def test_list_cache_style_works_with_the_solution():
     first = make_forward()(model, ids[:, :5], caches, 2)
     rest = [make_forward()(model, ids[:, t : t + 1], caches, 2) for t in range(5, 8)]
     torch.testing.assert_close(torch.cat([first, *rest], 1), model(ids))
+
+
+@torch.no_grad()
+def skeleton_attribute_forward(model, input_ids, caches, num_heads):
+    """Uses the source skeleton's attributes (self_attn.num_heads, self_attn.d_k)."""
+    N, T = input_ids.shape
+    start = len(caches[0])
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(T) + start)
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a = block.self_attn
+        h = block.norm1(x)
+        q, k, v = (p(h).view(N, T, a.num_heads, a.d_k).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))
+        K, V = cache.update(k, v)
+        o, _ = tc.scaled_dot_product_attention(q, K, V, attn_mask=tc.causal_mask(T, K.shape[2]))
+        x = x + a.out_proj(o.transpose(1, 2).reshape(N, T, a.num_heads * a.d_k))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+def test_skeleton_attributes_are_available(capsys):
+    assert_passes(ex.check_cached_forward, skeleton_attribute_forward, capsys)

@@ -55,6 +55,8 @@ class _ExerciseGPT(nn.Module):
         self.pos_emb = self.gpt.pos_emb.embedding
         self.norm_f, self.lm_head = self.gpt.norm_f, self.gpt.lm_head
         self.num_heads = cfg.num_heads
+        for block in self.blocks:  # the source's skeleton names d_k (the head size)
+            block.self_attn.d_k = cfg.d_model // cfg.num_heads
 
     def forward(self, input_ids: Tensor) -> Tensor:
         return self.gpt(input_ids)[0]
