@@ -69,6 +69,7 @@ from ._progress import progress
 from ._protocol import ExerciseError
 from .attention import check_causal_mask, check_self_attention
 from .blocks_gpt import check_gpt, check_transformer_block, copy_parameters
+from .cached_generation import check_cached_forward
 from .encoder import check_encoder_layer
 from .generation_cache import check_generate, check_kv_cache
 from .heads import check_multi_head_attention
@@ -77,6 +78,13 @@ from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .objective import check_shifted_loss
 from .positions import check_rope, check_sinusoidal_encoding
 from .predictions import compare_prediction
+from .self_check import (
+    check_causality_probe,
+    check_greedy_with_cache,
+    check_kv_cache_bytes,
+    check_qkv_answers,
+    check_softmax_jacobian,
+)
 from .tokenizer import check_bpe_merge, check_merge_pair, check_pair_counts
 from .training import check_lm_batch, check_train_step
 
@@ -105,4 +113,10 @@ __all__ = [
     "check_encoder_layer",
     "check_shifted_loss",
     "check_rnn_linear_attention",
+    "check_cached_forward",
+    "check_qkv_answers",
+    "check_softmax_jacobian",
+    "check_causality_probe",
+    "check_kv_cache_bytes",
+    "check_greedy_with_cache",
 ]

@@ -1,0 +1,206 @@
+"""A KV cache wired into the learner's own GPT: the checker for
+``forward_with_cache(model, input_ids, caches, num_heads)``, a forward pass that
+computes only the new positions and reads every earlier key and value from the caches.
+
+The model has the exercise's layout (``tok_emb``, ``pos_emb`` as ``nn.Embedding``,
+``blocks`` with ``norm1``/``self_attn``/``norm2``/``ffn``, ``self_attn`` with
+``q_proj``/``k_proj``/``v_proj``/``out_proj``, ``norm_f``,
+``lm_head``); the caches have the KV-cache exercise's interface (``update(k, v)``
+returning everything cached, ``len``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..masks import causal_mask
+from ..models import GPTConfig, MiniGPT
+from ._protocol import checker, fail, name_of, run_learner, seeded_generator
+from ._report import as_tensor, check_shape, close, first_reproduced, where_differs
+
+__all__ = ["check_cached_forward"]
+
+
+class _ConcatCache:
+    """The KV-cache exercise's contract, as simply as possible."""
+
+    def __init__(self) -> None:
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.keys is None or self.values is None:
+            self.keys, self.values = k, v
+        else:
+            self.keys = torch.cat([self.keys, k], dim=-2)
+            self.values = torch.cat([self.values, v], dim=-2)
+        return self.keys, self.values
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[-2]
+
+
+class _ExerciseGPT(nn.Module):
+    """A :class:`MiniGPT`'s modules under the exercise's names (``pos_emb`` is the
+    bare ``nn.Embedding``); ``forward`` is the MiniGPT's, without a cache."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.gpt = MiniGPT(cfg).eval()
+        self.tok_emb, self.blocks = self.gpt.tok_emb, self.gpt.blocks
+        self.pos_emb = self.gpt.pos_emb.embedding
+        self.norm_f, self.lm_head = self.gpt.norm_f, self.gpt.lm_head
+        self.num_heads = cfg.num_heads
+        for block in self.blocks:  # the source's skeleton names d_k (the head size)
+            block.self_attn.d_k = cfg.d_model // cfg.num_heads
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return self.gpt(input_ids)[0]
+
+
+# typical mistakes of a cached forward: (hint, mistake)
+_MISTAKES = [
+    (
+        "位置编号从 0 开始了：新词元的位置是 len(缓存) + 0..T-1，"
+        "pos_emb(torch.arange(start, start + T))，start 是已缓存的位置数。",
+        "positions_from_zero",
+    ),
+    (
+        "一次送进多个新词元（例如整段提示）时没有用因果掩码：新的查询也只能看到自己"
+        "和之前的位置，attn_mask = tc.causal_mask(T, len(缓存) + T)。",
+        "no_mask",
+    ),
+    (
+        "注意力分数没有除以 √D（D 是每个头的维度）。",
+        "no_scale",
+    ),
+    (
+        "漏了最后的 norm_f：lm_head(norm_f(x))。",
+        "no_norm_f",
+    ),
+    (
+        "所有层共用了一个缓存：各层缓存各自的 k、v，caches[i] 属于 blocks[i]，"
+        "for block, cache in zip(model.blocks, caches)。",
+        "one_cache",
+    ),
+    (
+        "只让新词元读取了它自己的 k、v：应先 cache.update(k, v)，再用返回的全部"
+        " K、V 算注意力。",
+        "cache_not_read",
+    ),
+]
+
+
+def _heads(t: Tensor, H: int) -> Tensor:  # (N, T, E) -> (N, H, T, D)
+    N, T, E = t.shape
+    return t.view(N, T, H, E // H).transpose(1, 2)
+
+
+@torch.no_grad()
+def _cached_variant(
+    model: _ExerciseGPT, ids: Tensor, caches: list[_ConcatCache], mistake: str | None
+) -> Tensor:
+    """The cached forward, right (``mistake=None``) or with one typical mistake."""
+    N, T = ids.shape
+    start = 0 if mistake == "positions_from_zero" else len(caches[0])
+    x = model.tok_emb(ids) + model.pos_emb(torch.arange(start, start + T))
+    for i, block in enumerate(model.blocks):
+        cache = caches[0 if mistake == "one_cache" else i]
+        attn, H = block.self_attn, model.num_heads
+        h = block.norm1(x)
+        q = _heads(attn.q_proj(h), H)
+        k, v = _heads(attn.k_proj(h), H), _heads(attn.v_proj(h), H)
+        K, V = cache.update(k, v)
+        if mistake == "cache_not_read":
+            K, V = k, v
+        scores = q @ K.transpose(-2, -1)
+        if mistake != "no_scale":
+            scores = scores / math.sqrt(q.shape[-1])
+        if mistake != "no_mask":
+            scores = scores.masked_fill(~causal_mask(T, K.shape[-2]), float("-inf"))
+        o = torch.softmax(scores, dim=-1) @ V  # (N, H, T, D)
+        x = x + attn.out_proj(o.transpose(1, 2).reshape(N, T, -1))
+        x = x + block.ffn(block.norm2(x))
+    if mistake != "no_norm_f":
+        x = model.norm_f(x)
+    return model.lm_head(x)
+
+
+def _replay(
+    model: _ExerciseGPT, chunks: list[Tensor], upto: int, mistake: str
+) -> Tensor:
+    """What the mistake gives on chunk ``upto`` after the earlier chunks."""
+    caches = [_ConcatCache() for _ in model.blocks]
+    out = torch.empty(0)
+    for chunk in chunks[: upto + 1]:
+        out = _cached_variant(model, chunk, caches, mistake)
+    return out
+
+
+@checker("带缓存的前向（你的 KV 缓存接进你的 GPT）")
+def check_cached_forward(fn: object) -> str:
+    """Grade ``fn(model, input_ids, caches, num_heads)``: the logits ``(N, T, V)`` of
+    the ``T`` new tokens ``input_ids`` that follow the ``len(caches[0])`` cached
+    positions, one cache per block, every cache updated with the new keys and values.
+    The pieces of
+    a sequence fed one after another must give the logits of one full forward."""
+    name = name_of(fn)
+    g = seeded_generator(31)
+    # (V, C, E, H, layers, bias, chunk lengths): a prompt, then one token at a time
+    configs = [
+        (11, 16, 16, 2, 2, True, (5, 1, 1, 1)),
+        (13, 12, 24, 4, 3, False, (1, 1, 3, 2, 1)),
+    ]
+    first = True
+    for V, C, E, H, n_layers, bias, lengths in configs:
+        cfg = GPTConfig(
+            vocab_size=V, context_length=C, d_model=E, num_heads=H,
+            num_layers=n_layers, bias=bias,
+        )  # fmt: skip
+        model = _ExerciseGPT(cfg)
+        ids = torch.randint(0, V, (2, sum(lengths)), generator=g)
+        full = model(ids)
+        chunks = list(ids.split(list(lengths), dim=1))
+        caches = [_ConcatCache() for _ in model.blocks]
+        done = 0
+        for step, chunk in enumerate(chunks):
+            T = chunk.shape[1]
+            case = (
+                f"{n_layers} 层、{H} 个头、E = {E}"
+                + ("" if bias else "、线性层不带偏置")
+                + f"；已缓存 {done} 个位置，新送进 {T} 个词元"
+            )
+            with torch.no_grad():
+                out = run_learner(
+                    fn, model, chunk, caches, H, what=name, case=case, first=first
+                )
+            first = False
+            got = as_tensor(out, f"{name} 的返回值", case)
+            check_shape(got, (2, T, V), f"{name} 返回的 logits", case)
+            ref = full[:, done : done + T]
+            if not close(got, ref):
+                hint = first_reproduced(
+                    got, _MISTAKES, functools.partial(_replay, model, chunks, step)
+                )
+                fail(
+                    f"{name} 的 logits 与整段一次前向的不一致（{case}；"
+                    f"{where_differs(got, ref)}）。"
+                    + (
+                        hint
+                        or "逐层对照：norm1 → q/k/v 投影并分头 → cache.update → "
+                        "注意力 → 合并多头 → out_proj → 残差 → norm2 → ffn → 残差。"
+                    )
+                )
+            done += T
+            lengths_now = [len(c) for c in caches]
+            if lengths_now != [done] * n_layers:
+                fail(
+                    f"{name} 运行后各层缓存的位置数是 {lengths_now}，应都是 {done}"
+                    f"（{case}）：每一层都要把新词元的 k、v 写进自己的缓存"
+                    "（caches[i] 属于 blocks[i]）。"
+                )
+    return "两种模型（含不带偏置的），先送整段提示、再逐个词元，与整段前向逐位置相同"

@@ -1,0 +1,279 @@
+"""Checkers for the self-tests that close chapter 5 (the source's criteria 2-5): the
+roles of Q, K and V, the softmax Jacobian behind the 1/sqrt(d_k) scaling, a causality
+probe, and the KV cache's size and decoding loop."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from ..attention import scaled_dot_product_attention
+from ..models import GPTConfig, MiniGPT
+from ._protocol import (
+    ExerciseError,
+    checker,
+    fail,
+    name_of,
+    run_learner,
+    seeded_generator,
+)
+from ._report import as_tensor, check_shape, close, where_differs
+
+__all__ = [
+    "check_qkv_answers",
+    "check_softmax_jacobian",
+    "check_causality_probe",
+    "check_kv_cache_bytes",
+    "check_greedy_with_cache",
+]
+
+# criterion 2: the four questions, their options, and why
+QKV_QUESTIONS = {
+    "a": ("查询指向第 2 个键时，输出接近", ("第 2 个值", "所有值的平均")),
+    "b": ("只把 V 乘以 10，注意力权重", ("不变", "也乘以 10", "重新归一化后变了")),
+    "c": ("交换第 2、3 个键（查询不变），最大的权重落在", ("第 2 个键", "第 3 个键")),
+    "d": ("查询的方向不变、长度变大，查表变得", ("更硬（更集中）", "更软（更平均）")),
+}
+_QKV_WHY = {
+    "a": "分数 q·k_i 在 i = 2 时最大，softmax 把权重集中到那里，输出是值的加权和",
+    "b": "权重只由 softmax(QKᵀ/√D) 决定，V 不进入分数",
+    "c": "权重跟着键走：原来的第 2 个键现在在第 3 个位置",
+    "d": "分数按查询的长度放大，softmax 的输入差距越大输出越接近 one-hot",
+}
+
+
+def _qkv_truth() -> dict[str, str]:
+    """Each answer computed by an experiment on a soft lookup table."""
+    keys = torch.eye(4)[None]  # (1, 4, 4): four orthogonal keys
+    values = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]]])
+    query = 8.0 * keys[:, 2:3]
+    out, w = scaled_dot_product_attention(query, keys, values)
+    a = 0 if close(out[0, 0], values[0, 2], atol=0.15) else 1
+    _, w_v = scaled_dot_product_attention(query, keys, 10 * values)
+    b = 0 if torch.equal(w_v, w) else 2
+    _, w_k = scaled_dot_product_attention(query, keys[:, [0, 1, 3, 2]], values)
+    c = int(w_k[0, 0].argmax()) - 2
+    _, w_s = scaled_dot_product_attention(0.5 * query, keys, values)
+    d = 0 if float(w[0, 0, 2]) > float(w_s[0, 0, 2]) else 1
+    return {
+        k: QKV_QUESTIONS[k][1][i] for k, i in zip("abcd", (a, b, c, d), strict=True)
+    }
+
+
+def check_qkv_answers(answers: object, *, solution: bool = False) -> None:
+    """Grade ``answers``: a dict ``{"a": ..., "b": ..., "c": ..., "d": ...}`` whose
+    values are options of :data:`QKV_QUESTIONS`; the truth is computed by experiments.
+    A dict with unanswered questions (``None``) prints what is missing (raises with
+    ``solution=True``); a wrong answer raises :class:`ExerciseError` with the reason."""
+    __tracebackhide__ = True
+    title = "检验标准 2：Q、K、V 各起什么作用"
+    if not isinstance(answers, dict):
+        raise ExerciseError(
+            f"{title}：答案应是一个 dict，例如 {{'a': '第 2 个值', ...}}，"
+            f"得到 {type(answers).__name__}。"
+        )
+    missing = [k for k in QKV_QUESTIONS if answers.get(k) is None]
+    if missing:
+        if solution:
+            raise ExerciseError(f"{title}：参考解答没有回答 {missing}。")
+        print(f"尚未实现：{title}：还没有回答 {missing}（写好后重新运行本单元格）")
+        return
+    truth = _qkv_truth()
+    wrong = []
+    for key, (question, options) in QKV_QUESTIONS.items():
+        given = answers[key]
+        if given not in options:
+            raise ExerciseError(
+                f"{title}：({key}) 的答案应是 {list(options)} 之一，得到 {given!r}。"
+            )
+        if given != truth[key]:
+            wrong.append(
+                f"({key}) {question}：实验结果是“{truth[key]}”——{_QKV_WHY[key]}"
+            )
+    if wrong:
+        raise ExerciseError(f"{title}：有答案与实验不符：\n" + "\n".join(wrong))
+    print(f"✓ {title}：四个答案都与实验一致")
+
+
+def _softmax_jacobian_autograd(p_logits: Tensor) -> Tensor:
+    """d softmax(z) / dz for each row of ``p_logits`` (..., L) -> (..., L, L)."""
+    flat = p_logits.reshape(-1, p_logits.shape[-1])
+    jac = torch.stack(
+        [
+            torch.autograd.functional.jacobian(lambda z: torch.softmax(z, -1), row)
+            for row in flat
+        ]
+    )
+    return jac.reshape(*p_logits.shape, p_logits.shape[-1])
+
+
+@checker("检验标准 3：softmax 的雅可比矩阵")
+def check_softmax_jacobian(fn: object) -> str:
+    """Grade ``fn(p)``: for probabilities ``p`` of shape ``(..., L)`` (rows summing to
+    1), the Jacobian of softmax at that point, ``diag(p) - p pᵀ``, shape
+    ``(..., L, L)``; compared with autograd's Jacobian."""
+    name = name_of(fn)
+    g = seeded_generator(41)
+    first = True
+    for shape in ((5,), (3, 4), (2, 3, 6)):
+        z = torch.randn(*shape, generator=g, dtype=torch.float64) * 2
+        p = torch.softmax(z, dim=-1)
+        case = f"p 的形状 {tuple(shape)}"
+        got = as_tensor(
+            run_learner(fn, p, what=name, case=case, first=first),
+            f"{name} 的返回值",
+            case,
+        )
+        first = False
+        ref = _softmax_jacobian_autograd(z)
+        check_shape(got, (*shape, shape[-1]), f"{name} 的返回值", case)
+        if not close(got, ref):
+            if close(got, torch.diag_embed(p)):
+                hint = "只有 diag(p)，漏了 −p pᵀ（p_i 变大时其余的 p_j 要变小）。"
+            elif close(got, torch.diag_embed(p - p * p)):
+                hint = "只减了对角线上的 p_i²：−p pᵀ 是整个外积 p_i p_j。"
+            elif close(got, p[..., :, None] * p[..., None, :] - torch.diag_embed(p)):
+                hint = "符号反了：应是 diag(p) − p pᵀ。"
+            else:
+                hint = "∂p_i/∂z_j = p_i(δ_ij − p_j)，写成矩阵是 diag(p) − p pᵀ。"
+            fail(
+                f"{name} 与自动求导的雅可比不一致（{case}；"
+                f"{where_differs(got, ref)}）。{hint}"
+            )
+    return "三种形状，与自动求导的雅可比相同"
+
+
+class _LeakyGPT(MiniGPT):
+    """A MiniGPT whose blocks ignore the causal mask: position t sees the future."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__(cfg)
+        for block in self.blocks:
+            block.causal = False
+
+
+@checker("检验标准 4：因果性的探针")
+def check_causality_probe(fn: object) -> str:
+    """Grade ``fn(model, input_ids, t) -> bool``: ``True`` iff changing the tokens from
+    position ``t`` on leaves the logits at positions ``< t`` unchanged (``model(ids)``
+    returns ``(logits, ...)``). Run on causal and on leaky models, at several ``t``."""
+    name = name_of(fn)
+    g = seeded_generator(42)
+    cfg = GPTConfig(
+        vocab_size=17, context_length=16, d_model=16, num_heads=2, num_layers=2
+    )
+    with torch.random.fork_rng(devices=[]):
+        causal, leaky = MiniGPT(cfg).eval(), _LeakyGPT(cfg).eval()
+    ids = torch.randint(0, 17, (2, 12), generator=g)
+    first = True
+    for t in (3, 7, 11):
+        for model, expected, kind in (
+            (causal, True, "因果的模型"),
+            (leaky, False, "去掉了掩码的模型"),
+        ):
+            case = f"{kind}，t = {t}"
+            with torch.no_grad():
+                out = run_learner(fn, model, ids, t, what=name, case=case, first=first)
+            first = False
+            if not isinstance(out, bool | torch.Tensor) or (
+                isinstance(out, Tensor) and out.numel() != 1
+            ):
+                fail(
+                    f"{name} 应返回 True 或 False，"
+                    f"得到 {type(out).__name__}（{case}）。"
+                )
+            if bool(out) != expected:
+                why = (
+                    "这个模型是因果的，位置 < t 的 logits 不会变：比较时只取 [:, :t]，"
+                    "用 torch.allclose（浮点误差）而不是 =="
+                    if expected
+                    else "这个模型没有掩码，过去的位置看得见未来："
+                    "要改动位置 t 及以后的词元"
+                    "（换成别的词元编号），再比较位置 < t 的 logits"
+                )
+                fail(f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：{why}。")
+    return "因果与不因果的模型、三个 t，判断都对"
+
+
+@checker("检验标准 5(a)：KV 缓存的大小")
+def check_kv_cache_bytes(fn: object) -> str:
+    """Grade ``fn(num_layers, num_kv_heads, head_dim, seq_len, bytes_per_value)``:
+    the KV cache's size in bytes for one sequence,
+    ``2 · layers · H_kv · D · L · bytes``."""
+    name = name_of(fn)
+    first = True
+    for args in ((2, 4, 8, 64, 4), (24, 4, 64, 2048, 2), (32, 8, 128, 4096, 2)):
+        n_l, h_kv, d, L, b = args
+        case = f"层数 {n_l}、H_kv {h_kv}、D {d}、长度 {L}、每个数 {b} 字节"
+        got = run_learner(fn, *args, what=name, case=case, first=first)
+        first = False
+        ref = 2 * n_l * h_kv * d * L * b
+        if got != ref:
+            hints = [
+                (ref // 2, "漏了因子 2：键和值各存一份。"),
+                (ref // n_l, "漏了层数：每一层都有自己的缓存。"),
+                (ref // b, "漏了每个数的字节数（bfloat16 是 2 字节）。"),
+            ]
+            hint = next(
+                (h for value, h in hints if got == value),
+                "按 2（键和值）× 层数 × H_kv × D × 长度 × 字节数计算。",
+            )
+            fail(f"{name}{args} 应为 {ref} 字节，得到 {got!r}（{case}）：{hint}")
+    return "三种配置与公式一致"
+
+
+def _record(seen: list[int], module: object, args: tuple, out: object) -> None:
+    """Forward hook: how many tokens the model was fed."""
+    seen.append(args[0].shape[1])
+
+
+@checker("检验标准 5(b)：用包里的缓存做贪心解码")
+def check_greedy_with_cache(fn: object) -> str:
+    """Grade ``fn(model, input_ids, max_new_tokens)``: greedy decoding of a
+    :class:`MiniGPT` through ``model.new_caches()`` and ``model(ids, caches=...)``; it
+    must equal ``model.generate(..., greedy=True, use_cache=False)`` and feed the model
+    the prompt once, then one token per step."""
+    name = name_of(fn)
+    g = seeded_generator(43)
+    first = True
+    for V, n_new in ((19, 12), (23, 20)):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch.randint(0, 10**6, (1,), generator=g)))
+            model = MiniGPT(
+                GPTConfig(
+                    vocab_size=V,
+                    context_length=32,
+                    d_model=16,
+                    num_heads=2,
+                    num_layers=2,
+                )
+            ).eval()
+        prompt = torch.randint(0, V, (2, 5), generator=g)
+        seen: list[int] = []
+        hook = model.tok_emb.register_forward_hook(functools.partial(_record, seen))
+        case = f"词表 {V}，提示 5 个词元，生成 {n_new} 个"
+        try:
+            with torch.no_grad():
+                out = run_learner(
+                    fn, model, prompt, n_new, what=name, case=case, first=first
+                )
+        finally:
+            hook.remove()
+        first = False
+        got = as_tensor(out, f"{name} 的返回值", case)
+        check_shape(got, (2, 5 + n_new), f"{name} 的返回值", case)
+        ref = model.generate(prompt, n_new, greedy=True, use_cache=False)
+        if not torch.equal(got, ref):
+            fail(
+                f"{name} 的结果与不用缓存的贪心生成不同（{case}）：预填充整段提示后，"
+                "每一步只把新词元送进 model(next_id, caches=caches)，"
+                "取最后一个位置的 argmax。"
+            )
+        if max(seen[1:], default=1) != 1:
+            fail(
+                f"{name} 在预填充之后仍把多个词元送进模型（每次的长度 {seen}）："
+                "用了缓存就只送新词元。"
+            )
+    return "两个模型，与不用缓存的贪心生成逐词元相同，预填充后每步只送一个词元"

@@ -1,0 +1,151 @@
+"""The learner's KV cache wired into the learner's GPT: ``check_cached_forward``.
+
+Correct cached forwards in different styles pass with one "✓" line; a skeleton is
+"尚未实现"; hand-written wrong ones are rejected with a hint that names the mistake."""
+
+import math
+
+import pytest
+import torch
+
+import transformer_course as tc
+from transformer_course import exercises as ex
+
+from .support import assert_passes, assert_rejects, assert_skeleton
+
+
+class ListCache:
+    """A cache that keeps Python lists and concatenates on demand (another style)."""
+
+    def __init__(self):
+        self.k, self.v = [], []
+
+    def update(self, k, v):
+        self.k.append(k)
+        self.v.append(v)
+        return torch.cat(self.k, dim=2), torch.cat(self.v, dim=2)
+
+    def __len__(self):
+        return sum(t.shape[2] for t in self.k)
+
+
+def make_forward(mistake=None):
+    @torch.no_grad()
+    def forward_with_cache(model, input_ids, caches, num_heads):
+        N, T = input_ids.shape
+        start = 0 if mistake == "positions_from_zero" else len(caches[0])
+        x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(start, start + T))
+        for i, block in enumerate(model.blocks):
+            if mistake == "one_cache":
+                i = 0
+            attn = block.self_attn
+            h = block.norm1(x)
+            q, k, v = (p(h).view(N, T, num_heads, -1).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+            K, V = caches[i].update(k, v)
+            if mistake == "cache_not_read":
+                K, V = k, v
+            D = q.shape[-1]
+            scores = q @ K.transpose(-2, -1)
+            if mistake != "no_scale":
+                scores = scores / math.sqrt(D)
+            if mistake != "no_mask":
+                scores = scores.masked_fill(~tc.causal_mask(T, K.shape[-2]), float("-inf"))
+            o = scores.softmax(-1) @ V
+            x = x + attn.out_proj(o.transpose(1, 2).reshape(N, T, -1))
+            x = x + block.ffn(block.norm2(x))
+        if mistake != "no_norm_f":
+            x = model.norm_f(x)
+        return model.lm_head(x)
+
+    return forward_with_cache
+
+
+@torch.no_grad()
+def einsum_forward(model, input_ids, caches, num_heads):
+    """Another style: einsum, F.scaled_dot_product_attention, offset mask by hand."""
+    N, T = input_ids.shape
+    S0 = len(caches[0])
+    x = model.tok_emb(input_ids) + model.pos_emb(S0 + torch.arange(T))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a = block.self_attn
+        h = block.norm1(x)
+        split = lambda t: t.reshape(N, T, num_heads, -1).permute(0, 2, 1, 3)  # noqa: E731
+        K, V = cache.update(split(a.k_proj(h)), split(a.v_proj(h)))
+        keep = torch.arange(S0 + T)[None, :] <= (S0 + torch.arange(T))[:, None]
+        o = torch.nn.functional.scaled_dot_product_attention(split(a.q_proj(h)), K, V, attn_mask=keep)
+        x = x + a.out_proj(torch.einsum("nhtd->ntdh", o).transpose(-1, -2).flatten(2))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+def test_correct_cached_forwards_pass(capsys):
+    assert_passes(ex.check_cached_forward, make_forward(), capsys)
+    assert_passes(ex.check_cached_forward, einsum_forward, capsys)
+
+
+def test_solution_flag(capsys):
+    assert_passes(ex.check_cached_forward, make_forward(), capsys, solution=True)
+
+
+def test_skeleton(capsys):
+    def skeleton(model, input_ids, caches, num_heads):
+        pass
+
+    assert_skeleton(ex.check_cached_forward, skeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    ("mistake", "keyword"),
+    [
+        ("positions_from_zero", "位置编号从 0 开始"),
+        ("no_mask", "因果掩码"),
+        ("no_scale", "√D"),
+        ("no_norm_f", "norm_f"),
+        ("cache_not_read", "cache.update"),
+        ("one_cache", "共用了一个缓存"),
+    ],
+)
+def test_mistakes_are_named(mistake, keyword, capsys):
+    assert_rejects(ex.check_cached_forward, make_forward(mistake), keyword, capsys)
+
+
+def test_crash_names_the_learners_line(capsys):
+    def crashes(model, input_ids, caches, num_heads):
+        return model.blocks[0].self_attn.qkv(input_ids)
+
+    assert_rejects(ex.check_cached_forward, crashes, "出错的位置", capsys)
+
+
+def test_list_cache_style_works_with_the_solution():
+    """The page runs the learner's cache class inside the forward: any cache with the
+    KV-cache exercise's contract gives the logits of one full forward."""
+    cfg = tc.GPTConfig(vocab_size=9, context_length=12, d_model=16, num_heads=2, num_layers=2)
+    from transformer_course.exercises.cached_generation import _ExerciseGPT
+
+    model = _ExerciseGPT(cfg)
+    ids = torch.randint(0, 9, (1, 8))
+    caches = [ListCache() for _ in model.blocks]
+    first = make_forward()(model, ids[:, :5], caches, 2)
+    rest = [make_forward()(model, ids[:, t : t + 1], caches, 2) for t in range(5, 8)]
+    torch.testing.assert_close(torch.cat([first, *rest], 1), model(ids))
+
+
+@torch.no_grad()
+def skeleton_attribute_forward(model, input_ids, caches, num_heads):
+    """Uses the source skeleton's attributes (self_attn.num_heads, self_attn.d_k)."""
+    N, T = input_ids.shape
+    start = len(caches[0])
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(T) + start)
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a = block.self_attn
+        h = block.norm1(x)
+        q, k, v = (p(h).view(N, T, a.num_heads, a.d_k).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))
+        K, V = cache.update(k, v)
+        o, _ = tc.scaled_dot_product_attention(q, K, V, attn_mask=tc.causal_mask(T, K.shape[2]))
+        x = x + a.out_proj(o.transpose(1, 2).reshape(N, T, a.num_heads * a.d_k))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+def test_skeleton_attributes_are_available(capsys):
+    assert_passes(ex.check_cached_forward, skeleton_attribute_forward, capsys)

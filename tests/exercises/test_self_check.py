@@ -1,0 +1,169 @@
+"""The self-tests that close chapter 5 (the source's criteria 2-5)."""
+
+import pytest
+import torch
+
+from transformer_course import exercises as ex
+from transformer_course.exercises.self_check import QKV_QUESTIONS
+
+from .support import assert_passes, assert_rejects, assert_skeleton
+
+RIGHT = {"a": "第 2 个值", "b": "不变", "c": "第 3 个键", "d": "更硬（更集中）"}
+
+
+def test_qkv_right_answers(capsys):
+    ex.check_qkv_answers(dict(RIGHT))
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("✓")
+
+
+def test_qkv_unanswered_is_not_an_error(capsys):
+    ex.check_qkv_answers({**RIGHT, "c": None})
+    assert capsys.readouterr().out.startswith("尚未实现")
+    with pytest.raises(ex.ExerciseError):
+        ex.check_qkv_answers({**RIGHT, "c": None}, solution=True)
+
+
+@pytest.mark.parametrize("key", list("abcd"))
+def test_qkv_each_wrong_answer_is_explained(key):
+    wrong = next(o for o in QKV_QUESTIONS[key][1] if o != RIGHT[key])
+    with pytest.raises(ex.ExerciseError, match=rf"\({key}\)"):
+        ex.check_qkv_answers({**RIGHT, key: wrong})
+
+
+def test_qkv_rejects_unknown_option_and_non_dict():
+    with pytest.raises(ex.ExerciseError, match="之一"):
+        ex.check_qkv_answers({**RIGHT, "a": "第二个值"})
+    with pytest.raises(ex.ExerciseError, match="dict"):
+        ex.check_qkv_answers(["第 2 个值"])
+
+
+def jacobian_outer(p):
+    return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+def jacobian_einsum(p):
+    eye = torch.eye(p.shape[-1], dtype=p.dtype)
+    return torch.einsum("...i,ij->...ij", p, eye) - torch.einsum("...i,...j->...ij", p, p)
+
+
+def test_softmax_jacobian(capsys):
+    assert_passes(ex.check_softmax_jacobian, jacobian_outer, capsys)
+    assert_passes(ex.check_softmax_jacobian, jacobian_einsum, capsys)
+    assert_skeleton(ex.check_softmax_jacobian, lambda p: None, capsys)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "keyword"),
+    [
+        (lambda p: torch.diag_embed(p), "漏了 −p pᵀ"),
+        (lambda p: torch.diag_embed(p - p * p), "只减了对角线"),
+        (lambda p: p.unsqueeze(-1) * p.unsqueeze(-2) - torch.diag_embed(p), "符号反了"),
+        (lambda p: torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-1), "δ_ij"),
+    ],
+)
+def test_softmax_jacobian_mistakes(wrong, keyword, capsys):
+    assert_rejects(ex.check_softmax_jacobian, wrong, keyword, capsys)
+
+
+def probe_allclose(model, ids, t):
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % 17
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
+
+
+def probe_max_diff(model, ids, t):
+    changed = torch.cat([ids[:, :t], torch.flip(ids[:, t:], [1]) * 0 + 3], dim=1)
+    diff = (model(ids)[0][:, :t] - model(changed)[0][:, :t]).abs().max()
+    return bool(diff < 1e-4)
+
+
+def test_causality_probe(capsys):
+    assert_passes(ex.check_causality_probe, probe_allclose, capsys)
+    assert_passes(ex.check_causality_probe, probe_max_diff, capsys)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "keyword"),
+    [
+        (lambda m, ids, t: True, "没有掩码"),
+        (lambda m, ids, t: torch.equal(m(ids)[0], m(ids)[0]), "没有掩码"),  # never changes ids
+        (
+            lambda m, ids, t: torch.allclose(m(ids)[0], m(torch.cat([ids[:, :t], (ids[:, t:] + 1) % 17], 1))[0]),
+            "只取 [:, :t]",
+        ),  # compares every position
+    ],
+)
+def test_causality_probe_mistakes(wrong, keyword, capsys):
+    assert_rejects(ex.check_causality_probe, wrong, keyword, capsys)
+
+
+def test_kv_cache_bytes(capsys):
+    assert_passes(ex.check_kv_cache_bytes, lambda n, h, d, L, b: 2 * n * h * d * L * b, capsys)
+    assert_skeleton(ex.check_kv_cache_bytes, lambda n, h, d, L, b: None, capsys)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "keyword"),
+    [
+        (lambda n, h, d, L, b: n * h * d * L * b, "因子 2"),
+        (lambda n, h, d, L, b: 2 * h * d * L * b, "层数"),
+        (lambda n, h, d, L, b: 2 * n * h * d * L, "字节数"),
+        (lambda n, h, d, L, b: 2 * n * 4 * h * d * L * b, "按 2"),
+    ],
+)
+def test_kv_cache_bytes_mistakes(wrong, keyword, capsys):
+    assert_rejects(ex.check_kv_cache_bytes, wrong, keyword, capsys)
+
+
+@torch.no_grad()
+def greedy_cached(model, ids, n_new):
+    caches = model.new_caches()
+    logits, _ = model(ids, caches=caches)
+    for _ in range(n_new):
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], dim=1)
+        logits, _ = model(nxt, caches=caches)
+    return ids
+
+
+@torch.no_grad()
+def greedy_cached_tokenwise(model, ids, n_new):
+    """Another style: prefill token by token, collect new tokens in a list."""
+    caches = model.new_caches()
+    for t in range(ids.shape[1]):
+        logits, _ = model(ids[:, t : t + 1], caches=caches)
+    new = []
+    for _ in range(n_new):
+        new.append(logits[:, -1].argmax(-1, keepdim=True))
+        logits, _ = model(new[-1], caches=caches)
+    return torch.cat([ids, *new], dim=1)
+
+
+def test_greedy_with_cache(capsys):
+    assert_passes(ex.check_greedy_with_cache, greedy_cached, capsys)
+    assert_passes(ex.check_greedy_with_cache, greedy_cached_tokenwise, capsys)
+
+
+@torch.no_grad()
+def greedy_refeeds_everything(model, ids, n_new):
+    for _ in range(n_new):
+        logits, _ = model(ids, caches=None)
+        ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+@torch.no_grad()
+def greedy_first_position(model, ids, n_new):
+    caches = model.new_caches()
+    logits, _ = model(ids, caches=caches)
+    for _ in range(n_new):
+        nxt = logits[:, 0].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], dim=1)
+        logits, _ = model(nxt, caches=caches)
+    return ids
+
+
+def test_greedy_with_cache_mistakes(capsys):
+    assert_rejects(ex.check_greedy_with_cache, greedy_refeeds_everything, "只送新词元", capsys)
+    assert_rejects(ex.check_greedy_with_cache, greedy_first_position, "不用缓存的贪心", capsys)
