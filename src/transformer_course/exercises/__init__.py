@@ -56,6 +56,12 @@ from .heads import check_multi_head_attention
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .positions import check_rope, check_sinusoidal_encoding
 from .predictions import compare_prediction
+from .seq2seq import (
+    check_decoder_layer,
+    check_greedy_decode,
+    check_rectangular_causal_mask,
+    check_seq2seq_loss,
+)
 from .training import check_lm_batch, check_train_step
 
 __all__ = [
@@ -75,4 +81,8 @@ __all__ = [
     "check_generate",
     "check_kv_cache",
     "compare_prediction",
+    "check_decoder_layer",
+    "check_seq2seq_loss",
+    "check_greedy_decode",
+    "check_rectangular_causal_mask",
 ]
