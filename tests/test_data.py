@@ -73,6 +73,9 @@ def test_translation_corpus_pairs_each_landmark_with_its_own_city():
     assert city_sight == {"北京 天安门", "北京 长城", "杭州 西湖", "西安 兵马俑"}
     assert ("我们 参观 西安 兵马俑", "We visit Xian Terracotta Army") in pairs
     assert not any("西安 天安门" in zh or "上海 长城" in zh for zh, _ in pairs)
+    # only the feeling verbs take 很 or a thing: no "参观 茶", no "很 看见"
+    assert not any("参观 茶" in zh or "看见 音乐" in zh or "很 参观" in zh for zh, _ in pairs)
+    assert ("她 很 想念 猫", "She misses cats very much") in pairs
 
 
 def test_lm_batch_targets_are_shifted_inputs():
