@@ -65,6 +65,19 @@ def test_translation_corpus_grammar_and_held_out_pair():
         tc.translation_corpus(exclude=[("x", "y")])
 
 
+def test_translation_corpus_pairs_each_landmark_with_its_own_city():
+    pairs = tc.translation_corpus()
+    # SUBJECT [很] VERB OBJECT: the object is what follows the verb
+    objects = {" ".join(zh.replace(" 很 ", " ").split()[2:]) for zh, _ in pairs}
+    city_sight = {o for o in objects if " " in o}
+    assert city_sight == {"北京 天安门", "北京 长城", "杭州 西湖", "西安 兵马俑"}
+    assert ("我们 参观 西安 兵马俑", "We visit Xian Terracotta Army") in pairs
+    assert not any("西安 天安门" in zh or "上海 长城" in zh for zh, _ in pairs)
+    # only the feeling verbs take 很 or a thing: no "参观 茶", no "很 看见"
+    assert not any("参观 茶" in zh or "看见 音乐" in zh or "很 参观" in zh for zh, _ in pairs)
+    assert ("她 很 想念 猫", "She misses cats very much") in pairs
+
+
 def test_lm_batch_targets_are_shifted_inputs():
     data = torch.arange(100)
     x, y = tc.lm_batch(data, 4, 8, generator=torch.Generator().manual_seed(0))

@@ -163,17 +163,25 @@ _SUBJECTS = [
     ("我", "I", False), ("你", "you", False), ("他", "he", True),
     ("她", "she", True), ("我们", "we", False), ("他们", "they", False),
 ]  # fmt: skip
+# (verb, English, third person, a feeling: takes 很 and things, not only places)
 _VERBS = [
-    ("爱", "love", "loves"), ("喜欢", "like", "likes"), ("参观", "visit", "visits"),
-    ("想念", "miss", "misses"), ("看见", "see", "sees"),
+    ("爱", "love", "loves", True), ("喜欢", "like", "likes", True),
+    ("参观", "visit", "visits", False), ("想念", "miss", "misses", True),
+    ("看见", "see", "sees", False),
 ]  # fmt: skip
 _CITIES = [
     ("北京", "Beijing"),
     ("上海", "Shanghai"),
-    ("南京", "Nanjing"),
+    ("杭州", "Hangzhou"),
     ("西安", "Xian"),
 ]
-_SIGHTS = [("天安门", "Tiananmen"), ("长城", "the Great Wall"), ("西湖", "West Lake")]
+# (landmark, English, its city): "城市 景点" pairs a landmark only with its own city
+_SIGHTS = [
+    ("天安门", "Tiananmen", "北京"),
+    ("长城", "the Great Wall", "北京"),
+    ("西湖", "West Lake", "杭州"),
+    ("兵马俑", "the Terracotta Army", "西安"),
+]
 _THINGS = [("音乐", "music"), ("猫", "cats"), ("茶", "tea")]
 
 #: The sentence the source document translates; :func:`translation_corpus` can
@@ -187,25 +195,31 @@ def translation_corpus(
     """All sentences of a tiny grammar, shuffled with ``seed``: ``(chinese, english)``
     pairs, both whitespace-tokenised.
 
-    Grammar: SUBJECT [很] VERB OBJECT, OBJECT = city | sight | city sight | thing, e.g.
+    Grammar: SUBJECT [很] VERB OBJECT, OBJECT = city | sight | city sight | thing,
+    where "city sight" pairs each landmark with its own city only (北京 天安门,
+    杭州 西湖, never 西安 天安门), and only the feeling verbs (爱, 喜欢, 想念) take 很
+    or a thing (no 参观 茶, no 很 看见), e.g.
     ``"我 爱 北京 天安门" -> "I love Beijing Tiananmen"``; ``很`` moves to the end in
     English (``"他 很 喜欢 茶" -> "He likes tea very much"``), so the alignment is not
     monotone. Pairs in ``exclude`` are removed (e.g. ``[HELD_OUT_PAIR]`` to test
     generalisation).
     """
+    city_en = dict(_CITIES)
     objects = (
         _CITIES
-        + _SIGHTS
+        + [(s, se) for s, se, _ in _SIGHTS]
         + _THINGS
         + [
-            (f"{c} {s}", f"{ce} {se}")
-            for (c, ce), (s, se) in itertools.product(_CITIES, _SIGHTS)
+            (f"{c} {s}", f"{city_en[c]} {se.removeprefix('the ')}")
+            for s, se, c in _SIGHTS
         ]
     )
     pairs = []
-    for (zs, es, third), (zv, ev, ev3), (zo, eo), very in itertools.product(
+    for (zs, es, third), (zv, ev, ev3, feeling), (zo, eo), very in itertools.product(
         _SUBJECTS, _VERBS, objects, (False, True)
     ):
+        if not feeling and (very or (zo, eo) in _THINGS):
+            continue
         zh = f"{zs} {'很 ' if very else ''}{zv} {zo}"
         en = (
             f"{es[0].upper() + es[1:]} {ev3 if third else ev} {eo}"

@@ -85,6 +85,12 @@ from .self_check import (
     check_qkv_answers,
     check_softmax_jacobian,
 )
+from .seq2seq import (
+    check_decoder_layer,
+    check_greedy_decode,
+    check_rectangular_causal_mask,
+    check_seq2seq_loss,
+)
 from .tokenizer import check_bpe_merge, check_merge_pair, check_pair_counts
 from .training import check_lm_batch, check_train_step
 
@@ -119,4 +125,8 @@ __all__ = [
     "check_causality_probe",
     "check_kv_cache_bytes",
     "check_greedy_with_cache",
+    "check_decoder_layer",
+    "check_seq2seq_loss",
+    "check_greedy_decode",
+    "check_rectangular_causal_mask",
 ]

@@ -1,0 +1,484 @@
+"""The encoder-decoder's own pieces: the decoder layer (named as in
+:class:`transformer_course.DecoderLayer`), the shifted decoder input with the masked
+(``-100``) loss, greedy decoding, and the rectangular causal mask of cached decoding."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..blocks import DecoderLayer
+from ..masks import causal_mask
+from ..models import Transformer, TransformerConfig
+from ._protocol import (
+    checker,
+    construct,
+    fail,
+    name_of,
+    randn,
+    run_learner,
+    run_module,
+    seeded_generator,
+)
+from ._report import (
+    as_tensor,
+    check_finite,
+    check_float,
+    check_shape,
+    close,
+    first_reproduced,
+    where_differs,
+)
+from .blocks_gpt import _copy_weights, _learner_paths
+
+# --- the decoder layer ---------------------------------------------------------------
+
+
+def _decoder_variant(
+    layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str
+):
+    """The package's Post-LN decoder layer, wired with one typical mistake."""
+    n1, n2, n3 = layer.norm1, layer.norm2, layer.norm3
+    causal = mistake != "no_causal"
+    if mistake == "norms_swapped":
+        n1, n3 = n3, n1
+
+    def self_attn(h):
+        return layer.self_attn(h, is_causal=causal)
+
+    def cross_attn(h):
+        if mistake == "cross_is_self":
+            return layer.cross_attn(h)
+        return layer.cross_attn(
+            h, memory, attn_mask=None if mistake == "no_mask" else mask
+        )
+
+    if mistake == "pre_ln":
+        x = x + self_attn(n1(x))
+        x = x + cross_attn(n2(x))
+        return x + layer.ffn(n3(x))
+    if mistake == "cross_first":
+        x = n1(x + cross_attn(x))
+        x = n2(x + self_attn(x))
+        return n3(x + layer.ffn(x))
+    res = {m: mistake != f"no_res_{m}" for m in ("self", "cross", "ffn")}
+    x = n1((x if res["self"] else 0) + self_attn(x))
+    x = n2((x if res["cross"] else 0) + cross_attn(x))
+    return n3((x if res["ffn"] else 0) + layer.ffn(x))
+
+
+_DECODER_HINTS = [
+    (
+        "掩码自注意力没有因果掩码：解码器位置 i 只能看目标的 0..i"
+        "（self_attn(x, is_causal=True)，或 attn_mask=tc.causal_mask(L)）。",
+        "no_causal",
+    ),
+    (
+        "交叉注意力的键和值应来自编码器输出：cross_attn(x, memory, memory, "
+        "attn_mask=memory_mask)（查询来自解码器，键、值来自 memory），"
+        "你的交叉注意力只看了解码器自己。",
+        "cross_is_self",
+    ),
+    (
+        "交叉注意力没有用 memory_mask：源句的填充位置不能被看到"
+        "（cross_attn(x, memory, memory, attn_mask=memory_mask)）。",
+        "no_mask",
+    ),
+    (
+        "顺序不对：先掩码自注意力（norm1），再交叉注意力（norm2），最后 FFN（norm3）。",
+        "cross_first",
+    ),
+    (
+        "这是 Pre-LN（x + 子层(norm(x))）；本章的模型是 Post-LN："
+        "x = norm1(x + self_attn(x))，依此类推。",
+        "pre_ln",
+    ),
+    ("少了掩码自注意力的残差连接：x = norm1(x + self_attn(x))。", "no_res_self"),
+    (
+        "少了交叉注意力的残差连接：x = norm2(x + cross_attn(x, memory, …))。",
+        "no_res_cross",
+    ),
+    ("少了 FFN 的残差连接：x = norm3(x + ffn(x))。", "no_res_ffn"),
+    ("norm1 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms_swapped"),
+]
+
+
+_DECODER_CRASH_HINT = (
+    "多半是形状对不上（这里 L ≠ S）。交叉注意力的查询是解码器的 x (N, L, E)，键和值是 "
+    "memory (N, S, E)：cross_attn(x, memory, memory, attn_mask=memory_mask)。"
+)
+
+
+@checker("解码器层（Post-LN）", wants_class=True)
+def check_decoder_layer(cls: type) -> str:
+    """Grade ``cls(d_model, num_heads, d_ff)``: the Post-LN decoder layer of the
+    chapter's model, no dropout.
+
+    Attributes named as in :class:`transformer_course.DecoderLayer`: ``self_attn``
+    and ``cross_attn`` (``tc.MultiHeadAttention``), ``ffn`` (``tc.FeedForward``,
+    ReLU), ``norm1, norm2, norm3`` (``nn.LayerNorm``). ``forward(x, memory,
+    memory_mask=None)``, x ``(N, L, E)``, memory ``(N, S, E)``, memory_mask a bool
+    ``(N, 1, 1, S)`` (``True`` = may attend) or ``None``::
+
+        x = norm1(x + self_attn(x) with a causal mask)
+        x = norm2(x + cross_attn(x, memory, memory, memory_mask))
+        x = norm3(x + ffn(x))
+
+    Compared with :class:`transformer_course.DecoderLayer` holding the same weights
+    (the norms get random γ/β first, so that norm1, norm2, norm3 differ).
+    """
+    name = name_of(cls)
+    g = seeded_generator(31)
+    # (d_model, num_heads, d_ff, N, L, S): L != S catches swapped query and memory
+    for i, (E, H, d_ff, N, L, S) in enumerate(
+        [(16, 4, 32, 2, 5, 7), (8, 2, 16, 1, 6, 3), (12, 3, 24, 3, 1, 4)]
+    ):
+        case = f"d_model={E}, num_heads={H}, N={N}, L={L}, S={S}"
+        layer = construct(cls, E, H, d_ff, what=name)
+        layer.eval()
+        ref = DecoderLayer(E, H, d_ff).eval()
+        _copy_weights(layer, _learner_paths(ref), name, randomize_norms=g)
+        x, memory = randn(g, N, L, E), randn(g, N, S, E)
+        mask = torch.ones(N, 1, 1, S, dtype=torch.bool)
+        mask[0, ..., S - 1 :] = False  # the first source ends in padding
+        with torch.no_grad():
+            out = run_module(
+                layer, x, memory, mask, what=name, case=case, first=i == 0,
+                hint=_DECODER_CRASH_HINT,
+            )  # fmt: skip
+            out = as_tensor(out, f"{name}.forward", case)
+            check_shape(out, (N, L, E), f"{name}.forward", case)
+            check_float(out, f"{name}.forward")
+            check_finite(out, f"{name}.forward", case)
+            expected = ref(x, memory, memory_mask=mask)
+        if close(out, expected):
+            continue
+        with torch.no_grad():
+            hint = first_reproduced(
+                out,
+                _DECODER_HINTS,
+                lambda m, ref=ref, x=x, memory=memory, mask=mask: _decoder_variant(
+                    ref, x, memory, mask, m
+                ),
+            )
+        fail(
+            f"{name}.forward 的输出与参考实现不一致（{case}）："
+            f"{where_differs(out, expected)}。"
+            + (hint or "按顺序检查三个子层：各自的输入、残差与归一化。")
+        )
+    with torch.no_grad():  # memory_mask=None must also work (a batch without padding)
+        out = run_module(layer, x, memory, what=name, case="memory_mask=None")
+        if not close(as_tensor(out, f"{name}.forward"), ref(x, memory)):
+            fail(
+                f"{name}.forward(x, memory) 不传 memory_mask 时结果不对："
+                "默认应不屏蔽任何源位置。"
+            )
+    return "3 组形状（含 L ≠ S、源句带填充），逐元素对照 tc.DecoderLayer"
+
+
+# --- the shifted decoder input and the masked loss -----------------------------------
+
+_PAD, _BOS, _EOS = 0, 1, 2
+
+
+def _loss_model(g: torch.Generator) -> tuple[Transformer, Tensor, Tensor]:
+    """A small random model and a batch: targets ``BOS … EOS`` with right padding."""
+    cfg = TransformerConfig(9, 11, d_model=16, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=1, d_ff=32, dropout=0.0,
+                            context_length=16, pad_id=_PAD)  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(torch.randint(0, 10_000, (1,), generator=g)))
+        model = Transformer(cfg).eval()
+    src = torch.randint(3, 9, (3, 5), generator=g)
+    src[1, 3:] = _PAD
+    lengths = [6, 3, 4]  # words between BOS and EOS
+    tgt = torch.full((3, 8), _PAD, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        tgt[b, 0], tgt[b, n + 1] = _BOS, _EOS
+        tgt[b, 1 : n + 1] = torch.randint(3, 11, (n,), generator=g)
+    return model, src, tgt
+
+
+def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) -> Tensor:
+    """The loss computed with one typical mistake."""
+    dec_in, labels = tgt[:, :-1], tgt[:, 1:]
+    if mistake == "no_shift":
+        dec_in, labels = tgt, tgt
+    elif mistake == "labels_not_shifted":
+        labels = tgt[:, :-1]
+    elif mistake == "input_shifted_too":
+        dec_in = tgt[:, 1:]
+    logits = model(src, dec_in)
+    if mistake != "pad_kept":
+        labels = labels.masked_fill(labels == _PAD, -100)
+    if mistake == "softmax_first":
+        logits = logits.softmax(-1)
+    flat, target = logits.flatten(0, 1), labels.flatten()
+    if mistake == "sum":
+        return F.cross_entropy(flat, target, reduction="sum")
+    if mistake == "mean_over_all":
+        return F.cross_entropy(flat, target, reduction="sum") / target.numel()
+    return F.cross_entropy(flat, target)
+
+
+_LOSS_HINTS = [
+    (
+        "解码器输入和标签用的是同一个序列：位置 t 的标签就是它自己的输入，"
+        "模型只要照抄。"
+        "输入 tgt[:, :-1]，标签 tgt[:, 1:]（右移一位）。",
+        "no_shift",
+    ),
+    (
+        "标签没有右移：输入 tgt[:, :-1] 时，标签应是 tgt[:, 1:]"
+        "（位置 t 预测第 t+1 个词），"
+        "不是 tgt[:, :-1]。",
+        "labels_not_shifted",
+    ),
+    (
+        "解码器输入也右移了：输入应以 BOS 开头（tgt[:, :-1]），标签才是 tgt[:, 1:]。",
+        "input_shifted_too",
+    ),
+    (
+        "填充位置也算进了损失：把标签里的 pad_id 换成 -100"
+        "（labels.masked_fill(labels == pad_id, -100)），F.cross_entropy 会忽略它们。",
+        "pad_kept",
+    ),
+    (
+        "F.cross_entropy 要的是 logits（未归一化的分数），它自己做 log_softmax；"
+        "你先做了 softmax。",
+        "softmax_first",
+    ),
+    (
+        "损失应是非填充位置上的平均（F.cross_entropy 的默认 reduction='mean'），"
+        "不是总和。",
+        "sum",
+    ),
+    (
+        "平均时把填充位置也算进了分母：-100 的位置既不计损失、也不计个数"
+        "（用默认的 reduction='mean'，不要自己除以 N·L）。",
+        "mean_over_all",
+    ),
+]
+
+
+@checker("右移的解码器输入与屏蔽填充的损失")
+def check_seq2seq_loss(fn: Callable) -> str:
+    """Grade ``fn(model, src, tgt, pad_id)`` -> a scalar loss with a gradient.
+
+    ``tgt`` ``(N, T)`` is ``BOS w1 … wn EOS`` right-padded with ``pad_id``. The
+    decoder input is ``tgt[:, :-1]``, the labels ``tgt[:, 1:]`` with ``pad_id``
+    replaced by ``-100``, and the loss is ``F.cross_entropy`` (mean over the non-pad
+    labels) of ``model(src, dec_in)``. Compared with that computation on a small
+    random :class:`transformer_course.Transformer`.
+    """
+    name = name_of(fn)
+    g = seeded_generator(32)
+    for i in range(3):
+        case = f"第 {i + 1} 个随机模型与批次"
+        model, src, tgt = _loss_model(g)
+        loss = run_learner(
+            fn, model, src, tgt, _PAD, what=name, case=case, first=i == 0
+        )
+        loss = as_tensor(loss, name, case)
+        if loss.dim() != 0:
+            fail(
+                f"{name} 应返回一个标量损失（形状 ()），得到形状 {tuple(loss.shape)}"
+                f"（{case}）：F.cross_entropy 默认就对所有非 -100 的位置取平均。"
+            )
+        check_float(loss, name)
+        if not loss.requires_grad:
+            fail(
+                f"{name} 返回的损失没有梯度（{case}）：不要在 torch.no_grad() 里计算，"
+                "也不要 .item()/.detach()——训练要对它调用 backward()。"
+            )
+        with torch.no_grad():
+            expected = _loss_variant(model, src, tgt, "right")
+        if close(loss, expected):
+            continue
+        with torch.no_grad():
+            hint = first_reproduced(
+                loss,
+                _LOSS_HINTS,
+                lambda m, model=model, src=src, tgt=tgt: _loss_variant(
+                    model, src, tgt, m
+                ),
+            )
+        fail(
+            f"{name} 的损失不对（{case}）：应为 {expected.item():.6f}，得到 "
+            f"{loss.item():.6f}。"
+            + (hint or "解码器输入 tgt[:, :-1]，标签 tgt[:, 1:]，填充换成 -100。")
+        )
+    return "3 个随机模型；右移、-100 屏蔽填充、对非填充位置取平均、可反向传播"
+
+
+# --- greedy decoding -----------------------------------------------------------------
+
+
+def _greedy_reference(
+    model: Transformer, src: Tensor, bos: int, eos: int, max_len: int
+):
+    return model.greedy_decode(src, bos, eos, max_len=max_len)
+
+
+def _decode_model(g: torch.Generator) -> tuple[Transformer, Tensor]:
+    cfg = TransformerConfig(9, 12, d_model=16, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=2, d_ff=32, dropout=0.0,
+                            context_length=32, pad_id=_PAD)  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(torch.randint(0, 10_000, (1,), generator=g)))
+        model = Transformer(cfg).eval()
+    with torch.no_grad():  # larger logits: the argmax is not a near tie
+        model.lm_head.weight.mul_(4.0)
+    return model, torch.randint(3, 9, (1, 5), generator=g)
+
+
+def _stop_id(ids: list[int]) -> int | None:
+    """A token first emitted at step >= 2 of a no-stop decode: used as EOS, it makes
+    the reference stop early."""
+    for t in range(3, len(ids)):
+        if ids[t] not in ids[:t]:
+            return ids[t]
+    return None
+
+
+def _decode_hint(got: list[int], ref: list[int], eos: int, max_len: int) -> str:
+    if got[:1] != ref[:1]:
+        return "输出应以 BOS 开头：ys = torch.tensor([[bos_id]])，再逐个接上新词元。"
+    if len(got) > max_len:
+        return f"输出最长 max_len = {max_len} 个词元（含 BOS）：循环 max_len - 1 次。"
+    if got[: len(ref)] == ref and len(got) > len(ref):
+        return "生成 EOS 之后应立即停止（if next_id == eos_id: break）。"
+    if ref[-1] == eos and got == ref[:-1]:
+        return "EOS 本身也要接到输出里，再停止（先 cat，再 break）。"
+    if got[: len(ref)] != ref and len(got) > 1 and len(got) == len(ref):
+        return (
+            "下一个词元取错了：用最后一个位置的 logits（logits[:, -1]）的 argmax，"
+            "不是第一个位置，也不要抽样。"
+        )
+    return (
+        "每一步：把目前的 ys 送进解码器，取最后一个位置 logits 的 argmax，"
+        "接到 ys 后面。"
+    )
+
+
+@checker("贪心解码")
+def check_greedy_decode(fn: Callable) -> str:
+    """Grade ``fn(model, src, bos_id, eos_id, max_len)`` -> ids ``(1, T)``.
+
+    ``src`` is ``(1, S)``; the result starts with ``bos_id``, appends the argmax of
+    the last position's logits one token at a time, stops right after appending
+    ``eos_id`` or when it holds ``max_len`` tokens. Compared with
+    :meth:`transformer_course.Transformer.greedy_decode` on small random models, with
+    an EOS that the model emits early and with one it never emits.
+    """
+    name = name_of(fn)
+    g = seeded_generator(33)
+    runs = 0
+    for i in range(3):
+        model, src = _decode_model(g)
+        free = _greedy_reference(model, src, _BOS, -1, 12)[0].tolist()
+        eos = _stop_id(free)
+        # an EOS the model never emits within 7 tokens (still a valid id)
+        never = next(t for t in range(3, 12) if t not in free[:7])
+        for eos_arg, max_len in ((eos, 12), (never, 7)):
+            if eos_arg is None:
+                continue
+            what = "EOS 会提前出现" if eos_arg == eos else "EOS 从不出现"
+            case = f"随机模型 {i + 1}，{what}，max_len={max_len}"
+            out = run_learner(
+                fn, model, src, _BOS, eos_arg, max_len, what=name, case=case,
+                first=runs == 0,
+            )  # fmt: skip
+            runs += 1
+            out = as_tensor(out, name, case)
+            if out.dim() != 2 or out.size(0) != 1:
+                fail(
+                    f"{name} 应返回形状 (1, T) 的词元编号，得到形状 {tuple(out.shape)}"
+                    f"（{case}）：ys 从 torch.tensor([[bos_id]]) 开始，"
+                    "用 torch.cat(…, dim=1) 接长。"
+                )
+            if out.dtype != torch.long:
+                fail(f"{name} 应返回 int64 的词元编号，得到 dtype {out.dtype}。")
+            ref = _greedy_reference(model, src, _BOS, eos_arg, max_len)[0].tolist()
+            got = out[0].tolist()
+            if got == ref:
+                continue
+            again = run_learner(fn, model, src, _BOS, eos_arg, max_len, what=name)
+            if isinstance(again, Tensor) and again.tolist() != out.tolist():
+                fail(
+                    f"{name} 两次调用结果不同（{case}）：贪心解码取 argmax，不抽样"
+                    "（不要用 torch.multinomial）。"
+                )
+            fail(
+                f"{name} 的输出不对（{case}）：应为 {ref}，得到 {got}。"
+                + _decode_hint(got, ref, eos_arg, max_len)
+            )
+    if runs < 4:  # the seeded models always give both cases; guard the guarantee
+        fail(f"检查器内部错误：只检查了 {runs} 种情形。")
+    return f"{runs} 种情形：EOS 提前出现时停止、不出现时到 max_len 为止"
+
+
+# --- the rectangular causal mask -----------------------------------------------------
+
+
+@checker("矩形因果掩码（L 个新查询、S 个键）")
+def check_rectangular_causal_mask(fn: Callable) -> str:
+    """Grade ``fn(L, S)``: a bool ``(L, S)`` mask for the last ``L`` of ``S``
+    positions: query ``i`` may see key ``j`` iff ``j <= i + S - L``. Compared with
+    :func:`transformer_course.causal_mask`."""
+    name = name_of(fn)
+    for i, (L, S) in enumerate([(2, 5), (4, 4), (1, 6), (3, 7), (5, 6)]):
+        case = f"L = {L}, S = {S}"
+        out = as_tensor(
+            run_learner(fn, L, S, what=name, case=case, first=i == 0), name, case
+        )
+        check_shape(out, (L, S), name, case)
+        ref = causal_mask(L, S)
+        if out.dtype != torch.bool:
+            fail(
+                f"{name}({L}, {S}) 应返回 torch.bool 张量，得到 dtype {out.dtype}："
+                "0/1 的浮点掩码会被当作加到分数上的加性掩码；"
+                "比较运算（<=）本身就得到 bool。"
+            )
+        if bool((out == ref).all()):
+            continue
+        top_left = torch.ones(L, S, dtype=torch.bool).tril()
+        variants = [
+            (
+                top_left,
+                "对齐到了左上角（query i 只看 key 0..i）：新查询是整段的最后 L 个位置，"
+                "第 i 个查询在整段中的位置是 i + S - L，它能看 key 0..i+S-L。",
+            ),
+            (~ref, "得到的是「不能看」的掩码：本课程约定 True = 可以看。"),
+            (
+                torch.arange(S)[None, :] < torch.arange(L)[:, None] + (S - L),
+                "每个查询也要能看它自己：用 <=，不是 <。",
+            ),
+            (
+                torch.arange(S)[None, :] <= torch.arange(L)[:, None] + (S - L) + 1,
+                "多看了一个未来位置：条件是 j <= i + S - L。",
+            ),
+            (
+                torch.arange(S)[None, :] >= torch.arange(L)[:, None] + (S - L),
+                "方向反了：True 应在 i + S - L 及其左边（j <= i + S - L）。",
+            ),
+        ]
+        hint = next((h for v, h in variants if torch.equal(out, v)), "")
+        diff = (out != ref).nonzero()[0].tolist()
+        fail(
+            f"{name}({L}, {S}) 不对：例如第 {diff[0]} 个查询、第 {diff[1]} 个键应为 "
+            f"{bool(ref[diff[0], diff[1]])}。"
+            + (hint or "第 i 个查询能看 j <= i + S - L 的键。")
+        )
+    return "5 组 (L, S)，含 L = S 与 L = 1"
+
+
+__all__ = [
+    "check_decoder_layer",
+    "check_seq2seq_loss",
+    "check_greedy_decode",
+    "check_rectangular_causal_mask",
+]

@@ -1,0 +1,360 @@
+"""The encoder-decoder pieces of chapter 1: decoder layer, shifted loss, greedy decoding,
+rectangular causal mask.
+
+Each checker accepts correct implementations written in different styles with one "✓"
+line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
+hand-written wrong implementations with a Chinese hint that names the mistake."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_course as tc
+from transformer_course import exercises as ex
+
+from .support import assert_passes, assert_rejects, assert_skeleton
+
+# decoder layer
+# ---------------------------------------------------------------------------
+
+
+def make_decoder(mistake=None, causal_style="is_causal"):
+    class Decoder(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff):
+            super().__init__()
+            self.self_attn = tc.MultiHeadAttention(d_model, num_heads)
+            self.cross_attn = tc.MultiHeadAttention(d_model, num_heads)
+            self.ffn = tc.FeedForward(d_model, d_ff)
+            self.norm1 = nn.LayerNorm(d_model)
+            self.norm2 = nn.LayerNorm(d_model)
+            self.norm3 = nn.LayerNorm(d_model)
+
+        def sa(self, x):
+            if mistake == "no_causal":
+                return self.self_attn(x, x, x)
+            if causal_style == "mask":
+                return self.self_attn(x, x, x, attn_mask=tc.causal_mask(x.size(1)))
+            if causal_style == "additive":  # a float mask: 0 or -inf
+                L = x.size(1)
+                add = torch.full((L, L), float("-inf")).triu(1)
+                return self.self_attn(x, x, x, attn_mask=add)
+            return self.self_attn(x, is_causal=True)
+
+        def forward(self, x, memory, memory_mask=None):
+            if mistake == "memory_as_query":
+                x = self.norm1(x + self.sa(x))
+                x = self.norm2(x + self.cross_attn(memory, x, x))
+                return self.norm3(x + self.ffn(x))
+            if mistake == "pre_ln":
+                x = x + self.sa(self.norm1(x))
+                x = x + self.cross_attn(self.norm2(x), memory, memory, memory_mask)
+                return x + self.ffn(self.norm3(x))
+            x = self.norm1(x + self.sa(x))
+            if mistake == "cross_on_x":
+                c = self.cross_attn(x, x, x)
+            elif mistake == "no_mask":
+                c = self.cross_attn(x, memory, memory)
+            else:
+                c = self.cross_attn(x, memory, memory, attn_mask=memory_mask)
+            x = self.norm2(c if mistake == "no_res_cross" else x + c)
+            if mistake == "norm2_for_ffn":
+                return self.norm2(x + self.ffn(x))
+            return self.norm3(x + self.ffn(x))
+
+    return Decoder
+
+
+class EinsumDecoder(nn.Module):
+    """Correct, written without calling the attention modules: einsum per head, the
+    causal mask from arange, F.layer_norm with the module's parameters."""
+
+    def __init__(self, d_model, num_heads, d_ff):
+        super().__init__()
+        self.h = num_heads
+        self.self_attn = tc.MultiHeadAttention(d_model, num_heads)
+        self.cross_attn = tc.MultiHeadAttention(d_model, num_heads)
+        self.ffn = tc.FeedForward(d_model, d_ff)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+
+    def attend(self, m, q_in, kv_in, keep):
+        N, L, E = q_in.shape
+        S, D = kv_in.size(1), E // self.h
+        q = m.q_proj(q_in).view(N, L, self.h, D)
+        k = m.k_proj(kv_in).view(N, S, self.h, D)
+        v = m.v_proj(kv_in).view(N, S, self.h, D)
+        scores = torch.einsum("nlhd,nshd->nhls", q, k) / D**0.5
+        scores = scores.masked_fill(~keep, float("-inf"))
+        out = torch.einsum("nhls,nshd->nlhd", scores.softmax(-1), v)
+        return m.out_proj(out.reshape(N, L, E))
+
+    def forward(self, x, memory, memory_mask=None):
+        L = x.size(1)
+        causal = torch.arange(L)[None, :] <= torch.arange(L)[:, None]
+        n = self.norm1
+        x = F.layer_norm(x + self.attend(self.self_attn, x, x, causal), n.normalized_shape, n.weight, n.bias, n.eps)
+        keep = torch.ones(1, dtype=torch.bool) if memory_mask is None else memory_mask
+        x = self.norm2(x + self.attend(self.cross_attn, x, memory, keep))
+        return self.norm3(x + self.ffn.w2(torch.relu(self.ffn.w1(x))))
+
+
+class DecoderSkeleton(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff):
+        super().__init__()
+        self.self_attn = tc.MultiHeadAttention(d_model, num_heads)
+        self.cross_attn = tc.MultiHeadAttention(d_model, num_heads)
+        self.ffn = tc.FeedForward(d_model, d_ff)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+
+    def forward(self, x, memory, memory_mask=None):
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [make_decoder(), make_decoder(causal_style="mask"), make_decoder(causal_style="additive"), EinsumDecoder],
+    ids=["is_causal", "bool mask", "additive mask", "einsum"],
+)
+def test_decoder_layer_accepts(candidate, capsys):
+    assert_passes(ex.check_decoder_layer, candidate, capsys)
+
+
+def test_decoder_layer_skeleton(capsys):
+    assert_skeleton(ex.check_decoder_layer, DecoderSkeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "mistake, keyword",
+    [
+        ("no_causal", "因果掩码"),
+        ("cross_on_x", "键和值应来自编码器输出"),
+        ("no_mask", "memory_mask"),
+        ("pre_ln", "Post-LN"),
+        ("no_res_cross", "交叉注意力的残差"),
+        ("memory_as_query", "查询是解码器的 x"),
+        ("norm2_for_ffn", "不一致"),
+    ],
+)
+def test_decoder_layer_rejects(mistake, keyword, capsys):
+    assert_rejects(ex.check_decoder_layer, make_decoder(mistake), keyword, capsys)
+
+
+def test_decoder_layer_needs_the_package_names(capsys):
+    class Renamed(make_decoder()):
+        def __init__(self, d_model, num_heads, d_ff):
+            super().__init__(d_model, num_heads, d_ff)
+            self.enc_attn = self.cross_attn
+            del self.cross_attn
+
+    assert_rejects(ex.check_decoder_layer, Renamed, "cross_attn", capsys)
+
+
+def test_decoder_layer_wants_the_class(capsys):
+    assert_rejects(ex.check_decoder_layer, make_decoder()(8, 2, 16), "类本身", capsys)
+
+
+# shifted decoder input and masked loss
+# ---------------------------------------------------------------------------
+
+
+def loss_right(model, src, tgt, pad_id):
+    dec_in, labels = tgt[:, :-1], tgt[:, 1:]
+    labels = labels.masked_fill(labels == pad_id, -100)
+    logits = model(src, dec_in)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+
+
+def loss_by_hand(model, src, tgt, pad_id):
+    """Correct: log_softmax, gather and a boolean mean, no ignore_index."""
+    logp = model(src, tgt[:, :-1]).log_softmax(-1)
+    labels = tgt[:, 1:]
+    nll = -logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return nll[labels != pad_id].mean()
+
+
+def loss_ignore_index(model, src, tgt, pad_id):
+    """Correct: ignore_index=pad_id instead of -100, the classes on dim 1."""
+    logits = model(src, tgt[:, :-1])
+    return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad_id)
+
+
+def loss_skeleton(model, src, tgt, pad_id):
+    pass
+
+
+def make_loss(mistake):
+    def loss(model, src, tgt, pad_id):
+        dec_in, labels = tgt[:, :-1], tgt[:, 1:]
+        if mistake == "no_shift":
+            dec_in, labels = tgt, tgt
+        if mistake == "labels_not_shifted":
+            labels = tgt[:, :-1]
+        if mistake == "no_pad_mask":
+            logits = model(src, dec_in)
+            return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        labels = labels.masked_fill(labels == pad_id, -100)
+        logits = model(src, dec_in)
+        if mistake == "softmax":
+            logits = logits.softmax(-1)
+        if mistake == "sum":
+            return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
+        if mistake == "item":
+            return torch.tensor(F.cross_entropy(logits.flatten(0, 1), labels.flatten()).item())
+        if mistake == "per_token":
+            return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+    return loss
+
+
+@pytest.mark.parametrize("candidate", [loss_right, loss_by_hand, loss_ignore_index])
+def test_seq2seq_loss_accepts(candidate, capsys):
+    assert_passes(ex.check_seq2seq_loss, candidate, capsys)
+
+
+def test_seq2seq_loss_skeleton(capsys):
+    assert_skeleton(ex.check_seq2seq_loss, loss_skeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "mistake, keyword",
+    [
+        ("no_shift", "照抄"),
+        ("labels_not_shifted", "标签没有右移"),
+        ("no_pad_mask", "-100"),
+        ("softmax", "softmax"),
+        ("sum", "不是总和"),
+        ("item", "没有梯度"),
+        ("per_token", "标量"),
+    ],
+)
+def test_seq2seq_loss_rejects(mistake, keyword, capsys):
+    assert_rejects(ex.check_seq2seq_loss, make_loss(mistake), keyword, capsys)
+
+
+# greedy decoding
+# ---------------------------------------------------------------------------
+
+
+def decode_right(model, src, bos_id, eos_id, max_len):
+    memory = model.encode(src, model.src_mask(src))
+    ys = torch.tensor([[bos_id]])
+    for _ in range(max_len - 1):
+        hidden = model.decode(ys, memory, model.src_mask(src))
+        next_id = model.lm_head(hidden[:, -1]).argmax(-1, keepdim=True)
+        ys = torch.cat([ys, next_id], dim=1)
+        if next_id.item() == eos_id:
+            break
+    return ys
+
+
+def decode_list(model, src, bos_id, eos_id, max_len):
+    """Correct: the whole model call each step, a Python list, a while loop."""
+    ids = [bos_id]
+    with torch.no_grad():
+        while len(ids) < max_len and (len(ids) == 1 or ids[-1] != eos_id):
+            logits = model(src, torch.tensor([ids]))
+            ids.append(int(logits[0, -1].softmax(-1).argmax()))
+    return torch.tensor([ids])
+
+
+def make_decode(mistake):
+    def decode(model, src, bos_id, eos_id, max_len):
+        ids = [] if mistake == "no_bos" else [bos_id]
+        steps = max_len if mistake == "one_too_many" else max_len - 1
+        for _ in range(steps):
+            dec_in = torch.tensor([ids if ids else [bos_id]])
+            logits = model(src, dec_in)[0]
+            if mistake == "sample":
+                nxt = int(torch.multinomial(logits[-1].softmax(-1), 1))
+            else:
+                nxt = int(logits[0 if mistake == "first_position" else -1].argmax())
+            if mistake == "eos_dropped" and nxt == eos_id:
+                break
+            ids.append(nxt)
+            if nxt == eos_id and mistake != "no_stop":
+                break
+        return torch.tensor([ids])
+
+    return decode
+
+
+def decode_skeleton(model, src, bos_id, eos_id, max_len):
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("candidate", [decode_right, decode_list])
+def test_greedy_decode_accepts(candidate, capsys):
+    assert_passes(ex.check_greedy_decode, candidate, capsys)
+
+
+def test_greedy_decode_skeleton(capsys):
+    assert_skeleton(ex.check_greedy_decode, decode_skeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "mistake, keyword",
+    [
+        ("no_stop", "立即停止"),
+        ("eos_dropped", "EOS 本身"),
+        ("first_position", "最后一个位置"),
+        ("sample", "不抽样"),
+        ("no_bos", "BOS"),
+        ("one_too_many", "max_len"),
+    ],
+)
+def test_greedy_decode_rejects(mistake, keyword, capsys):
+    assert_rejects(ex.check_greedy_decode, make_decode(mistake), keyword, capsys)
+
+
+def test_greedy_decode_wants_a_batch_of_one(capsys):
+    def flat(model, src, bos_id, eos_id, max_len):
+        return decode_right(model, src, bos_id, eos_id, max_len)[0]
+
+    assert_rejects(ex.check_greedy_decode, flat, "(1, T)", capsys)
+
+
+# rectangular causal mask
+# ---------------------------------------------------------------------------
+
+
+def rect_arange(L, S):
+    return torch.arange(S)[None, :] <= torch.arange(L)[:, None] + (S - L)
+
+
+def rect_tril(L, S):
+    return torch.ones(L, S, dtype=torch.bool).tril(diagonal=S - L)
+
+
+def rect_slice(L, S):
+    """Correct: the last L rows of the square S x S mask."""
+    return torch.ones(S, S).tril().bool()[S - L :]
+
+
+def rect_skeleton(L, S):
+    pass
+
+
+@pytest.mark.parametrize("candidate", [rect_arange, rect_tril, rect_slice])
+def test_rectangular_mask_accepts(candidate, capsys):
+    assert_passes(ex.check_rectangular_causal_mask, candidate, capsys)
+
+
+def test_rectangular_mask_skeleton(capsys):
+    assert_skeleton(ex.check_rectangular_causal_mask, rect_skeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    "candidate, keyword",
+    [
+        (lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(), "左上角"),
+        (lambda L, S: torch.ones(L, S).tril(diagonal=S - L), "torch.bool"),
+        (lambda L, S: torch.arange(S)[None, :] < torch.arange(L)[:, None] + (S - L), "<="),
+        (lambda L, S: ~rect_arange(L, S), "不能看"),
+        (lambda L, S: torch.ones(S, S, dtype=torch.bool).tril()[:L], "左上角"),
+        (lambda L, S: torch.ones(L, L, dtype=torch.bool).tril(), "形状不对"),
+    ],
+    ids=["top-left", "float", "strict", "inverted", "first rows", "square"],
+)
+def test_rectangular_mask_rejects(candidate, keyword, capsys):
+    assert_rejects(ex.check_rectangular_causal_mask, candidate, keyword, capsys)
