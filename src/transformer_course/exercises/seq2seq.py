@@ -32,7 +32,7 @@ from ._report import (
     first_reproduced,
     where_differs,
 )
-from .blocks_gpt import _copy_weights, _learner_paths
+from .blocks_gpt import _load_into_reference
 
 # --- the decoder layer ---------------------------------------------------------------
 
@@ -106,10 +106,14 @@ _DECODER_HINTS = [
 ]
 
 
-_DECODER_CRASH_HINT = (
-    "多半是形状对不上（这里 L ≠ S）。交叉注意力的查询是解码器的 x (N, L, E)，键和值是 "
-    "memory (N, S, E)：cross_attn(x, memory, memory, attn_mask=memory_mask)。"
-)
+DECODER_CRASHES = [
+    (
+        r"size of tensor|shape|mat1 and mat2|must match|expanded size",
+        "多半是形状对不上（这里 L ≠ S）。交叉注意力的查询是解码器的 x (N, L, E)，"
+        "键和值是 memory (N, S, E)："
+        "cross_attn(x, memory, memory, attn_mask=memory_mask)。",
+    ),
+]
 
 
 @checker("解码器层（Post-LN）", wants_class=True)
@@ -140,14 +144,14 @@ def check_decoder_layer(cls: type) -> str:
         layer = construct(cls, E, H, d_ff, what=name)
         layer.eval()
         ref = DecoderLayer(E, H, d_ff).eval()
-        _copy_weights(layer, _learner_paths(ref), name, randomize_norms=g)
+        _load_into_reference(layer, ref, name, g)
         x, memory = randn(g, N, L, E), randn(g, N, S, E)
         mask = torch.ones(N, 1, 1, S, dtype=torch.bool)
         mask[0, ..., S - 1 :] = False  # the first source ends in padding
         with torch.no_grad():
             out = run_module(
                 layer, x, memory, mask, what=name, case=case, first=i == 0,
-                hint=_DECODER_CRASH_HINT,
+                causes=DECODER_CRASHES,
             )  # fmt: skip
             out = as_tensor(out, f"{name}.forward", case)
             check_shape(out, (N, L, E), f"{name}.forward", case)
