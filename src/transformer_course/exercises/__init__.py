@@ -31,7 +31,8 @@ copies the learner's weights into the package module by these names.
 **Adding a checker for a new exercise.**
 
 * One module per topic (``attention``, ``heads``, ``norms_ffn``, ``positions``,
-  ``blocks_gpt``, ``training``, ``generation_cache``); a new topic gets a new module.
+  ``blocks_gpt``, ``training``, ``generation_cache``, ``efficient``); a new topic
+  gets a new module.
   Re-export the checker here and list it in ``__all__``.
 * Write the checker body as ``@checker("中文标题", wants_class=...)`` over
   ``body(candidate) -> detail``: the wrapper (in ``_protocol``) handles skeletons,
@@ -51,6 +52,12 @@ copies the learner's weights into the package module by these names.
 from ._protocol import ExerciseError
 from .attention import check_causal_mask, check_self_attention
 from .blocks_gpt import check_gpt, check_transformer_block
+from .efficient import (
+    check_grouped_attention,
+    check_kv_cache_bytes,
+    check_prefix_lm_mask,
+    check_sparsemax,
+)
 from .generation_cache import check_generate, check_kv_cache
 from .heads import check_multi_head_attention
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
@@ -75,4 +82,8 @@ __all__ = [
     "check_generate",
     "check_kv_cache",
     "compare_prediction",
+    "check_grouped_attention",
+    "check_sparsemax",
+    "check_kv_cache_bytes",
+    "check_prefix_lm_mask",
 ]
