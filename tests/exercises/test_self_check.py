@@ -99,8 +99,8 @@ def test_causality_probe_mistakes(wrong, keyword, capsys):
 
 
 def test_kv_cache_bytes(capsys):
-    assert_passes(ex.check_kv_cache_bytes, lambda n, h, d, L, b: 2 * n * h * d * L * b, capsys)
-    assert_skeleton(ex.check_kv_cache_bytes, lambda n, h, d, L, b: None, capsys)
+    assert_passes(ex.check_kv_cache_formula, lambda n, h, d, L, b: 2 * n * h * d * L * b, capsys)
+    assert_skeleton(ex.check_kv_cache_formula, lambda n, h, d, L, b: None, capsys)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_kv_cache_bytes(capsys):
     ],
 )
 def test_kv_cache_bytes_mistakes(wrong, keyword, capsys):
-    assert_rejects(ex.check_kv_cache_bytes, wrong, keyword, capsys)
+    assert_rejects(ex.check_kv_cache_formula, wrong, keyword, capsys)
 
 
 @torch.no_grad()

@@ -42,8 +42,9 @@ copies the learner's weights into the package module by these names.
 **Adding a checker for a new exercise.**
 
 * One module per topic (``attention``, ``heads``, ``norms_ffn``, ``positions``,
-  ``blocks_gpt``, ``training``, ``generation_cache``, ``tokenizer``); a new topic gets a
-  new module.
+  ``blocks_gpt``, ``training``, ``generation_cache``, ``tokenizer``, ``efficient``,
+  ``encoder``, ``objective``, ``linear_attention``, ``seq2seq``, ``cached_generation``,
+  ``self_check``); a new topic gets a new module.
   Re-export the checker here and list it in ``__all__``.
 * Write the checker body as ``@checker("中文标题", wants_class=...)`` over
   ``body(candidate) -> detail``: the wrapper (in ``_protocol``) handles skeletons,
@@ -70,6 +71,12 @@ from ._protocol import ExerciseError
 from .attention import check_causal_mask, check_self_attention
 from .blocks_gpt import check_gpt, check_transformer_block, copy_parameters
 from .cached_generation import check_cached_forward
+from .efficient import (
+    check_grouped_attention,
+    check_kv_cache_bytes,
+    check_prefix_lm_mask,
+    check_sparsemax,
+)
 from .encoder import check_encoder_layer
 from .generation_cache import check_generate, check_kv_cache
 from .heads import check_multi_head_attention
@@ -81,7 +88,7 @@ from .predictions import compare_prediction
 from .self_check import (
     check_causality_probe,
     check_greedy_with_cache,
-    check_kv_cache_bytes,
+    check_kv_cache_formula,
     check_qkv_answers,
     check_softmax_jacobian,
 )
@@ -124,9 +131,13 @@ __all__ = [
     "check_softmax_jacobian",
     "check_causality_probe",
     "check_kv_cache_bytes",
+    "check_kv_cache_formula",
     "check_greedy_with_cache",
     "check_decoder_layer",
     "check_seq2seq_loss",
     "check_greedy_decode",
     "check_rectangular_causal_mask",
+    "check_grouped_attention",
+    "check_sparsemax",
+    "check_prefix_lm_mask",
 ]

@@ -25,7 +25,7 @@ __all__ = [
     "check_qkv_answers",
     "check_softmax_jacobian",
     "check_causality_probe",
-    "check_kv_cache_bytes",
+    "check_kv_cache_formula",
     "check_greedy_with_cache",
 ]
 
@@ -198,7 +198,7 @@ def check_causality_probe(fn: object) -> str:
 
 
 @checker("检验标准 5(a)：KV 缓存的大小")
-def check_kv_cache_bytes(fn: object) -> str:
+def check_kv_cache_formula(fn: object) -> str:
     """Grade ``fn(num_layers, num_kv_heads, head_dim, seq_len, bytes_per_value)``:
     the KV cache's size in bytes for one sequence,
     ``2 · layers · H_kv · D · L · bytes``."""

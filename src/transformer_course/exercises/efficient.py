@@ -1,0 +1,435 @@
+"""Efficient attention (chapter 4): grouped-query attention without copying the
+key-value heads, sparsemax, the size of a KV cache and the prefix-LM mask."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+from ..masks import causal_mask
+from ..models import GPTConfig, MiniGPT
+from ..sparse import sparsemax
+from ._protocol import checker, fail, name_of, randn, run_learner, seeded_generator
+from ._report import (
+    as_tensor,
+    check_finite,
+    check_float,
+    check_shape,
+    close,
+    first_reproduced,
+    where_differs,
+)
+
+# ---------------------------------------------------------------------------
+# grouped-query attention
+# ---------------------------------------------------------------------------
+
+_COPYING = {"repeat_interleave", "repeat", "tile"}
+
+
+class _CopyWatch(TorchFunctionMode):
+    """Records the learner's calls that copy the key-value heads H/H_kv times: a
+    ``repeat``-like call, or any new (not stride-0) tensor holding (S, D) rows for all
+    H query heads."""
+
+    def __init__(self, copy_numel: int, S: int, D: int) -> None:
+        super().__init__()
+        self.copy_numel, self.S, self.D = copy_numel, S, D
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", str(func))
+        if name in _COPYING:
+            self.calls.append(name)
+        elif (
+            isinstance(out, Tensor)
+            and out.numel() == self.copy_numel
+            and out.dim() >= 2
+            and tuple(out.shape[-2:]) in ((self.S, self.D), (self.D, self.S))
+            and out._base is None  # a new tensor, not a view of one
+            and 0 not in out.stride()
+        ):
+            self.calls.append(f"{name}（得到形状 {tuple(out.shape)} 的新张量）")
+        return out
+
+
+def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
+    """Grouped attention with one typical mistake (for diagnosis)."""
+    N, H, L, D = q.shape
+    Hkv = k.size(1)
+    G = H // Hkv
+    if mistake == "modulo":  # query head h uses key-value head h % H_kv
+        kv_of = torch.arange(H) % Hkv
+    else:
+        kv_of = torch.arange(H) // G
+    k, v = k[:, kv_of], v[:, kv_of]
+    s = q @ k.mT
+    s = {"noscale": s, "groupscale": s / math.sqrt(D * G)}.get(
+        mistake, s / math.sqrt(D)
+    )
+    w = torch.softmax(s, dim=-2 if mistake == "dim" else -1)
+    return w @ v
+
+
+_GQA_MISTAKES = [
+    (
+        "查询头与键值头的对应关系错了：你的结果是查询头 h 用了键值头 h % H_kv。"
+        "约定是相邻的 G = H/H_kv 个查询头共享一组，即查询头 h 用键值头 h // G："
+        "把 q 变形为 (N, H_kv, G, L, D)，不是 (N, G, H_kv, L, D)。",
+        "modulo",
+    ),
+    ("分数没有除以 √D（D 是每个头的维度）。", "noscale"),
+    ("缩放多乘了组大小：分数应除以 √D，不是 √(D·G)。", "groupscale"),
+    ("softmax 的 dim 写错了：应在键的维度（最后一维）上归一化。", "dim"),
+]
+
+
+@checker("分组查询注意力")
+def check_grouped_attention(fn) -> str:
+    """Grade ``fn(q, k, v)``: q ``(N, H, L, D)``, k and v ``(N, H_kv, S, D)`` with
+    ``H`` a multiple of ``H_kv``; returns ``(N, H, L, D)``, query head ``h`` attending
+    with key-value head ``h // (H // H_kv)``, scaled by ``1/√D``, no mask. Compared with
+    ``F.scaled_dot_product_attention(..., enable_gqa=True)``; a call of
+    ``repeat_interleave``/``repeat``/``tile``, or any new tensor that holds the keys
+    or values once per query head, fails."""
+    name = name_of(fn)
+    g = seeded_generator(41)
+    # (description, N, H, H_kv, L, S, D): L, S, D distinct so a copy is recognisable
+    cases = [
+        ("N=2, H=6, H_kv=2（每组 3 个查询头），L=5, S=7, D=4", 2, 6, 2, 5, 7, 4),
+        ("N=1, H=8, H_kv=1（MQA），L=3, S=9, D=6", 1, 8, 1, 3, 9, 6),
+        ("N=2, H=4, H_kv=4（普通多头，G=1），L=6, S=6, D=5", 2, 4, 4, 6, 6, 5),
+        ("N=3, H=4, H_kv=2，解码一步 L=1, S=11, D=8", 3, 4, 2, 1, 11, 8),
+    ]
+    for i, (case, N, H, Hkv, L, S, D) in enumerate(cases):
+        q, k, v = randn(g, N, H, L, D), randn(g, N, Hkv, S, D), randn(g, N, Hkv, S, D)
+        watch = _CopyWatch(N * H * S * D, S, D) if Hkv < H else None
+        if watch is None:
+            out = run_learner(fn, q, k, v, what=name, case=case, first=i == 0)
+        else:
+            with watch:
+                out = run_learner(fn, q, k, v, what=name, case=case, first=i == 0)
+        out = as_tensor(out, f"{name} 的输出", case)
+        check_shape(
+            out,
+            (N, H, L, D),
+            f"{name} 的输出",
+            case,
+            " 输出应与 q 同形 (N, H, L, D)：每个查询头一份输出；若你把 q 变形成了"
+            " (N, H_kv, G, L, D)，最后要 reshape 回 (N, H, L, D)。",
+        )
+        check_float(out, f"{name} 的输出")
+        check_finite(out, f"{name} 的输出", case)
+        ref = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        if not close(out, ref):
+            hint = first_reproduced(
+                out, _GQA_MISTAKES, functools.partial(_gqa_variant, q, k, v)
+            )
+            fail(
+                f"{name} 的输出不对（{case}）：{where_differs(out, ref)}。"
+                + (f"\n提示：{hint}" if hint else "")
+            )
+        if watch is not None and watch.calls:
+            fail(
+                f"{name} 的结果正确，但把键值头复制成了 H 份（{case}：调用了 "
+                f"{', '.join(dict.fromkeys(watch.calls))}）。练习要求不复制："
+                "把 q 变形为 (N, H_kv, G·L, D)（或 (N, H_kv, G, L, D)，给 k、v "
+                "加一个大小为 1 的维度让矩阵乘法广播），每组 G 个查询头直接与同一份 "
+                "k、v 相乘。"
+            )
+    return f"{len(cases)} 种形状，含 MQA 与 G=1，未复制键值头"
+
+
+# ---------------------------------------------------------------------------
+# sparsemax
+# ---------------------------------------------------------------------------
+
+
+def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
+    """sparsemax along the last dim with one typical mistake (for diagnosis)."""
+    if mistake == "softmax":
+        return torch.softmax(z, dim=-1)
+    n = z.size(-1)
+    zs = z.sort(dim=-1, descending=mistake != "ascending").values
+    ks = torch.arange(1, n + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    if mistake == "no_one":  # support test without the 1
+        support = ks * zs > cs - 1e-12
+    else:
+        support = 1 + ks * zs > cs
+    k = support.sum(-1, keepdim=True).clamp(min=1)
+    if mistake == "k_zero_based":
+        tau = (cs.gather(-1, k - 1) - 1) / (k - 1).clamp(min=1)
+    elif mistake == "mean_threshold":  # tau = mean of all entries - 1/n
+        tau = (cs[..., -1:] - 1) / n
+    else:
+        tau = (cs.gather(-1, k - 1) - 1) / k
+    out = z - tau
+    return out if mistake == "no_clamp" else out.clamp(min=0)
+
+
+_SPARSEMAX_MISTAKES = [
+    ("这是 softmax 的结果：sparsemax 是向单纯形的欧氏投影，max(z − τ, 0)。", "softmax"),
+    (
+        "输出有负数：最后一步要截断 max(z − τ, 0)（torch.clamp(z - tau, min=0)）。",
+        "no_clamp",
+    ),
+    (
+        "阈值用错了 k：支撑集大小 k 从 1 数起，τ = (前 k 大之和 − 1) / k。",
+        "k_zero_based",
+    ),
+    (
+        "支撑集的判据少了 1：应为 1 + k·z_(k) > 前 k 大之和。",
+        "no_one",
+    ),
+    ("排序方向反了：z 要从大到小排序（descending=True）。", "ascending"),
+    (
+        "τ 用了全部元素：τ 只由支撑集（前 k 个最大值）决定，(前 k 大之和 − 1)/k。",
+        "mean_threshold",
+    ),
+]
+
+
+@checker("sparsemax")
+def check_sparsemax(fn) -> str:
+    """Grade ``fn(z)``: sparsemax along the last dim of ``z`` (any leading shape),
+    compared with :func:`transformer_course.sparsemax`."""
+    name = name_of(fn)
+    g = seeded_generator(43)
+    cases = [
+        ("一维 z = [1.0, 0.8, 0.1]（支撑集 2 个）", torch.tensor([1.0, 0.8, 0.1])),
+        ("一维 z = [0.5, 0.5, 0.5, 0.5]（全部相等）", torch.full((4,), 0.5)),
+        ("形状 (3, 6)，每行在最后一维上", randn(g, 3, 6, scale=2.0)),
+        (
+            "形状 (2, 3, 8)，分数很分散（常常只剩一个非零）",
+            randn(g, 2, 3, 8, scale=8.0),
+        ),
+        ("形状 (4, 5)，整体加了 1000（结果应不变）", randn(g, 4, 5) + 1000.0),
+        ("一维 z = [3.0, 0.0, -2.0]（只剩一个非零）", torch.tensor([3.0, 0.0, -2.0])),
+    ]
+    for i, (case, z) in enumerate(cases):
+        z = z.double()
+        out = run_learner(fn, z, what=name, case=case, first=i == 0)
+        out = as_tensor(out, f"{name} 的输出", case)
+        check_shape(
+            out, z.shape, f"{name} 的输出", case, " sparsemax 逐元素输出，与 z 同形。"
+        )
+        check_float(out, f"{name} 的输出")
+        check_finite(out, f"{name} 的输出", case)
+        ref = sparsemax(z)
+        if close(out, ref):
+            continue
+        hint = first_reproduced(
+            out, _SPARSEMAX_MISTAKES, functools.partial(_sparsemax_variant, z)
+        )
+        if hint is None and not torch.allclose(
+            out.double().sum(-1), torch.ones(()).double()
+        ):
+            hint = "每一行的和应为 1（输出在单纯形上）：检查阈值 τ。"
+        fail(
+            f"{name} 的输出不对（{case}）：{where_differs(out, ref)}。"
+            + (f"\n提示：{hint}" if hint else "")
+        )
+    return f"{len(cases)} 组输入，含并列、平移与高维"
+
+
+# ---------------------------------------------------------------------------
+# KV cache bytes (ex 4.12)
+# ---------------------------------------------------------------------------
+
+
+def _kv_bytes(
+    cfg: GPTConfig, batch: int, seq_len: int, nbytes: int, mistake: str = ""
+) -> int:
+    kv_heads = (
+        cfg.num_heads
+        if mistake == "query_heads"
+        else (cfg.num_kv_heads or cfg.num_heads)
+    )
+    width = cfg.d_model if mistake == "d_model" else kv_heads * cfg.head_dim
+    copies = 1 if mistake == "one_copy" else 2
+    layers = 1 if mistake == "one_layer" else cfg.num_layers
+    per_element = 1 if mistake == "no_bytes" else nbytes
+    return copies * layers * batch * seq_len * width * per_element
+
+
+_KV_MISTAKES = [
+    ("只算了一份：每层要缓存键和值两份（因子 2）。", "one_copy"),
+    (
+        "用了查询头数 num_heads：缓存的是键值头，个数是 num_kv_heads"
+        "（None 时才等于 num_heads）。",
+        "query_heads",
+    ),
+    (
+        "每个位置缓存的宽度用了 d_model：应为 H_kv × head_dim（GQA 时小于 d_model）。",
+        "d_model",
+    ),
+    ("只算了一层：每一层都有自己的缓存，要乘 num_layers。", "one_layer"),
+    ("返回的是元素个数：还要乘每个元素的字节数 bytes_per_element。", "no_bytes"),
+]
+
+
+@checker("KV 缓存的字节数")
+def check_kv_cache_bytes(fn) -> str:
+    """Grade ``fn(cfg, batch, seq_len, bytes_per_element=4)``: bytes of the KV cache
+    of a ``GPTConfig`` model; the first case is checked against a real
+    :class:`~transformer_course.MiniGPT` cache."""
+    name = name_of(fn)
+    small = GPTConfig(
+        vocab_size=20,
+        context_length=16,
+        d_model=24,
+        num_heads=6,
+        num_layers=2,
+        num_kv_heads=2,
+    )
+    mha = GPTConfig(
+        vocab_size=20, context_length=16, d_model=32, num_heads=4, num_layers=3
+    )
+    mqa = GPTConfig(
+        vocab_size=20,
+        context_length=16,
+        d_model=64,
+        num_heads=8,
+        num_layers=4,
+        num_kv_heads=1,
+    )
+    llama70b = GPTConfig(
+        vocab_size=32000,
+        context_length=4096,
+        d_model=8192,
+        num_heads=64,
+        num_layers=80,
+        num_kv_heads=8,
+    )
+    cases = [
+        ("GQA：d_model=24，6 个查询头、2 个键值头，2 层；batch=3，seq_len=10，fp32",
+         small, 3, 10, 4),
+        ("MHA（num_kv_heads=None）：d_model=32，4 头，3 层；batch=2，seq_len=5，fp16",
+         mha, 2, 5, 2),
+        ("MQA：d_model=64，8 头、1 个键值头，4 层；batch=1，seq_len=7，fp32",
+         mqa, 1, 7, 4),
+        ("Llama-2-70B 的形状：64 头、8 个键值头，80 层；batch=1，seq_len=4096，fp16",
+         llama70b, 1, 4096, 2),
+    ]  # fmt: skip
+    model = MiniGPT(small)
+    caches = model.new_caches()
+    with torch.no_grad():
+        model(torch.zeros(3, 10, dtype=torch.long), caches=caches)
+    real = sum(c.nbytes() for c in caches)
+    for i, (case, cfg, batch, seq_len, nbytes) in enumerate(cases):
+        hint = ""
+        if cfg.num_kv_heads is None:
+            hint = (
+                "num_kv_heads 为 None 时键值头数等于查询头数："
+                "cfg.num_kv_heads or cfg.num_heads。"
+            )
+        got = run_learner(fn, cfg, batch, seq_len, nbytes, what=name, case=case,
+                          first=i == 0, hint=hint)  # fmt: skip
+        if isinstance(got, Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, float) and got.is_integer():
+            got = int(got)
+        if not isinstance(got, int) or isinstance(got, bool):
+            fail(
+                f"{name} 应返回一个整数（字节数），得到 {type(got).__name__}："
+                f"{got!r:.60}（{case}）。"
+            )
+        want = _kv_bytes(cfg, batch, seq_len, nbytes)
+        if i == 0 and want != real:  # the formula itself is checked against the model
+            fail(f"内部错误：公式 {want} 与 MiniGPT 的实际缓存 {real} 字节不符。")
+        if got == want:
+            continue
+        hint = next(
+            (
+                h
+                for h, m in _KV_MISTAKES
+                if _kv_bytes(cfg, batch, seq_len, nbytes, m) == got
+            ),
+            None,
+        )
+        fail(
+            f"{name} 返回 {got:,} 字节，应为 {want:,}（{case}）。"
+            + (f"\n提示：{hint}" if hint else "")
+        )
+    return f"{len(cases)} 种配置，含 MHA、MQA 与真实 MiniGPT 缓存 {real:,} 字节"
+
+
+# ---------------------------------------------------------------------------
+# prefix-LM mask (ex 4.20)
+# ---------------------------------------------------------------------------
+
+
+def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
+    mask = causal_mask(L).clone()
+    if mistake == "rows":  # prefix positions see everything, future included
+        mask[:prefix, :] = True
+    elif mistake == "plus_one":
+        mask[:, : prefix + 1] = True
+    elif mistake == "minus_one":
+        mask[:, : max(prefix - 1, 0)] = True
+    elif mistake == "strict":  # diagonal forgotten
+        mask = torch.ones(L, L, dtype=torch.bool).tril(-1)
+        mask[:, :prefix] = True
+    else:
+        mask[:, :prefix] = True
+    if mistake == "inverted":
+        mask = ~mask
+    return mask
+
+
+_PREFIX_MISTAKES = [
+    ("掩码方向反了：约定 True = 可以关注。", "inverted"),
+    (
+        "把前缀的行整行打开了：前缀里的位置不能看前缀之后的词元（那是要生成的部分）；"
+        "应打开的是前 prefix 列：mask[:, :prefix] = True。",
+        "rows",
+    ),
+    ("前缀多开了一列：只打开前 prefix 列（下标 0 … prefix−1）。", "plus_one"),
+    ("前缀少开了一列：要打开前 prefix 列（下标 0 … prefix−1）。", "minus_one"),
+    ("对角线被屏蔽了：每个位置都可以关注自己（用 tril() 而不是 tril(-1)）。", "strict"),
+]
+
+
+@checker("前缀语言模型的掩码")
+def check_prefix_lm_mask(fn) -> str:
+    """Grade ``fn(L, prefix)``: a bool ``(L, L)`` mask, True = may attend; the first
+    ``prefix`` positions see each other, the rest is causal."""
+    name = name_of(fn)
+    cases = [(8, 3), (5, 0), (6, 6), (1, 1), (7, 1), (9, 4)]
+    for i, (L, prefix) in enumerate(cases):
+        case = f"L={L}, prefix={prefix}"
+        out = run_learner(fn, L, prefix, what=name, case=case, first=i == 0)
+        out = as_tensor(out, f"{name} 的输出", case)
+        check_shape(out, (L, L), f"{name} 的输出", case)
+        if out.dtype != torch.bool:
+            fail(
+                f"{name} 的输出应是布尔张量，得到 dtype {out.dtype}（{case}）："
+                "本书的掩码约定 True = 可以关注，可用 tc.causal_mask(L) 起步。"
+            )
+        want = _prefix_variant(L, prefix, "ok")
+        if torch.equal(out, want):
+            continue
+        hint = next(
+            (
+                h
+                for h, m in _PREFIX_MISTAKES
+                if torch.equal(out, _prefix_variant(L, prefix, m))
+            ),
+            None,
+        )
+        if hint is None and bool((out & ~want)[:, prefix:].any()):
+            hint = "前缀之后的位置看到了未来：前缀之后仍是因果的。"
+        bad = (out != want).nonzero()[0].tolist()
+        fail(
+            f"{name}({L}, {prefix}) 不对：例如 (i, j) = ({bad[0]}, {bad[1]}) 应为 "
+            f"{bool(want[bad[0], bad[1]])}，得到 {bool(out[bad[0], bad[1]])}。"
+            + (f"\n提示：{hint}" if hint else "")
+        )
+    return f"{len(cases)} 组 (L, prefix)，含 prefix=0 与 prefix=L"
