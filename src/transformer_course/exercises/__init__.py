@@ -31,7 +31,8 @@ copies the learner's weights into the package module by these names.
 **Adding a checker for a new exercise.**
 
 * One module per topic (``attention``, ``heads``, ``norms_ffn``, ``positions``,
-  ``blocks_gpt``, ``training``, ``generation_cache``); a new topic gets a new module.
+  ``blocks_gpt``, ``training``, ``generation_cache``, ``language_model``); a new
+  topic gets a new module.
   Re-export the checker here and list it in ``__all__``.
 * Write the checker body as ``@checker("中文标题", wants_class=...)`` over
   ``body(candidate) -> detail``: the wrapper (in ``_protocol``) handles skeletons,
@@ -53,6 +54,11 @@ from .attention import check_causal_mask, check_self_attention
 from .blocks_gpt import check_gpt, check_transformer_block
 from .generation_cache import check_generate, check_kv_cache
 from .heads import check_multi_head_attention
+from .language_model import (
+    check_dropout_row_sum_variance,
+    check_lm_training,
+    check_split_heads,
+)
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .positions import check_rope, check_sinusoidal_encoding
 from .predictions import compare_prediction
@@ -75,4 +81,7 @@ __all__ = [
     "check_generate",
     "check_kv_cache",
     "compare_prediction",
+    "check_split_heads",
+    "check_dropout_row_sum_variance",
+    "check_lm_training",
 ]
