@@ -45,6 +45,8 @@ copies the learner's weights into the package module by these names.
   ``blocks_gpt``, ``training``, ``generation_cache``, ``tokenizer``, ``efficient``,
   ``encoder``, ``objective``, ``linear_attention``, ``seq2seq``, ``cached_generation``,
   ``self_check``); a new topic gets a new module.
+  ``blocks_gpt``, ``training``, ``generation_cache``, ``language_model``); a new
+  topic gets a new module.
   Re-export the checker here and list it in ``__all__``.
 * Write the checker body as ``@checker("中文标题", wants_class=...)`` over
   ``body(candidate) -> detail``: the wrapper (in ``_protocol``) handles skeletons,
@@ -80,6 +82,11 @@ from .efficient import (
 from .encoder import check_encoder_layer
 from .generation_cache import check_generate, check_kv_cache
 from .heads import check_multi_head_attention
+from .language_model import (
+    check_dropout_row_sum_variance,
+    check_lm_training,
+    check_split_heads,
+)
 from .linear_attention import check_rnn_linear_attention
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .objective import check_shifted_loss
@@ -140,4 +147,7 @@ __all__ = [
     "check_grouped_attention",
     "check_sparsemax",
     "check_prefix_lm_mask",
+    "check_split_heads",
+    "check_dropout_row_sum_variance",
+    "check_lm_training",
 ]
