@@ -274,6 +274,15 @@ _KV_MISTAKES = [
     ("返回的是元素个数：还要乘每个元素的字节数 bytes_per_element。", "no_bytes"),
 ]
 
+# a crash where num_kv_heads is None (MHA, Llama): the learner used it as a number
+KV_BYTES_CRASHES = [
+    (
+        r"NoneType|None",
+        "num_kv_heads 为 None 时键值头数等于查询头数："
+        "cfg.num_kv_heads or cfg.num_heads。",
+    ),
+]
+
 
 @checker("KV 缓存的字节数")
 def check_kv_cache_bytes(fn) -> str:
@@ -324,14 +333,9 @@ def check_kv_cache_bytes(fn) -> str:
         model(torch.zeros(3, 10, dtype=torch.long), caches=caches)
     real = sum(c.nbytes() for c in caches)
     for i, (case, cfg, batch, seq_len, nbytes) in enumerate(cases):
-        hint = ""
-        if cfg.num_kv_heads is None:
-            hint = (
-                "num_kv_heads 为 None 时键值头数等于查询头数："
-                "cfg.num_kv_heads or cfg.num_heads。"
-            )
+        causes = KV_BYTES_CRASHES if cfg.num_kv_heads is None else ()
         got = run_learner(fn, cfg, batch, seq_len, nbytes, what=name, case=case,
-                          first=i == 0, hint=hint)  # fmt: skip
+                          first=i == 0, causes=causes)  # fmt: skip
         if isinstance(got, Tensor) and got.numel() == 1:
             got = got.item()
         if isinstance(got, float) and got.is_integer():
