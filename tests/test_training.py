@@ -38,7 +38,7 @@ def test_noam_peaks_at_warmup():
         ((1.0, 64, 10), "step must be an int, got 1.0"),
         ((1, 64, 10, 0.0), "factor must be a finite positive number, got 0.0"),
         ((1, 64, 10, float("nan")), "factor must be a finite positive number, got nan"),
-        ((1, 64, 10, "2"), "factor must be a finite positive number, got '2'"),
+        ((1, 64, 10, "2"), "factor must be a real number, got '2'"),
     ],
 )
 def test_noam_rejects_bad_arguments_by_name(args, message):
@@ -79,14 +79,14 @@ def test_smoothed_targets_definition():
         (torch.tensor([-1, 2]), 5, 0.1, r"targets must lie in \[0, 5\), got values -1..2"),
         (torch.tensor([1.0]), 5, 0.1, "targets must be an int64 .* got torch.float32"),
         (torch.tensor([1]), 0, 0.1, "num_classes must be positive, got 0"),
-        (torch.tensor([1]), 5, 1.0, r"smoothing must be a number in \[0, 1\), got 1.0"),
+        (torch.tensor([1]), 5, 1.0, r"smoothing must be in \[0, 1\), got 1.0"),
         (torch.tensor([1]), 5, -0.1, "smoothing .* got -0.1"),
         (torch.tensor([1]), 5, float("nan"), "smoothing .* got nan"),
         (torch.tensor([1]), 5, "0.1", "smoothing .* got '0.1'"),
     ],
 )
 def test_smoothed_targets_rejects_bad_input_by_name(targets, num_classes, smoothing, message):
-    with pytest.raises(ValueError, match=f"^{message}$"):
+    with pytest.raises(TypeError if isinstance(smoothing, str) else ValueError, match=f"^{message}$"):
         tc.smoothed_targets(targets, num_classes, smoothing)
 
 
@@ -215,7 +215,7 @@ def test_train_loop_rejects_bad_arguments_by_name(kwargs, message):
 
 def test_train_loop_rejects_a_non_scalar_loss():
     w = torch.nn.Parameter(torch.ones(3))
-    with pytest.raises(ValueError, match=r"scalar tensor, got \(3,\) at step 0"):
+    with pytest.raises(ValueError, match=r"scalar tensor, got torch.float32 \(3,\) at step 0"):
         tc.train_loop(lambda s: w * 2, torch.optim.SGD([w], lr=0.1), num_steps=1)
     with pytest.raises(ValueError, match="scalar tensor, got float at step 0"):
         tc.train_loop(lambda s: 1.0, torch.optim.SGD([w], lr=0.1), num_steps=1)
