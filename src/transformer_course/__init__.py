@@ -94,6 +94,9 @@ from .sparse import (
 )
 from .training import (
     TrainHistory,
+    cosine_lr,
+    decay_param_groups,
+    derived_seed,
     label_smoothing_loss,
     noam_lr,
     noam_scheduler,
@@ -122,7 +125,8 @@ def __getattr__(name: str):
 __all__ = [
     "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm",
     "build_positional", "causal_mask", "char_ngram_loss", "CharTokenizer",
-    "config_from_dict", "config_to_dict", "copy_task", "count_parameters",
+    "config_from_dict", "config_to_dict", "copy_task", "cosine_lr", "count_parameters",
+    "decay_param_groups", "derived_seed",
     "DecoderLayer", "elu_feature_map", "FeedForward", "generate_text_corpus",
     "get_device", "gpt_flops_per_token", "gpt_parameter_breakdown",
     "gpt_parameter_count", "GPTConfig", "HELD_OUT_PAIR", "KVCache",

@@ -3,13 +3,15 @@ loop."""
 
 from __future__ import annotations
 
+import hashlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from ._validate import (
@@ -23,6 +25,9 @@ from ._validate import (
 __all__ = [
     "noam_lr",
     "noam_scheduler",
+    "cosine_lr",
+    "decay_param_groups",
+    "derived_seed",
     "smoothed_targets",
     "label_smoothing_loss",
     "TrainHistory",
@@ -53,6 +58,37 @@ def noam_scheduler(
     uses ``noam_lr(s + 1)``.
     """
     return LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup, factor))
+
+
+def cosine_lr(
+    step: int, *, lr: float, min_lr: float, warmup: int, decay_steps: int
+) -> float:
+    """Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to ``min_lr``
+    at ``decay_steps`` (nanoGPT's schedule); ``step`` counts from 0."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= decay_steps:
+        return min_lr
+    progress = (step - warmup) / max(1, decay_steps - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+def decay_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups: weight decay on the matrices (``dim >= 2``: linear
+    layers and embeddings), none on biases and norm gains (nanoGPT's grouping)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def derived_seed(*parts: object) -> int:
+    """A 64-bit seed that depends only on ``parts``, e.g. ``(seed, rank, step)``: the
+    one seeding rule for batches, dropout masks and validation batches, so that a
+    resumed run draws exactly what an uninterrupted one would."""
+    key = "/".join(map(str, parts)).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
 
 
 def smoothed_targets(targets: Tensor, num_classes: int, smoothing: float) -> Tensor:
