@@ -151,10 +151,7 @@ def main() -> None:
         higher_is_better = figure.endswith(("tok_s", "speedup"))
         return ours / theirs if higher_is_better else theirs / ours
 
-    ratios = {
-        name: {f: base_advantage(f, best[base][f], v) for f, v in best[name].items()}
-        for name in names[1:]
-    }
+    ratios = {name: {f: base_advantage(f, best[base][f], v) for f, v in best[name].items()} for name in names[1:]}
     result = {
         "trees": trees,
         "rounds": args.rounds,
