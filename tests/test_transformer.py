@@ -13,7 +13,21 @@ from transformer_course import notebook as nb
 
 def test_transformer_config_defaults_are_the_base_model_of_the_paper():
     cfg = tc.TransformerConfig(src_vocab_size=100, tgt_vocab_size=100)
-    base = (512, 8, 6, 6, 2048, 0.1, "relu", False, "layernorm", "sinusoidal", True, 0, 1e-5)
+    base = (
+        512,
+        8,
+        6,
+        6,
+        2048,
+        0.1,
+        "relu",
+        False,
+        "layernorm",
+        "sinusoidal",
+        True,
+        0,
+        None,
+    )  # eps None: LayerNorm's 1e-5
     assert (
         cfg.d_model, cfg.num_heads, cfg.num_encoder_layers, cfg.num_decoder_layers, cfg.d_ff, cfg.dropout,
         cfg.activation, cfg.norm_first, cfg.norm, cfg.positional, cfg.final_norm, cfg.pad_id, cfg.eps,

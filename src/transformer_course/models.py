@@ -86,7 +86,7 @@ class TransformerConfig:
     final_norm: bool = True  # a norm after each stack, as nn.Transformer has
     bias: bool = True
     pad_id: int | None = 0
-    eps: float = 1e-5
+    eps: float | None = None  # None: the norm's own default (1e-5 / 1e-6)
 
     def __post_init__(self) -> None:
         check_positive_int("src_vocab_size", self.src_vocab_size)
