@@ -103,7 +103,7 @@ class TransformerConfig:
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer: token embeddings + positions, an
+    """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) + positions, an
     encoder stack of :class:`TransformerBlock` (``causal=False``), a decoder stack of
     :class:`DecoderLayer` and a linear output layer (``lm_head``).
 
@@ -111,10 +111,11 @@ class Transformer(nn.Module):
     source padding (``cfg.pad_id``) is masked in the encoder and in the cross-attention,
     and the target self-attention is causal.
 
-    The token embeddings start as GPT-2's, N(0, 0.02²), and are not multiplied by
-    sqrt(d_model) as in the paper: with the paper's N(0, 1)·sqrt(d_model) a tied
-    ``lm_head`` starts by predicting the input token itself (logit std ~ sqrt(d_model)),
-    while this way every model's untrained loss is close to ln V.
+    The token embeddings follow the paper: initialised N(0, 1/d_model) and multiplied
+    by sqrt(d_model), so the scaled embedding has unit variance, like the positions it
+    is added to (PyTorch's default N(0, 1) times sqrt(d_model) has variance d_model, and
+    an untrained model with a tied ``lm_head`` then predicts its input token: loss ~339
+    instead of ln V ~ 6.9).
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -145,9 +146,8 @@ class Transformer(nn.Module):
         self.encoder_norm_f = self._final_norm()
         self.decoder_norm_f = self._final_norm()
         self.lm_head = nn.Linear(E, cfg.tgt_vocab_size, bias=cfg.bias)
-        # GPT-2's scale, without the paper's sqrt(E): tied logits start near 0
-        for emb in (self.src_tok_emb, self.tgt_tok_emb):
-            nn.init.normal_(emb.weight, std=0.02)
+        for emb in (self.src_tok_emb, self.tgt_tok_emb):  # x · sqrt(E) ~ N(0, 1)
+            nn.init.normal_(emb.weight, std=E**-0.5)
         if cfg.tie_weights:
             self.lm_head.weight = self.tgt_tok_emb.weight
 
@@ -166,7 +166,7 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids ``(N, S)`` -> memory ``(N, S, E)``."""
         check_id_tensor("src", src)
-        x = self.src_tok_emb(src)
+        x = self.src_tok_emb(src) * math.sqrt(self.cfg.d_model)
         x = self.drop(self.src_pos_emb(x))
         for block in self.encoder_blocks:
             x = block(x, attn_mask=src_mask)
@@ -188,7 +188,7 @@ class Transformer(nn.Module):
         """
         check_id_tensor("tgt", tgt)
         offset = caches[0].offset if caches else 0
-        x = self.tgt_tok_emb(tgt)
+        x = self.tgt_tok_emb(tgt) * math.sqrt(self.cfg.d_model)
         x = self.drop(self.tgt_pos_emb(x, offset=offset))
         for i, block in enumerate(self.decoder_blocks):
             cache = caches[i] if caches else None
