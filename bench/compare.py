@@ -7,7 +7,7 @@ Each ``--tree NAME=PATH`` names a checkout; one worker process per checkout impo
 with the same seed. The parent asks the workers for one figure at a time, in turn (the
 order of the versions rotates every round), so that a busy shared machine slows every
 version alike; each figure is the best of ``--rounds`` timings. Written to
-``bench/results/compare_cpu.json`` with the ratios against the first tree.
+``bench/results/side_by_side/cpu.json`` with the ratios against the first tree.
 
 Figures (4 layers, d_model 256, 4 heads, vocabulary 256, batch 1 for decoding, greedy):
 
@@ -41,7 +41,7 @@ FIGURES = (
     "window_rope_cached",
     "window_rope_uncached",
 )
-RESULTS = Path(__file__).parent / "results" / "compare_cpu.json"
+RESULTS = Path(__file__).parent / "results" / "side_by_side" / "cpu.json"  # not results/*.json: those are make bench's
 
 
 def _measure(tc, torch, figure: str) -> float:
@@ -162,7 +162,7 @@ def main() -> None:
         "better (seconds: their time / ours; tok_s and speed-ups: ours / theirs)",
         "advantage_of_" + base: ratios,
     }
-    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["best"], indent=1))
     print(json.dumps(ratios, indent=1))
