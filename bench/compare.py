@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -120,6 +121,7 @@ def main() -> None:
         loaded = json.loads(procs[name].stdout.readline())["file"]
         if not loaded.startswith(src):
             raise SystemExit(f"{name}: imported {loaded}, not from {src}")
+    load_start = os.getloadavg()
     samples = {name: {f: [] for f in args.figures} for name in trees}
     names = list(trees)
     for r in range(args.rounds):
@@ -155,6 +157,7 @@ def main() -> None:
     result = {
         "trees": trees,
         "rounds": args.rounds,
+        "load_average_1_5_15min": {"start": load_start, "end": os.getloadavg()},
         "threads": 1,
         "best": best,
         "samples": samples,
