@@ -1,6 +1,6 @@
 """``make claims``: run every notebook page under nbval with several base seeds.
 
-Every random choice in the book derives from ``COURSE_SEED`` (``tc.course_seed``), so a claim
+Every random choice in the book derives from ``COURSE_SEED`` (``nb.course_seed``), so a claim
 that holds only for the seed on the page fails here. For each base seed the pages are executed
 by nbval (as in ``make nbval``); the result, page by page, goes to ``_build/claims/summary.md``
 and the exit status is non-zero if any page fails for any seed.

@@ -47,10 +47,14 @@ IGNORED_TESTS = [
     "tests/test_printed_code.py",
     "tests/test_makefile.py",
 ]
-# show_source prints the package's source, which mutmut rewrites (trampolines around every function)
+# show_source prints the package's source, which mutmut rewrites (trampolines around every function);
 DESELECTED_TESTS = [
     "tests/test_notebook.py::test_show_source_is_the_package_source",
     "tests/test_notebook.py::test_show_source_dedents_methods",
+    # mutmut's trampolines (and its recording of which test runs which function) are Python
+    # control flow that torch.compile cannot trace: the one-graph tests would fail for every mutant
+    "tests/test_minigpt.py::test_gpt_forward_is_one_graph_without_host_sync",
+    "tests/test_transformer.py::test_transformer_forward_is_one_graph_without_host_sync",
 ]
 
 # Survivors that cannot change observable behaviour, as (module, function, mutated line exactly as

@@ -13,8 +13,8 @@ from outside). Every dropdown, solution, hidden input and 选读 block is closed
   (the main-path prose; a closed 选读 block contributes its title and lead only);
 * code lines: non-empty visible lines of code (cell inputs and code blocks, not outputs);
 * ✓ lines: visible lines (code or output) that start with ✓;
-* check lines: visible code lines with ``assert``, ``tc.check(…)``, ``check_close(…)`` or
-  ``tc.checks(…)`` (a learner's ``tc.exercises.check_…(…)`` call is not one);
+* check lines: visible code lines with ``assert``, ``nb.claim(…)``, ``nb.claim_close(…)`` or
+  ``nb.claims(…)`` (a learner's ``tc.exercises.check_…(…)`` call is not one);
 * figures: visible ``<figure>`` elements and visible output images outside a figure;
 * dev notes: occurrences of phrases about how the book was written (开发时, 早先的版本, 评审, …)
   in the visible prose (``--verbose`` prints them with their context).

@@ -208,10 +208,16 @@ def test_additive_attention_rejects_bad_shapes(shapes, match):
         tc.AdditiveAttention(6, 5, 7)(*(torch.randn(shape) for shape in shapes))
 
 
-def _out_w(mha, *args, **kwargs):
-    """``MultiHeadAttention`` returns the output; the weights (with need_weights) are in ``attn_weights``."""
+def _out_w(mha, *args, need_weights=False, **kwargs):
+    """``(output, weights)``: ``MultiHeadAttention`` returns the output alone, or with
+    ``need_weights=True`` the pair; weights ``None`` without."""
+    if need_weights:
+        out, w = mha(*args, need_weights=True, **kwargs)
+        assert isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor)
+        return out, w
     out = mha(*args, **kwargs)
-    return out, mha.attn_weights
+    assert isinstance(out, torch.Tensor)
+    return out, None
 
 
 def _ours_and_torch_mha(E=16, H=4):
@@ -224,15 +230,14 @@ def _ours_and_torch_mha(E=16, H=4):
 
 def test_mha_equals_nn_multihead_attention_self_and_cross():
     ours, theirs = _ours_and_torch_mha()
-    assert ours.attn_weights is None
     x, mem, val = torch.randn(2, 5, 16), torch.randn(2, 7, 16), torch.randn(2, 7, 16)
     pad = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0]], dtype=torch.bool)
     exp_self, _ = theirs(x, x, x, need_weights=False)
     exp_cross, exp_w = theirs(x, mem, val, key_padding_mask=~pad, average_attn_weights=False)
     got_cross, got_w = _out_w(ours, x, mem, val, attn_mask=pad[:, None, None, :], need_weights=True)
-    assert ours.attn_weights is got_w
+    assert not hasattr(ours, "attn_weights")  # returned, never stored on the module
     got_self, none = _out_w(ours, x)
-    assert none is None and ours.attn_weights is None
+    assert none is None
     torch.testing.assert_close(got_self, exp_self)
     torch.testing.assert_close(got_cross, exp_cross)
     torch.testing.assert_close(got_w, exp_w)

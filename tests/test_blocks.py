@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 import transformer_course as tc
+from transformer_course import notebook as nb
 
 
 def _copy_encoder_layer(ours, theirs):
@@ -28,16 +29,17 @@ def test_encoder_layer_equals_torch(norm_first, causal, activation):
     pad = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
     src_mask = tc.to_torch_mask(tc.causal_mask(6)) if causal else None
     expected = theirs(x, src_mask=src_mask, src_key_padding_mask=~pad, is_causal=causal)
-    got = ours(x, attn_mask=tc.padding_mask(pad.long(), 0), need_weights=True)
+    with nb.record_attention(ours) as maps:
+        got = ours(x, attn_mask=tc.padding_mask(pad.long(), 0))
     # nn's fast path may zero padded rows' outputs; compare the real positions
     torch.testing.assert_close(got[pad], expected[pad])
-    weights = ours.self_attn.attn_weights
+    weights = maps[ours.self_attn]
     assert weights.shape == (2, 4, 6, 6)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 6))
     assert weights[1, :, :, 4:].eq(0).all()  # padded keys get no weight
     assert weights[..., ~tc.causal_mask(6)].eq(0).all() == causal  # causal: nothing above the diagonal
     assert not torch.allclose(got[1], ours(x)[1])  # the padding mask matters
-    assert ours.self_attn.attn_weights is None  # need_weights defaults to False
+    assert not weights.requires_grad  # recorded detached
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
@@ -58,9 +60,10 @@ def test_decoder_layer_equals_torch(norm_first, activation):
     mem_pad = torch.tensor([[1] * 7, [1, 1, 1, 1, 1, 0, 0]], dtype=torch.bool)
     self_keep = tgt_keep & tc.causal_mask(5)
     expected = theirs(x, mem, tgt_mask=tc.to_torch_mask(self_keep), memory_key_padding_mask=~mem_pad)
-    got = ours(x, mem, attn_mask=tgt_keep, memory_mask=tc.padding_mask(mem_pad.long(), 0), need_weights=True)
+    with nb.record_attention(ours) as maps:
+        got = ours(x, mem, attn_mask=tgt_keep, memory_mask=tc.padding_mask(mem_pad.long(), 0))
     torch.testing.assert_close(got, expected)
-    self_w, cross_w = ours.self_attn.attn_weights, ours.cross_attn.attn_weights
+    self_w, cross_w = maps[ours.self_attn], maps[ours.cross_attn]
     assert self_w.shape == (2, 4, 5, 5) and cross_w.shape == (2, 4, 5, 7)
     torch.testing.assert_close(self_w.sum(-1), torch.ones(2, 4, 5))
     torch.testing.assert_close(cross_w.sum(-1), torch.ones(2, 4, 5))
@@ -69,7 +72,6 @@ def test_decoder_layer_equals_torch(norm_first, activation):
     # each mask matters on its own
     assert not torch.allclose(got, ours(x, mem, memory_mask=tc.padding_mask(mem_pad.long(), 0)))
     assert not torch.allclose(got[1], ours(x, mem, attn_mask=tgt_keep)[1])
-    assert ours.self_attn.attn_weights is None and ours.cross_attn.attn_weights is None  # need_weights=False
 
 
 @pytest.mark.parametrize("decoder", [False, True])

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import transformer_course as tc
+from transformer_course import notebook as nb
 
 
 def _scrambled(model: tc.MiniGPT, std: float = 0.5) -> tc.MiniGPT:
@@ -232,22 +233,30 @@ def test_property_position_i_ignores_later_tokens(i, positional, seed):
     torch.testing.assert_close(model(x)[0][:, : i + 1], model(x2)[0][:, : i + 1])
 
 
-def _attention_weights(model):
-    return [block.self_attn.attn_weights for block in model.blocks]
-
-
-def test_need_weights_exposes_causal_per_head_maps_and_is_off_by_default():
+def test_record_attention_gives_detached_causal_per_head_maps_of_every_block():
     model = tiny_gpt()
-    model(torch.randint(0, 20, (2, 7)), need_weights=True)
-    w = model.blocks[1].self_attn.attn_weights
-    assert w.shape == (2, 4, 7, 7)
+    ids = torch.randint(0, 20, (2, 7))
+    plain, _ = model(ids)
+    with nb.record_attention(model) as maps:
+        logits, _ = model(ids)
+    assert list(maps) == [block.self_attn for block in model.blocks]
+    w = maps[model.blocks[1].self_attn]
+    assert w.shape == (2, 4, 7, 7) and not w.requires_grad
     assert w[..., ~tc.causal_mask(7)].eq(0).all()
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 7))
-    model(torch.randint(0, 20, (2, 7)))
-    assert _attention_weights(model) == [None, None]
-    model(torch.randint(0, 20, (2, 7)), need_weights=True)
-    model.generate(torch.zeros(1, 1, dtype=torch.long), 3)  # generation does not compute weights
-    assert _attention_weights(model) == [None, None]
+    torch.testing.assert_close(logits, plain)  # asking for weights does not change the output
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    model(ids)  # outside the block nothing is recorded
+    assert maps[model.blocks[1].self_attn] is w
+
+
+def test_record_attention_rejects_a_model_without_attention():
+    with pytest.raises(ValueError, match="Linear has no MultiHeadAttention"):
+        with nb.record_attention(torch.nn.Linear(2, 2)):
+            pass
+    with pytest.raises(TypeError, match="got int"):
+        with nb.record_attention(3):
+            pass
 
 
 @pytest.mark.parametrize("positional,window", [("learned", None), ("sinusoidal", None), ("rope", 16), ("none", 16)])
@@ -294,26 +303,49 @@ def test_rolling_caches_go_past_the_context_length(positional):
     torch.testing.assert_close(torch.cat(parts, 1), expected, atol=1e-5, rtol=1e-5)
 
 
-def test_gpt_rejects_bad_inputs():
+def test_gpt_forward_checks_shapes_and_generate_checks_the_ids_range():
     model = tiny_gpt()
-    with pytest.raises(ValueError, match=r"^input_ids must lie in \[0, 20\), got 25 \(1 bad\)$"):
-        model(torch.tensor([[0, 25]]))
-    with pytest.raises(ValueError, match=r"^input_ids must lie in \[0, 20\), got -100 \(1 bad\)$"):
-        model(torch.tensor([[0, -100]]))  # the ignore index is for targets only
+    for bad in (25, -100):  # the ignore index is for targets only
+        with pytest.raises(ValueError, match=rf"^input_ids must lie in \[0, 20\), got {bad} \(1 bad\)$"):
+            model.generate(torch.tensor([[0, bad]]), 1)
     with pytest.raises(ValueError, match=r"^input_ids must be a 2-D LongTensor \(N, T\), got torch.float32 \(1, 3\)$"):
         model(torch.zeros(1, 3))
     with pytest.raises(ValueError, match=r"^input_ids must be a 2-D LongTensor \(N, T\), got torch.int64 \(3,\)$"):
         model(torch.zeros(3, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"^input_ids must be a 2-D LongTensor \(N, T\), got list$"):
+    with pytest.raises(TypeError, match=r"^input_ids must be a 2-D LongTensor \(N, T\), got list$"):
         model([[0, 1]])
+    with pytest.raises(ValueError, match=r"^targets must be a 2-D LongTensor \(N, T\), got torch.float32 \(1, 3\)$"):
+        model(torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 3))
     with pytest.raises(ValueError, match=r"^targets shape \(1, 4\) != input_ids shape \(1, 3\)$"):
         model(torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long))
-    x = torch.zeros(1, 3, dtype=torch.long)
-    for bad in (20, -1, -7):
-        with pytest.raises(ValueError, match=rf"^targets must lie in \[0, 20\) or -100, got {bad} \(1 bad\)$"):
-            model(x, torch.tensor([[1, bad, 2]]))
     with pytest.raises(ValueError, match="temperature"):
         model.generate(torch.zeros(1, 1, dtype=torch.long), 2, temperature=0.0)
+
+
+def test_gpt_forward_is_one_graph_without_host_sync():
+    """torch.compile sees one graph and no break, forward and backward: no value check (no
+    device-to-host synchronisation) runs inside forward."""
+    torch._dynamo.reset()
+    for positional in ("learned", "rope"):
+        model = tiny_gpt(positional=positional)
+        ids = torch.randint(0, 20, (2, 9))
+        explained = torch._dynamo.explain(model)(ids, ids)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+        compiled = torch.compile(model, backend="aot_eager")
+        _, loss = compiled(ids, ids)
+        loss.backward()  # the backward of the one graph
+        _, expected = model(ids, ids)
+        torch.testing.assert_close(loss, expected)
+
+
+@pytest.mark.parametrize("vocab_size,d_model,num_layers", [(12, 32, 1), (65, 64, 2), (1000, 128, 4), (50257, 256, 2)])
+def test_untrained_gpt_loss_is_within_ten_percent_of_ln_vocab(vocab_size, d_model, num_layers):
+    torch.manual_seed(0)
+    model = tc.MiniGPT(tc.GPTConfig(vocab_size, context_length=32, d_model=d_model, num_heads=4, num_layers=num_layers))
+    ids = torch.randint(0, vocab_size, (8, 33))
+    with torch.no_grad():
+        _, loss = model(ids[:, :-1], ids[:, 1:])
+    assert abs(loss.item() / math.log(vocab_size) - 1) < 0.1
 
 
 @pytest.mark.parametrize("bad", [-1, True, 2.0, "3", None])

@@ -132,3 +132,16 @@ def test_build_norm_rejects_unknown_names():
     message = "unknown norm 'batchnorm'; expected one of ('layernorm', 'rmsnorm')"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         tc.build_norm("batchnorm", 4)
+
+
+def test_build_norm_keeps_each_norms_eps_default_and_refuses_a_bias_for_rmsnorm():
+    assert tc.build_norm("layernorm", 4).eps == 1e-5 and tc.build_norm("rmsnorm", 4).eps == 1e-6
+    assert tc.build_norm("rmsnorm", 4, eps=0.1).eps == 0.1 and tc.build_norm("layernorm", 4, bias=False).bias is None
+    assert isinstance(tc.build_norm("rmsnorm", 4, bias=False), tc.RMSNorm)
+    with pytest.raises(ValueError, match=r"^rmsnorm has no bias, got bias=True$"):
+        tc.build_norm("rmsnorm", 4, bias=True)
+    # models built from a config: the config's eps reaches every norm, None keeps the default
+    gpt = tc.MiniGPT(tc.GPTConfig(10, context_length=4, d_model=8, num_heads=2, num_layers=1, norm="rmsnorm"))
+    assert {m.eps for m in gpt.modules() if isinstance(m, tc.RMSNorm)} == {1e-6}
+    cfg = tc.TransformerConfig(10, 10, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, eps=0.01)
+    assert {m.eps for m in tc.Transformer(cfg).modules() if isinstance(m, tc.LayerNorm)} == {0.01}

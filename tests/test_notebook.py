@@ -4,31 +4,32 @@ import pytest
 import torch
 
 import transformer_course as tc
+from transformer_course import notebook as nb
 from transformer_course.notebook import SourceCode
 
 
 def test_course_seed_reads_the_environment(monkeypatch):
-    monkeypatch.delenv(tc.SEED_ENV, raising=False)
-    assert tc.course_seed() == 0 and tc.course_seed(7) == 7
-    monkeypatch.setenv(tc.SEED_ENV, "3")
-    assert tc.course_seed() == 30_000 and tc.course_seed(7) == 30_007
+    monkeypatch.delenv(nb.SEED_ENV, raising=False)
+    assert nb.course_seed() == 0 and nb.course_seed(7) == 7
+    monkeypatch.setenv(nb.SEED_ENV, "3")
+    assert nb.course_seed() == 30_000 and nb.course_seed(7) == 30_007
 
 
 @pytest.mark.parametrize("raw", ["x", "-1", "1.5"])
 def test_course_seed_rejects_bad_environment(monkeypatch, raw):
-    monkeypatch.setenv(tc.SEED_ENV, raw)
+    monkeypatch.setenv(nb.SEED_ENV, raw)
     with pytest.raises(ValueError, match=repr(raw).replace(".", r"\.")):
-        tc.course_seed()
+        nb.course_seed()
 
 
 @pytest.mark.parametrize("offset", [-1, 10_000])
 def test_course_seed_rejects_bad_offset(offset):
     with pytest.raises(ValueError, match=str(offset)):
-        tc.course_seed(offset)
+        nb.course_seed(offset)
 
 
 def test_setup_chapter_seeds_from_the_environment(monkeypatch):
-    monkeypatch.setenv(tc.SEED_ENV, "2")
+    monkeypatch.setenv(nb.SEED_ENV, "2")
     threads = torch.get_num_threads()
     try:
         assert tc.setup_chapter() == 20_000
@@ -70,49 +71,49 @@ def test_show_source_refuses_non_code():
 
 
 def test_check_prints_verdict_and_raises(capsys):
-    tc.check(torch.tensor(True), "holds")
+    nb.claim(torch.tensor(True), "holds")
     assert capsys.readouterr().out == "✓ holds\n"
     with pytest.raises(AssertionError, match="fails"):
-        tc.check(1 > 2, "fails")
+        nb.claim(1 > 2, "fails")
     with pytest.raises(ValueError, match=r"\(2,\)"):
-        tc.check(torch.tensor([True, True]), "ambiguous")
+        nb.claim(torch.tensor([True, True]), "ambiguous")
 
 
 def test_check_close_reports_error(capsys):
     expected = torch.tensor([1.0, 2.0 + 1e-7], dtype=torch.float64)
-    assert tc.check_close(torch.tensor([1.0, 2.0]), expected, "close", atol=1e-6, rtol=0) is None
+    assert nb.claim_close(torch.tensor([1.0, 2.0]), expected, "close", atol=1e-6, rtol=0) is None
     assert capsys.readouterr().out == "✓ close（最大误差 1.0e-07）\n"
     with pytest.raises(AssertionError, match="far"):
-        tc.check_close(torch.tensor([1.0]), torch.tensor([1.1]), "far")
+        nb.claim_close(torch.tensor([1.0]), torch.tensor([1.1]), "far")
     with pytest.raises(AssertionError, match="shapes"):
-        tc.check_close(torch.zeros(2), torch.zeros(3), "shape")
+        nb.claim_close(torch.zeros(2), torch.zeros(3), "shape")
     with pytest.raises(ValueError, match="atol"):
-        tc.check_close(1.0, 1.0, "tol", atol=1e-3)
+        nb.claim_close(1.0, 1.0, "tol", atol=1e-3)
 
 
 def test_checks_prints_one_line_for_a_block(capsys):
-    with tc.checks("一节的检查"):
-        tc.check(True, "a")
-        tc.check_close(torch.ones(2), torch.ones(2), "b")
+    with nb.claims("一节的检查"):
+        nb.claim(True, "a")
+        nb.claim_close(torch.ones(2), torch.ones(2), "b")
     assert capsys.readouterr().out == "✓ 一节的检查（2 项检查）\n"
-    tc.check(True, "outside")
+    nb.claim(True, "outside")
     assert capsys.readouterr().out == "✓ outside\n"
 
 
 def test_checks_fails_at_the_first_failed_check(capsys):
-    with pytest.raises(AssertionError, match="check failed: b"):
-        with tc.checks("s"):
-            tc.check(True, "a")
-            tc.check(False, "b")
+    with pytest.raises(AssertionError, match="claim failed: b"):
+        with nb.claims("s"):
+            nb.claim(True, "a")
+            nb.claim(False, "b")
     assert capsys.readouterr().out == ""
-    tc.check(True, "after")  # the block is closed again: checks print
+    nb.claim(True, "after")  # the block is closed again: checks print
     assert capsys.readouterr().out == "✓ after\n"
 
 
 def test_checks_refuses_a_block_without_checks():
     with pytest.raises(AssertionError, match="no check ran"):
-        with tc.checks("nothing"):
+        with nb.claims("nothing"):
             pass
     with pytest.raises(TypeError, match="summary"):
-        with tc.checks(""):
+        with nb.claims(""):
             pass

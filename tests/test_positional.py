@@ -115,8 +115,9 @@ def test_additive_modules_reject_positions_past_the_table_and_wrong_widths(cls, 
 
 @pytest.mark.parametrize("offset", [-1, 1.5, True])
 @pytest.mark.parametrize("cls", [tc.SinusoidalPositionalEncoding, tc.LearnedPositionalEmbedding, tc.RotaryEmbedding])
-def test_bad_offsets_raise_value_errors_naming_offset(cls, offset):
-    with pytest.raises(ValueError, match=rf"^offset must be a non-negative int, got {re.escape(repr(offset))}$"):
+def test_bad_offsets_raise_errors_naming_offset(cls, offset):
+    error, message = (ValueError, "must be >= 0") if offset == -1 else (TypeError, "must be an int")
+    with pytest.raises(error, match=rf"^offset {message}, got {re.escape(repr(offset))}$"):
         cls(8, 16)(torch.zeros(2, 3, 8), offset=offset)
 
 

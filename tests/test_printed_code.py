@@ -119,4 +119,4 @@ def test_code_lines_counts_code_only():
         return y
 
     assert code_lines(f) == (6, 1)
-    assert code_lines(tc.MiniGPT._backbone)[1] == 0
+    assert code_lines(tc.MiniGPT.hidden_states)[1] == 0

@@ -207,27 +207,34 @@ def test_greedy_returns_the_argmax_and_ignores_temperature():
 
 @pytest.mark.parametrize("bad", [0, 0.0, -1.0, float("nan"), float("inf"), float("-inf"), "1.0", None, True])
 def test_bad_temperature_is_named_with_its_value(bad):
-    message = (
-        r"^temperature must be a finite positive real number \(use greedy=True for argmax\), "
-        rf"got {re.escape(repr(bad))}$"
-    )
-    with pytest.raises(ValueError, match=message):
+    """TypeError for a wrong type, ValueError for a wrong value; the message names both."""
+    if isinstance(bad, (int, float)) and not isinstance(bad, bool):
+        error, message = ValueError, r"must be a finite positive number \(use greedy=True for argmax\)"
+    else:
+        error, message = TypeError, "must be a real number"
+    with pytest.raises(error, match=rf"^temperature {message}, got {re.escape(repr(bad))}$"):
         sample_next_token(torch.zeros(1, 3), temperature=bad)
 
 
-@pytest.mark.parametrize("bad", [0, -2, 2.0, True, "3"])
-def test_bad_top_k_is_named_with_its_value(bad):
-    with pytest.raises(ValueError, match=rf"top_k.*got {re.escape(repr(bad))}$"):
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [(0, ValueError, "must be positive"), (-2, ValueError, "must be positive"), (2.0, TypeError, "must be an int"),
+     (True, TypeError, "must be an int"), ("3", TypeError, "must be an int")],
+)  # fmt: skip
+def test_bad_top_k_is_named_with_its_value(bad, error, message):
+    with pytest.raises(error, match=rf"^top_k {message}, got {re.escape(repr(bad))}$"):
         sample_next_token(torch.zeros(1, 3), top_k=bad)
-    with pytest.raises(ValueError, match="top_k"):
+    with pytest.raises(error, match="top_k"):
         top_k_filter(torch.zeros(3), bad)
 
 
 @pytest.mark.parametrize("bad", [0, 0.0, -0.1, 1.0000001, float("nan"), "0.9", True])
 def test_bad_top_p_is_named_with_its_value(bad):
-    with pytest.raises(ValueError, match=rf"top_p.*got {re.escape(repr(bad))}$"):
+    wrong_type = isinstance(bad, (str, bool))
+    error, message = (TypeError, "must be a real number") if wrong_type else (ValueError, r"must be in \(0, 1\]")
+    with pytest.raises(error, match=rf"^top_p {message}, got {re.escape(repr(bad))}$"):
         sample_next_token(torch.zeros(1, 3), top_p=bad)
-    with pytest.raises(ValueError, match="top_p"):
+    with pytest.raises(error, match="top_p"):
         top_p_filter(torch.zeros(3), bad)
 
 
@@ -244,12 +251,12 @@ def test_check_sampling_args_accepts_good_values_and_checks_greedy():
 @pytest.mark.parametrize(
     ("logits", "message"),
     [
-        (torch.zeros(3), r"\(3,\) torch.float32"),
+        (torch.zeros(3), r"torch.float32 \(3,\)"),
         (torch.zeros(1, 2, 3), r"\(1, 2, 3\)"),
         (torch.zeros(2, 3, dtype=torch.long), "torch.int64"),
         ([[0.0, 1.0]], "list"),
     ],
 )
 def test_bad_logits_are_rejected(logits, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(TypeError if isinstance(logits, list) else ValueError, match=message):
         sample_next_token(logits)

@@ -14,13 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
+import train_gpt_hooks
 
 import transformer_course as tc
 from transformer_course import train_gpt
 from transformer_course.checkpoint import load_checkpoint, save_checkpoint, state_dict_sha256
+from transformer_course.train_gpt import run as train_run
 
 # The command line that a reader types: ``python -m transformer_course.train_gpt ...``
 MODULE = ["-m", "transformer_course.train_gpt"]
+# The same program with the test hooks installed (tests/train_gpt_hooks.py)
+HOOKED = [str(Path(__file__).with_name("train_gpt_hooks.py"))]
 
 TINY = [
     "--context-length", "16", "--d-model", "16", "--num-heads", "2", "--num-layers", "1",
@@ -43,10 +47,10 @@ def _single_process_env(monkeypatch):
 def _torchrun(out_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        *MODULE, "train", "--out-dir", str(out_dir), "--device", "cpu",
+        *HOOKED, "--rank-state", "train", "--out-dir", str(out_dir), "--device", "cpu",
         *TINY, *extra,
     ]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TRAIN_GPT_RANK_STATE="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     proc = subprocess.run(cmd, cwd=out_dir.parent, env=env, capture_output=True, text=True, timeout=120)
@@ -85,7 +89,7 @@ def test_ddp_two_cpu_processes_stay_identical_and_resume(script, tmp_path):
 
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(script, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("TRAIN_GPT_RANK_STATE", "1")
+    train_gpt_hooks.install(monkeypatch.setattr, rank_state=True)
     common = ["--dropout", "0.1", *TINY]
     assert script.main(["train", "--out-dir", str(tmp_path / "a"), "--max-steps", "6", *common]) == 0
     assert script.main(["train", "--out-dir", str(tmp_path / "b"), "--max-steps", "3", *common]) == 0
@@ -276,11 +280,11 @@ def test_truncate_metrics_keeps_records_up_to_the_step(script, tmp_path):
     path = tmp_path / "metrics.jsonl"
     lines = ['{"step": 1, "a": 1}', '{"step": 2, "a": 2}', '{"step": 2, "b": 2}', '{"step": 3, "a": 3}', '{"ste']
     path.write_text("\n".join(lines))  # the last record was cut by a kill
-    assert script.truncate_metrics(path, 2) == 2
+    assert train_run.truncate_metrics(path, 2) == 2
     assert path.read_text() == "\n".join(lines[:3]) + "\n"
-    assert script.truncate_metrics(path, 2) == 0
-    assert script.truncate_metrics(path, 0) == 3 and path.read_text() == ""
-    assert script.truncate_metrics(tmp_path / "absent.jsonl", 0) == 0
+    assert train_run.truncate_metrics(path, 2) == 0
+    assert train_run.truncate_metrics(path, 0) == 3 and path.read_text() == ""
+    assert train_run.truncate_metrics(tmp_path / "absent.jsonl", 0) == 0
     assert list(tmp_path.iterdir()) == [path]
 
 
@@ -298,8 +302,8 @@ def test_run_killed_inside_a_save_resumes_bit_exactly(script, tmp_path, pause, m
     out = tmp_path / "b"
     out.mkdir()
     (out / "ckpt.pt.stale.tmp").write_text("left by an earlier kill")
-    cmd = [sys.executable, *MODULE, "train", "--out-dir", str(out), "--device", "cpu", *common]
-    env = dict(os.environ, OMP_NUM_THREADS="1", TRAIN_GPT_PAUSE_IN_SAVE=pause)
+    cmd = [sys.executable, *HOOKED, "--pause", pause, "train", "--out-dir", str(out), "--device", "cpu", *common]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     marker = out / "paused-in-save"
     try:
@@ -320,7 +324,7 @@ def test_run_killed_inside_a_save_resumes_bit_exactly(script, tmp_path, pause, m
     marker.unlink()
 
     resume = ["train", "--out-dir", str(out), "--resume", *common]
-    monkeypatch.setenv("TRAIN_GPT_RANK_STATE", "1")
+    train_gpt_hooks.install(monkeypatch.setattr, rank_state=True)
     assert script.main(resume) == 0
     assert not list(out.glob("*.tmp"))
     assert _records(out) == _records(tmp_path / "a")  # every record once, values identical
@@ -336,15 +340,3 @@ def test_run_killed_inside_a_save_resumes_bit_exactly(script, tmp_path, pause, m
     best = min(val, key=lambda r: r["val_loss"])
     assert load_checkpoint(out / "best.pt")["step"] == best["step"]
     assert load_checkpoint(out / "best.pt")["extra"]["val_loss"] == best["val_loss"]
-
-
-def test_learning_rate_schedule(script):
-    lr = dict(lr=1e-3, min_lr=1e-4, warmup=10, decay_steps=110)
-    assert script.lr_at(0, **lr) == pytest.approx(1e-4)
-    assert script.lr_at(9, **lr) == pytest.approx(1e-3)
-    assert script.lr_at(10, **lr) == pytest.approx(1e-3)
-    assert script.lr_at(60, **lr) == pytest.approx(0.5 * (1e-3 + 1e-4))
-    assert script.lr_at(110, **lr) == pytest.approx(1e-4)
-    assert script.lr_at(500, **lr) == pytest.approx(1e-4)
-    values = [script.lr_at(s, **lr) for s in range(10, 111)]
-    assert all(a >= b for a, b in zip(values[:-1], values[1:], strict=True))

@@ -1,16 +1,33 @@
 """The encoder-decoder Transformer: config checks, agreement with nn.Transformer, masks, weight sharing, decoding."""
 
+import math
+
 import pytest
 import torch
 from helpers import tiny_transformer
 from torch import nn
 
 import transformer_course as tc
+from transformer_course import notebook as nb
 
 
 def test_transformer_config_defaults_are_the_base_model_of_the_paper():
     cfg = tc.TransformerConfig(src_vocab_size=100, tgt_vocab_size=100)
-    base = (512, 8, 6, 6, 2048, 0.1, "relu", False, "layernorm", "sinusoidal", True, 0, 1e-5)
+    base = (
+        512,
+        8,
+        6,
+        6,
+        2048,
+        0.1,
+        "relu",
+        False,
+        "layernorm",
+        "sinusoidal",
+        True,
+        0,
+        None,
+    )  # eps None: LayerNorm's 1e-5
     assert (
         cfg.d_model, cfg.num_heads, cfg.num_encoder_layers, cfg.num_decoder_layers, cfg.d_ff, cfg.dropout,
         cfg.activation, cfg.norm_first, cfg.norm, cfg.positional, cfg.final_norm, cfg.pad_id, cfg.eps,
@@ -111,24 +128,18 @@ def test_transformer_decoder_is_causal():
     torch.testing.assert_close(model(src, tgt)[:, :3], model(src, tgt2)[:, :3])
 
 
-def _attention_weights(model):
-    enc = [layer.self_attn.attn_weights for layer in model.encoder_blocks]
-    dec = [w for layer in model.decoder_blocks for w in (layer.self_attn.attn_weights, layer.cross_attn.attn_weights)]
-    return enc + dec
-
-
-def test_need_weights_reaches_every_attention_layer_and_is_off_by_default():
+def test_record_attention_reaches_every_attention_layer():
     model = tiny_transformer()
     src, tgt = torch.tensor([[5, 6, 7, 0], [4, 3, 2, 1]]), torch.tensor([[1, 4, 5], [1, 2, 3]])
-    model(src, tgt, need_weights=True)
+    plain = model(src, tgt)
+    with nb.record_attention(model) as maps:
+        logits = model(src, tgt)
+    enc = [layer.self_attn for layer in model.encoder_blocks]
+    dec = [m for layer in model.decoder_blocks for m in (layer.self_attn, layer.cross_attn)]
     shapes = [(2, 4, 4, 4)] * 2 + [(2, 4, 3, 3), (2, 4, 3, 4)] * 2  # encoder self, decoder self and cross
-    assert [tuple(w.shape) for w in _attention_weights(model)] == shapes
-    assert model.decoder_blocks[1].cross_attn.attn_weights[0, ..., 3].eq(0).all()  # the padded source token
-    model(src, tgt)
-    assert all(w is None for w in _attention_weights(model))
-    model(src, tgt, need_weights=True)
-    model.decode(tgt, model.encode(src))  # the defaults of encode and decode
-    assert all(w is None for w in _attention_weights(model))
+    assert [tuple(maps[m].shape) for m in enc + dec] == shapes
+    assert maps[model.decoder_blocks[1].cross_attn][0, ..., 3].eq(0).all()  # the padded source token
+    torch.testing.assert_close(logits, plain)  # asking for weights does not change the output
 
 
 def test_greedy_decode_matches_argmax_recomputation():
@@ -164,15 +175,19 @@ def _brute_force_greedy(model, src, bos_id, eos_id, max_len, fill):
 @pytest.mark.parametrize("pad_id", [0, None])
 def test_greedy_decode_pads_after_eos_and_restores_the_mode(pad_id):
     model = tiny_transformer(pad_id=pad_id)
+    with torch.no_grad():  # large embeddings: the rows of the batch decode differently
+        model.src_tok_emb.weight.normal_(generator=torch.Generator().manual_seed(2))
+        model.tgt_tok_emb.weight.normal_(generator=torch.Generator().manual_seed(3))
     src = torch.randint(1, 11, (3, 6), generator=torch.Generator().manual_seed(1))
     src[1, 4:] = 0
     with torch.no_grad():
-        eos_id = int(_brute_force_greedy(model, src, 1, -1, 4, 0)[0, 2])  # what row 0 emits second
+        eos_id = int(_brute_force_greedy(model, src, 1, -1, 5, 0)[0, 3])  # what row 0 emits third
         fill = eos_id if pad_id is None else pad_id
         expected = _brute_force_greedy(model, src, 1, eos_id, 12, fill)
     out = model.train().greedy_decode(src, bos_id=1, eos_id=eos_id, max_len=12)
     assert model.training and torch.equal(out, expected)
-    assert out[0, 2] == eos_id and out[0, 3:].eq(fill).all()
+    assert eos_id not in out[0, :3] and out[0, 3] == eos_id and out[0, 4:].eq(fill).all()
+    assert out[1, 4:].ne(fill).any()  # another row goes on after row 0 is done
 
 
 def test_weight_sharing_options():
@@ -188,10 +203,8 @@ def test_weight_sharing_options():
 def test_transformer_rejects_bad_ids_naming_the_argument_and_value():
     model = tiny_transformer()
     with pytest.raises(ValueError, match=r"^src must lie in \[0, 11\), got 11 \(1 bad\)$"):
-        model(torch.tensor([[0, 11]]), torch.tensor([[1]]))
-    with pytest.raises(ValueError, match=r"^tgt must lie in \[0, 13\), got -1 \(2 bad\)$"):
-        model(torch.tensor([[0, 10]]), torch.tensor([[-1, 1, -3]]))
-    with pytest.raises(ValueError, match=r"^src must be a 2-D LongTensor \(N, T\), got list$"):
+        model.greedy_decode(torch.tensor([[0, 11]]), bos_id=1, eos_id=2, max_len=3)
+    with pytest.raises(TypeError, match=r"^src must be a 2-D LongTensor \(N, T\), got list$"):
         model.encode([[0, 1]])
     with pytest.raises(ValueError, match=r"^tgt must be a 2-D LongTensor \(N, T\), got torch.float32 \(1, 2\)$"):
         model(torch.tensor([[0, 1]]), torch.zeros(1, 2))
@@ -199,3 +212,46 @@ def test_transformer_rejects_bad_ids_naming_the_argument_and_value():
         model(torch.tensor([[0, 1]]), torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="exceed"):
         model(torch.randint(0, 11, (1, 40)), torch.tensor([[1]]))
+
+
+def test_transformer_forward_is_one_graph_without_host_sync():
+    """torch.compile sees one graph and no break, forward and backward: no value check (no
+    device-to-host synchronisation) runs inside forward."""
+    torch._dynamo.reset()
+    model = tiny_transformer()
+    src, tgt = torch.randint(1, 11, (2, 6)), torch.randint(1, 13, (2, 5))
+    explained = torch._dynamo.explain(model)(src, tgt)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    compiled = torch.compile(model, backend="aot_eager")
+    compiled(src, tgt).sum().backward()  # the backward of the one graph
+    torch.testing.assert_close(compiled(src, tgt), model(src, tgt))
+
+
+def _untrained_loss_ratio(vocab, d_model, layers, tied, norm_first):
+    """Cross-entropy of an untrained model on random tokens, divided by ln V."""
+    torch.manual_seed(0)
+    cfg = tc.TransformerConfig(vocab, vocab, d_model=d_model, num_heads=4, num_encoder_layers=layers,
+                               num_decoder_layers=layers, d_ff=2 * d_model, share_embeddings=tied,
+                               tie_weights=tied, norm_first=norm_first, dropout=0.0)  # fmt: skip
+    model = tc.Transformer(cfg).eval()
+    src, tgt = torch.randint(1, vocab, (8, 12)), torch.randint(1, vocab, (8, 13))
+    with torch.no_grad():
+        logits = model(src, tgt[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten())
+    return loss.item() / math.log(vocab)
+
+
+@pytest.mark.parametrize(
+    "vocab,d_model,layers,norm_first",
+    [(12, 32, 1, False), (12, 32, 2, True), (1000, 64, 2, False), (1000, 256, 6, False), (8000, 128, 3, True)],
+)
+def test_untrained_transformer_loss_is_within_ten_percent_of_ln_vocab(vocab, d_model, layers, norm_first):
+    assert abs(_untrained_loss_ratio(vocab, d_model, layers, False, norm_first) - 1) < 0.1
+
+
+@pytest.mark.parametrize("vocab,d_model,layers", [(12, 32, 2), (1000, 64, 2), (1000, 512, 6)])
+def test_untrained_tied_transformer_does_not_blow_up(vocab, d_model, layers):
+    """With a tied lm_head the residual stream still carries the input token's own embedding,
+    so the start is above ln V (the paper's scale); PyTorch's default N(0, 1) embeddings gave
+    about 49 ln V at d_model = 512."""
+    assert _untrained_loss_ratio(vocab, d_model, layers, True, False) < 2

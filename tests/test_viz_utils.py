@@ -10,24 +10,24 @@ import transformer_course as tc
 
 
 def test_plot_attention_labels_and_errors():
-    ax = tc.plot_attention(torch.rand(3, 4), ["a", "b", "c"], ["w", "x", "y", "z"], title="t")
+    ax = tc.viz.plot_attention(torch.rand(3, 4), ["a", "b", "c"], ["w", "x", "y", "z"], title="t")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["w", "x", "y", "z"]
     assert ax.get_title() == "t"
     with pytest.raises(ValueError, match="3 labels for 4 positions"):
-        tc.plot_attention(torch.rand(3, 4), key_labels=["a", "b", "c"])
+        tc.viz.plot_attention(torch.rand(3, 4), key_labels=["a", "b", "c"])
     with pytest.raises(ValueError, match="2-D"):
-        tc.plot_attention(torch.rand(2, 3, 4))
+        tc.viz.plot_attention(torch.rand(2, 3, 4))
     plt.close("all")
 
 
 def test_plot_attention_heads_grid():
-    fig = tc.plot_attention_heads(torch.rand(6, 3, 3), ncols=4)
+    fig = tc.viz.plot_attention_heads(torch.rand(6, 3, 3), ncols=4)
     heads = [ax for ax in fig.axes if ax.get_title().startswith("head")]
     hidden = [ax for ax in fig.axes if not ax.axison]
     colorbars = [ax for ax in fig.axes if ax.get_ylabel() == "weight"]
     assert len(heads) == 6 and len(hidden) == 2 and len(colorbars) == 1
     with pytest.raises(ValueError, match="key_labels has 2 labels for 3 positions"):
-        tc.plot_attention_heads(torch.rand(2, 3, 3), key_labels=["a", "b"])
+        tc.viz.plot_attention_heads(torch.rand(2, 3, 3), key_labels=["a", "b"])
     plt.close("all")
 
 
@@ -45,10 +45,10 @@ def test_book_style_heatmaps_readable():
         warnings.simplefilter("error")  # a warning on stderr fails the book build
         tc.viz.use_book_style()
         figures = [
-            tc.plot_attention(torch.rand(32, 32), labels, labels, title="t").figure,
-            tc.plot_attention(torch.rand(4, 4), list("abcd"), ["wo", "ai", "Beijing", "Tiananmen"]).figure,
-            tc.plot_attention_heads(torch.rand(4, 32, 32).softmax(-1), labels, labels),
-            tc.plot_attention_heads(torch.rand(8, 6, 6).softmax(-1), list("abcdef"), list("abcdef"), ncols=4),
+            tc.viz.plot_attention(torch.rand(32, 32), labels, labels, title="t").figure,
+            tc.viz.plot_attention(torch.rand(4, 4), list("abcd"), ["wo", "ai", "Beijing", "Tiananmen"]).figure,
+            tc.viz.plot_attention_heads(torch.rand(4, 32, 32).softmax(-1), labels, labels),
+            tc.viz.plot_attention_heads(torch.rand(8, 6, 6).softmax(-1), list("abcdef"), list("abcdef"), ncols=4),
         ]
         for fig in figures:
             fig.tight_layout()  # as chapters do: no "layout has changed" or "not compatible" warning
@@ -69,12 +69,12 @@ def test_book_style_heatmaps_readable():
 
 
 def test_plot_positional_encoding_and_loss_curves():
-    ax = tc.plot_positional_encoding(tc.sinusoidal_table(20, 8))
+    ax = tc.viz.plot_positional_encoding(tc.sinusoidal_table(20, 8))
     assert ax.images[0].get_array().shape == (20, 8)
-    ax = tc.plot_loss_curves({"a": [3, 2, 1], "b": [2, 1, 0.5]}, logy=True)
+    ax = tc.viz.plot_loss_curves({"a": [3, 2, 1], "b": [2, 1, 0.5]}, logy=True)
     assert len(ax.lines) == 2 and ax.get_yscale() == "log"
     with pytest.raises(ValueError, match="empty"):
-        tc.plot_loss_curves({})
+        tc.viz.plot_loss_curves({})
     plt.close("all")
 
 
@@ -130,7 +130,7 @@ def test_use_book_style_draws_chinese_with_the_cjk_font():
         tc.viz.use_book_style()
         assert plt.rcParams["svg.fonttype"] == "path" and plt.rcParams["savefig.dpi"] >= 200
         assert plt.rcParams["font.family"] == ["DejaVu Sans", "Course Sans SC"]
-        ax = tc.plot_attention(torch.rand(2, 4), ["<bos>", "I"], ["我", "爱", "北京", "天安门"], title="注意力")
+        ax = tc.viz.plot_attention(torch.rand(2, 4), ["<bos>", "I"], ["我", "爱", "北京", "天安门"], title="注意力")
         ax.figure.canvas.draw()
         # three Chinese characters are three em wide (a missing glyph would be a narrower box)
         text = ax.figure.text(0, 0, "天安门", fontsize=10)

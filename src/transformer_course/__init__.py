@@ -1,5 +1,10 @@
 """transformer_course: the small, tested PyTorch library behind the course book.
 
+The top level is the model API. The book's helpers live in :mod:`.notebook` (chapters
+import it as ``nb``; ``setup_chapter`` and ``show_source`` are also here), the graders
+in :mod:`.exercises`, the figures in :mod:`.viz` and :mod:`.diagrams`, the command-line
+trainer in :mod:`.train_gpt`.
+
 Conventions: shapes use N (batch), L (query length), S (key length), E (d_model),
 H (heads), Hkv (key/value heads), D (head_dim), V (vocabulary). Boolean masks are
 ``True`` where a query may attend; float masks are additive (``0`` / ``-inf``).
@@ -49,7 +54,6 @@ from .interop import load_hf_gpt2, load_torch_mha, load_torch_transformer
 from .masks import (
     bool_to_additive,
     causal_mask,
-    check_mask,
     merge_masks,
     padding_mask,
     to_torch_mask,
@@ -63,15 +67,7 @@ from .norms import (
     layer_norm_reference,
     rms_norm_reference,
 )
-from .notebook import (
-    SEED_ENV,
-    check,
-    check_close,
-    checks,
-    course_seed,
-    setup_chapter,
-    show_source,
-)
+from .notebook import setup_chapter, show_source
 from .params import (
     count_parameters,
     gpt_flops_per_token,
@@ -99,36 +95,29 @@ from .sparse import (
 from .tokenizer import BPETokenizer
 from .training import (
     TrainHistory,
+    cosine_lr,
+    decay_param_groups,
+    derived_seed,
     label_smoothing_loss,
     noam_lr,
     noam_scheduler,
     smoothed_targets,
     train_loop,
 )
-from .utils import check_positive_int, get_device, set_seed
+from .utils import get_device, set_seed
 
 __version__ = "0.1.0"
 
-# The plotting helpers load matplotlib, which takes longer to import than the rest of
-# the package together: they are imported on first use (PEP 562), so
-# `import transformer_course` stays light. So are the submodules that only some pages
-# need (`tc.viz`, `tc.benchmarking`, `tc.train_gpt`).
-_LAZY_VIZ = (
-    "plot_attention",
-    "plot_attention_heads",
-    "plot_loss_curves",
-    "plot_positional_encoding",
-)
+# Submodules that only some pages need are imported on first use (PEP 562), so
+# `import transformer_course` stays light (matplotlib alone takes longer to import than
+# the rest of the package together).
 _LAZY_MODULES = (
-    "viz", "diagrams", "benchmarking", "train_gpt", "exercises", "explorer"
+    "viz", "diagrams", "benchmarking", "train_gpt", "exercises", "explorer",
+    "notebook", "masks",
 )  # fmt: skip
 
 
 def __getattr__(name: str):
-    if name in _LAZY_VIZ:
-        from . import viz
-
-        return getattr(viz, name)
     if name in _LAZY_MODULES:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -136,9 +125,9 @@ def __getattr__(name: str):
 
 __all__ = [
     "ACTIVATIONS", "AdditiveAttention", "bool_to_additive", "build_norm",
-    "build_positional", "causal_mask", "char_ngram_loss", "CharTokenizer", "check",
-    "check_close", "check_mask", "check_positive_int", "checks", "config_from_dict",
-    "config_to_dict", "copy_task", "count_parameters", "course_seed",
+    "build_positional", "causal_mask", "char_ngram_loss", "CharTokenizer",
+    "config_from_dict", "config_to_dict", "copy_task", "cosine_lr", "count_parameters",
+    "decay_param_groups", "derived_seed",
     "DecoderLayer", "elu_feature_map", "FeedForward", "generate_text_corpus",
     "get_device", "gpt_flops_per_token", "gpt_parameter_breakdown",
     "gpt_parameter_count", "GPTConfig", "HELD_OUT_PAIR", "KVCache",
@@ -148,11 +137,10 @@ __all__ = [
     "load_text_corpus", "load_torch_mha", "load_torch_transformer",
     "local_attention", "low_rank_attention", "masked_softmax", "merge_masks",
     "MiniGPT", "MultiHeadAttention", "noam_lr", "noam_scheduler", "NORMS",
-    "padding_mask", "plot_attention", "plot_attention_heads", "plot_loss_curves",
-    "plot_positional_encoding", "POSITIONAL_ENCODINGS",
+    "padding_mask", "POSITIONAL_ENCODINGS",
     "relative_position_transform", "rms_norm_reference", "RMSNorm",
     "RotaryEmbedding", "sample_next_token", "save_checkpoint",
-    "scaled_dot_product_attention", "SEED_ENV", "set_seed", "setup_chapter",
+    "scaled_dot_product_attention", "set_seed", "setup_chapter",
     "show_source", "sinusoidal_table", "SinusoidalPositionalEncoding",
     "sliding_window_mask", "smoothed_targets", "sparsemax", "sparsemax_attention",
     "sparsemax_threshold", "SparsemaxFunction", "split_paragraphs",

@@ -14,15 +14,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masks import causal_mask, check_mask, merge_masks
-from .positional import RotaryEmbedding
-from .utils import (
+from ._validate import (
     check_dropout,
     check_heads,
     check_int,
     check_positive_int,
     check_qkv,
 )
+from .masks import causal_mask, check_mask, merge_masks
+from .positional import RotaryEmbedding
 
 __all__ = [
     "masked_softmax",
@@ -284,10 +284,13 @@ class MultiHeadAttention(nn.Module):
     ``head_dim``) rotates queries and keys by their absolute positions, counted from
     ``cache.offset``.
 
-    ``forward`` returns the output ``(N, L, E)``. With ``need_weights=True`` the
-    explicit :func:`scaled_dot_product_attention` runs and keeps the per-head weights
-    ``(N, H, L, S)`` in ``self.attn_weights``; otherwise the fused
-    ``F.scaled_dot_product_attention`` runs and ``self.attn_weights`` is ``None``.
+    ``forward`` returns the output ``(N, L, E)``, computed by the fused
+    ``F.scaled_dot_product_attention``. With ``need_weights=True`` it returns
+    ``(output, weights)`` instead, computed by the explicit
+    :func:`scaled_dot_product_attention`, with the per-head weights ``(N, H, L, S)``
+    (equal outputs up to float rounding; nothing is stored on the module). To read the
+    weights of every layer of a whole model use
+    :func:`transformer_course.notebook.record_attention`.
     ``attn_mask`` is bool (``True`` = may attend) or additive float, broadcastable to
     ``(N, H, L, S)``; ``is_causal`` means ``causal_mask(L, S)`` (lower-right aligned,
     right for cached decoding).
@@ -318,7 +321,6 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.rotary = rotary
-        self.attn_weights: Tensor | None = None
 
     def _split_heads(self, x: Tensor) -> Tensor:
         N, T, _ = x.shape
@@ -376,7 +378,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         cache: KVCache | None = None,
-    ) -> Tensor:
+    ) -> Tensor | tuple[Tensor, Tensor]:
         key, value = self._inputs(query, key, value)  # self-attention: both = query
         N, L, E = query.shape
         q = self._split_heads(self.q_proj(query))  # (N, L, E) -> (N, H, L, D)
@@ -388,9 +390,9 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:  # (N, Hkv, S, D): the cached positions, then the new ones
             k, v = cache.update(k, v)
         mask, causal = self._mask(attn_mask, is_causal, q, k, cache, need_weights)
-        out = self._attend(q, k, v, mask, causal, need_weights)  # (N, H, L, D)
-        out = out.transpose(1, 2).reshape(N, L, E)  # (N, H, L, D) -> (N, L, E)
-        return self.out_proj(out)
+        out, weights = self._attend(q, k, v, mask, causal, need_weights)  # (N,H,L,D)
+        out = self.out_proj(out.transpose(1, 2).reshape(N, L, E))  # -> (N, L, E)
+        return (out, weights) if need_weights else out
 
     def _attend(
         self,
@@ -400,25 +402,23 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None,
         causal: bool,
         need_weights: bool,
-    ) -> Tensor:
-        """softmax(q kᵀ / √D + mask) v for every head: the fused kernel, or with
-        ``need_weights`` the explicit reference, whose weights ``(N, H, L, S)`` are kept
-        in ``self.attn_weights``."""
+    ) -> tuple[Tensor, Tensor | None]:
+        """``(softmax(q kᵀ / √D + mask) v, weights)`` for every head: the fused kernel
+        (weights ``None``), or with ``need_weights`` the explicit reference (weights
+        ``(N, H, L, S)``)."""
         p = self.dropout if self.training else 0.0
         H, Hkv = self.num_heads, self.num_kv_heads
-        self.attn_weights = None
         if not need_weights:
             gqa = Hkv != H
-            return F.scaled_dot_product_attention(
+            out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, enable_gqa=gqa
             )
+            return out, None
         # each key/value head serves H // Hkv consecutive query heads:
         # (N, Hkv, S, D) -> (N, H, S, D)
         k = k.repeat_interleave(H // Hkv, dim=1)
         v = v.repeat_interleave(H // Hkv, dim=1)
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
-        self.attn_weights = weights
-        return out
+        return scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
 
 
 def _check_rotary(rotary: RotaryEmbedding | None, head_dim: int) -> None:

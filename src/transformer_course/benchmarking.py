@@ -34,8 +34,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .models import _check_ids
-from .utils import check_int, check_positive_int
+from ._validate import check_int, check_positive_int, check_token_ids
 
 __all__ = [
     "synchronize",
@@ -320,7 +319,7 @@ def decode_latencies(
             f"exceeds context_length={C}; lockstep timing needs the whole sequence in "
             "one window"
         )
-    _check_ids("prompt", prompt, model.cfg.vocab_size)
+    check_token_ids("prompt", prompt, model.cfg.vocab_size)
     was_training = model.training
     model.eval()
     try:
@@ -344,12 +343,12 @@ def _lockstep(
     for step in range(max_new_tokens):
 
         def cached(ids: Tensor = ids, step: int = step) -> Tensor:
-            hidden = model._backbone(ids if step == 0 else ids[:, -1:], caches)
+            hidden = model.hidden_states(ids if step == 0 else ids[:, -1:], caches)
             # (N, V) -> (N, 1)
             return model.lm_head(hidden[:, -1]).argmax(dim=-1, keepdim=True)
 
         def uncached(ids: Tensor = ids) -> Tensor:
-            hidden = model._backbone(ids, None)
+            hidden = model.hidden_states(ids, None)
             return model.lm_head(hidden[:, -1]).argmax(dim=-1, keepdim=True)
 
         order = (("cached", cached), ("uncached", uncached))

@@ -1,13 +1,16 @@
 """Transformer layers: :class:`TransformerBlock` (self-attention then FFN; the encoder
 layer with ``causal=False``, the GPT block with ``causal=True``) and
-:class:`DecoderLayer` (the same plus cross-attention over the encoder output). Both
-support Post-LN (``norm_first=False``, the 2017 paper) and Pre-LN (``norm_first=True``,
-GPT-2). Masks are bool (``True`` = may attend) or additive float and broadcast to
-``(N, H, L, S)``. With ``need_weights=True`` each attention module keeps its per-head
-weights in its ``attn_weights`` attribute (``block.self_attn.attn_weights``,
-``layer.cross_attn.attn_weights``)."""
+:class:`DecoderLayer` (self-attention, cross-attention over the encoder output, then
+FFN). Both are built from the same parts and wrap every sublayer with
+:func:`residual`: Post-LN (``norm_first=False``, the 2017 paper) or Pre-LN
+(``norm_first=True``, GPT-2). Masks are bool (``True`` = may attend) or additive float
+and broadcast to ``(N, H, L, S)``. To read the attention weights, see
+:func:`transformer_course.notebook.record_attention`."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
 
 from torch import Tensor, nn
 
@@ -16,7 +19,27 @@ from .feedforward import FeedForward
 from .norms import build_norm
 from .positional import RotaryEmbedding
 
-__all__ = ["TransformerBlock", "DecoderLayer"]
+__all__ = ["TransformerBlock", "DecoderLayer", "residual"]
+
+
+def residual(
+    x: Tensor,
+    sublayer: Callable[[Tensor], Tensor],
+    norm: nn.Module,
+    drop: nn.Module,
+    norm_first: bool,
+) -> Tensor:
+    """One sublayer with its residual connection: Pre-LN ``x + F(LN(x))`` or Post-LN
+    ``LN(x + F(x))`` (dropout on ``F``'s output)."""
+    if norm_first:
+        return x + drop(sublayer(norm(x)))
+    return norm(x + drop(sublayer(x)))
+
+
+def _norm_layer(norm: str, d_model: int, eps: float | None, bias: bool) -> nn.Module:
+    """The block's norm: ``bias`` (the linear layers' flag) reaches LayerNorm's beta
+    only; RMSNorm has none."""
+    return build_norm(norm, d_model, eps, bias if norm == "layernorm" else None)
 
 
 class TransformerBlock(nn.Module):
@@ -27,7 +50,8 @@ class TransformerBlock(nn.Module):
     future positions, as in the GPT block (use ``norm_first=True``,
     ``activation="gelu_tanh"`` for GPT-2). ``num_kv_heads`` enables grouped/multi-query
     attention, ``rotary`` rotary position embeddings, and
-    ``forward(..., cache=KVCache())`` incremental (cached) decoding.
+    ``forward(..., cache=KVCache())`` incremental (cached) decoding. ``eps=None`` keeps
+    the norm's own default.
     """
 
     def __init__(
@@ -40,7 +64,7 @@ class TransformerBlock(nn.Module):
         norm_first: bool = False,
         norm: str = "layernorm",
         bias: bool = True,
-        eps: float = 1e-5,
+        eps: float | None = None,
         causal: bool = False,
         num_kv_heads: int | None = None,
         rotary: RotaryEmbedding | None = None,
@@ -57,8 +81,8 @@ class TransformerBlock(nn.Module):
             rotary=rotary,
         )
         self.ffn = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias)
-        self.norm1 = build_norm(norm, d_model, eps, bias)
-        self.norm2 = build_norm(norm, d_model, eps, bias)
+        self.norm1 = _norm_layer(norm, d_model, eps, bias)
+        self.norm2 = _norm_layer(norm, d_model, eps, bias)
         self.drop = nn.Dropout(dropout)
 
     @classmethod
@@ -70,34 +94,22 @@ class TransformerBlock(nn.Module):
         return cls(d_model, num_heads, d_ff, **kwargs)
 
     def forward(
-        self,
-        x: Tensor,
-        attn_mask: Tensor | None = None,
-        need_weights: bool = False,
-        cache: KVCache | None = None,
+        self, x: Tensor, attn_mask: Tensor | None = None, cache: KVCache | None = None
     ) -> Tensor:
-        attn_args = dict(
-            attn_mask=attn_mask,
-            is_causal=self.causal,
-            need_weights=need_weights,
-            cache=cache,
+        attend = partial(
+            self.self_attn, attn_mask=attn_mask, is_causal=self.causal, cache=cache
         )
-        if self.norm_first:  # Pre-LN: x + F(LN(x))
-            x = x + self.drop(self.self_attn(self.norm1(x), **attn_args))
-            return x + self.drop(self.ffn(self.norm2(x)))
-        # Post-LN: LN(x + F(x))
-        x = self.norm1(x + self.drop(self.self_attn(x, **attn_args)))
-        return self.norm2(x + self.drop(self.ffn(x)))
+        x = residual(x, attend, self.norm1, self.drop, self.norm_first)
+        return residual(x, self.ffn, self.norm2, self.drop, self.norm_first)
 
 
-class DecoderLayer(TransformerBlock):
+class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder output
-    (``memory``), then FFN.
+    (``memory``), then FFN, each wrapped by :func:`residual`.
 
-    A :class:`TransformerBlock` (``causal=True`` by default) with a cross-attention
-    sublayer in the middle. The norms are numbered in sublayer order, as in
-    ``nn.TransformerDecoderLayer``: ``norm1`` self-attention, ``norm2`` cross-attention,
-    ``norm3`` FFN. ``cache`` (a :class:`KVCache`) makes the self-attention incremental.
+    The norms are numbered in sublayer order, as in ``nn.TransformerDecoderLayer``:
+    ``norm1`` self-attention, ``norm2`` cross-attention, ``norm3`` FFN. ``cache`` (a
+    :class:`KVCache`) makes the self-attention incremental.
     """
 
     def __init__(
@@ -110,17 +122,23 @@ class DecoderLayer(TransformerBlock):
         norm_first: bool = False,
         norm: str = "layernorm",
         bias: bool = True,
-        eps: float = 1e-5,
+        eps: float | None = None,
         causal: bool = True,
     ) -> None:
-        super().__init__(
-            d_model, num_heads, d_ff, dropout=dropout, activation=activation,
-            norm_first=norm_first, norm=norm, bias=bias, eps=eps, causal=causal,
-        )  # fmt: skip
+        super().__init__()
+        self.norm_first = norm_first
+        self.causal = causal
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, dropout=dropout, bias=bias
+        )
         self.cross_attn = MultiHeadAttention(
             d_model, num_heads, dropout=dropout, bias=bias
         )
-        self.norm3 = build_norm(norm, d_model, eps, bias)
+        self.ffn = FeedForward(d_model, d_ff, activation, dropout=dropout, bias=bias)
+        self.norm1 = _norm_layer(norm, d_model, eps, bias)
+        self.norm2 = _norm_layer(norm, d_model, eps, bias)
+        self.norm3 = _norm_layer(norm, d_model, eps, bias)
+        self.drop = nn.Dropout(dropout)
 
     def forward(
         self,
@@ -128,22 +146,13 @@ class DecoderLayer(TransformerBlock):
         memory: Tensor,
         attn_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
-        need_weights: bool = False,
         cache: KVCache | None = None,
     ) -> Tensor:
-        attn_args = dict(
-            attn_mask=attn_mask,
-            is_causal=self.causal,
-            need_weights=need_weights,
-            cache=cache,
+        attend = partial(
+            self.self_attn, attn_mask=attn_mask, is_causal=self.causal, cache=cache
         )
         # cross-attention: queries from x, keys and values from the memory
-        cross_args = dict(attn_mask=memory_mask, need_weights=need_weights)
-        if self.norm_first:  # Pre-LN: x + F(LN(x)) for each sublayer
-            x = x + self.drop(self.self_attn(self.norm1(x), **attn_args))
-            x = x + self.drop(self.cross_attn(self.norm2(x), memory, **cross_args))
-            return x + self.drop(self.ffn(self.norm3(x)))
-        # Post-LN: LN(x + F(x)) for each sublayer
-        x = self.norm1(x + self.drop(self.self_attn(x, **attn_args)))
-        x = self.norm2(x + self.drop(self.cross_attn(x, memory, **cross_args)))
-        return self.norm3(x + self.drop(self.ffn(x)))
+        cross = partial(self.cross_attn, key=memory, attn_mask=memory_mask)
+        x = residual(x, attend, self.norm1, self.drop, self.norm_first)
+        x = residual(x, cross, self.norm2, self.drop, self.norm_first)
+        return residual(x, self.ffn, self.norm3, self.drop, self.norm_first)

@@ -37,7 +37,7 @@ from typing import Any, BinaryIO, TypeVar
 import torch
 from torch import nn
 
-from .utils import check_int
+from ._validate import check_int
 
 __all__ = [
     "FORMAT",

@@ -26,7 +26,7 @@ from importlib import resources
 import torch
 from torch import Tensor
 
-from .utils import check_choice, check_fraction, check_int, check_positive_int
+from ._validate import check_choice, check_fraction, check_int, check_positive_int
 
 __all__ = [
     "CharTokenizer",
@@ -147,10 +147,7 @@ def copy_task(
     """
     check_positive_int("num_samples", num_samples)
     check_positive_int("seq_len", seq_len)
-    if not isinstance(vocab_size, int) or vocab_size < 4:
-        raise ValueError(
-            f"vocab_size must be an int >= 4 (3 specials + content), got {vocab_size!r}"
-        )
+    check_int("vocab_size", vocab_size, 4)  # 3 specials + content
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(3, vocab_size, (num_samples, seq_len), generator=g)
     body = src.flip(1) if reverse else src

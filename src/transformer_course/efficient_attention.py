@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .utils import (
+from ._validate import (
     check_int,
     check_non_negative,
     check_positive_int,
@@ -59,7 +59,8 @@ def elu_feature_map(x: Tensor) -> Tensor:
 def _check_causal_lengths(q: Tensor, k: Tensor) -> None:
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(
-            "causal linear/local attention needs L == S (self-attention), "
+            "causal linear attention and local attention need L == S "
+            "(self-attention), "
             f"got L={q.shape[-2]} and S={k.shape[-2]}"
         )
 
@@ -69,11 +70,7 @@ def _check_self_attention(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`~transformer_course.utils.check_qkv` plus L == S."""
     q, k, v = check_qkv(query, key, value)
-    if q.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            "local_attention needs L == S (self-attention), "
-            f"got L={q.shape[-2]} and S={k.shape[-2]}"
-        )
+    _check_causal_lengths(q, k)
     return q, k, v
 
 

@@ -7,7 +7,7 @@ from functools import partial
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .utils import check_choice, check_dropout, check_positive_int
+from ._validate import check_choice, check_dropout, check_positive_int
 
 __all__ = ["ACTIVATIONS", "FeedForward"]
 

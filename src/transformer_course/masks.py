@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .utils import check_positive_int
+from ._validate import check_positive_int, describe
 
 __all__ = [
     "causal_mask",
@@ -75,11 +75,10 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     combined with a causal mask by ``&``: ``padding_mask(t, 0) & causal_mask(S)`` has
     shape ``(N, 1, S, S)``.
     """
-    if not isinstance(tokens, Tensor) or tokens.dim() != 2:
-        shape = (
-            tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
-        )
-        raise ValueError(f"tokens must be a 2-D tensor (N, S), got {shape}")
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be a 2-D tensor (N, S), got {describe(tokens)}")
+    if tokens.dim() != 2:
+        raise ValueError(f"tokens must be a 2-D tensor (N, S), got {describe(tokens)}")
     return (tokens != pad_id)[:, None, None, :]
 
 
@@ -101,8 +100,7 @@ def bool_to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor
     """Boolean mask (``True`` = may attend) to an additive float mask
     (``0`` / ``-inf``)."""
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-        raise TypeError(f"bool_to_additive expects a bool tensor, got {got}")
+        raise TypeError(f"bool_to_additive expects a bool tensor, got {describe(mask)}")
     out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return out.masked_fill(~mask, float("-inf"))
 

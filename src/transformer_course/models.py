@@ -17,20 +17,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache
-from .blocks import DecoderLayer, TransformerBlock
-from .feedforward import ACTIVATIONS
-from .masks import padding_mask
-from .norms import NORMS, build_norm
-from .positional import POSITIONAL_ENCODINGS, RotaryEmbedding, build_positional
-from .sampling import check_sampling_args, sample_next_token
-from .utils import (
+from ._validate import (
     check_choice,
     check_dropout,
     check_heads,
+    check_id_tensor,
     check_int,
     check_positive_int,
+    check_token_ids,
 )
+from .attention import KVCache
+from .blocks import DecoderLayer, TransformerBlock, _norm_layer
+from .feedforward import ACTIVATIONS
+from .masks import padding_mask
+from .norms import NORMS
+from .positional import POSITIONAL_ENCODINGS, RotaryEmbedding, build_positional
+from .sampling import check_sampling_args, sample_next_token
 
 __all__ = ["TransformerConfig", "Transformer", "GPTConfig", "MiniGPT"]
 
@@ -84,7 +86,7 @@ class TransformerConfig:
     final_norm: bool = True  # a norm after each stack, as nn.Transformer has
     bias: bool = True
     pad_id: int | None = 0
-    eps: float = 1e-5
+    eps: float | None = None  # None: the norm's own default (1e-5 / 1e-6)
 
     def __post_init__(self) -> None:
         check_positive_int("src_vocab_size", self.src_vocab_size)
@@ -100,34 +102,6 @@ class TransformerConfig:
             )
 
 
-def _check_ids(
-    name: str, ids: Tensor, vocab_size: int, ignore_index: int | None = None
-) -> None:
-    """Type, shape and range of token ids: one pass and one host synchronisation, at
-    the API boundary.
-    """
-    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
-        desc = (
-            f"{ids.dtype} {tuple(ids.shape)}"
-            if isinstance(ids, Tensor)
-            else type(ids).__name__
-        )
-        raise ValueError(f"{name} must be a 2-D LongTensor (N, T), got {desc}")
-    if ids.device.type == "meta":  # shapes only: no values to check
-        return
-    bad = (ids < 0) | (ids >= vocab_size)
-    if ignore_index is not None:
-        bad &= ids != ignore_index
-    if bool(bad.any()):
-        allowed = f"[0, {vocab_size})" + (
-            "" if ignore_index is None else f" or {ignore_index}"
-        )
-        raise ValueError(
-            f"{name} must lie in {allowed}, "
-            f"got {ids[bad][0].item()} ({int(bad.sum())} bad)"
-        )
-
-
 class Transformer(nn.Module):
     """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) + positions, an
     encoder stack of :class:`TransformerBlock` (``causal=False``), a decoder stack of
@@ -136,6 +110,12 @@ class Transformer(nn.Module):
     ``forward(src (N, S), tgt (N, L))`` returns logits ``(N, L, tgt_vocab_size)``;
     source padding (``cfg.pad_id``) is masked in the encoder and in the cross-attention,
     and the target self-attention is causal.
+
+    The token embeddings follow the paper: initialised N(0, 1/d_model) and multiplied
+    by sqrt(d_model), so the scaled embedding has unit variance, like the positions it
+    is added to (PyTorch's default N(0, 1) times sqrt(d_model) has variance d_model, and
+    an untrained model with a tied ``lm_head`` then predicts its input token: loss ~339
+    instead of ln V ~ 6.9).
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -163,16 +143,19 @@ class Transformer(nn.Module):
         self.decoder_blocks = nn.ModuleList(
             DecoderLayer(**layer_args) for _ in range(cfg.num_decoder_layers)
         )
-        norm = (
-            (lambda: build_norm(cfg.norm, E, cfg.eps, cfg.bias))
-            if cfg.final_norm
-            else nn.Identity
-        )
-        self.encoder_norm_f = norm()
-        self.decoder_norm_f = norm()
+        self.encoder_norm_f = self._final_norm()
+        self.decoder_norm_f = self._final_norm()
         self.lm_head = nn.Linear(E, cfg.tgt_vocab_size, bias=cfg.bias)
+        for emb in (self.src_tok_emb, self.tgt_tok_emb):  # x · sqrt(E) ~ N(0, 1)
+            nn.init.normal_(emb.weight, std=E**-0.5)
         if cfg.tie_weights:
             self.lm_head.weight = self.tgt_tok_emb.weight
+
+    def _final_norm(self) -> nn.Module:
+        cfg = self.cfg
+        if not cfg.final_norm:
+            return nn.Identity()
+        return _norm_layer(cfg.norm, cfg.d_model, cfg.eps, cfg.bias)
 
     def src_mask(self, src: Tensor) -> Tensor | None:
         """Key-padding mask ``(N, 1, 1, S)`` of the source, or ``None`` when ``pad_id``
@@ -180,15 +163,13 @@ class Transformer(nn.Module):
         """
         return None if self.cfg.pad_id is None else padding_mask(src, self.cfg.pad_id)
 
-    def encode(
-        self, src: Tensor, src_mask: Tensor | None = None, need_weights: bool = False
-    ) -> Tensor:
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids ``(N, S)`` -> memory ``(N, S, E)``."""
-        _check_ids("src", src, self.cfg.src_vocab_size)
+        check_id_tensor("src", src)
         x = self.src_tok_emb(src) * math.sqrt(self.cfg.d_model)
         x = self.drop(self.src_pos_emb(x))
         for block in self.encoder_blocks:
-            x = block(x, attn_mask=src_mask, need_weights=need_weights)
+            x = block(x, attn_mask=src_mask)
         return self.encoder_norm_f(x)
 
     def decode(
@@ -197,7 +178,6 @@ class Transformer(nn.Module):
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
-        need_weights: bool = False,
         caches: list[KVCache] | None = None,
     ) -> Tensor:
         """Target ids ``(N, L)`` and memory ``(N, S, E)`` -> decoder states
@@ -206,21 +186,19 @@ class Transformer(nn.Module):
         With ``caches`` (one :class:`KVCache` per layer) ``tgt`` holds only the new
         positions.
         """
-        _check_ids("tgt", tgt, self.cfg.tgt_vocab_size)
+        check_id_tensor("tgt", tgt)
         offset = caches[0].offset if caches else 0
         x = self.tgt_tok_emb(tgt) * math.sqrt(self.cfg.d_model)
         x = self.drop(self.tgt_pos_emb(x, offset=offset))
         for i, block in enumerate(self.decoder_blocks):
             cache = caches[i] if caches else None
-            x = block(x, memory, tgt_mask, src_mask, need_weights, cache)
+            x = block(x, memory, tgt_mask, src_mask, cache)
         return self.decoder_norm_f(x)
 
-    def forward(self, src: Tensor, tgt: Tensor, need_weights: bool = False) -> Tensor:
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         src_mask = self.src_mask(src)
-        memory = self.encode(src, src_mask, need_weights=need_weights)
-        return self.lm_head(
-            self.decode(tgt, memory, src_mask, need_weights=need_weights)
-        )
+        memory = self.encode(src, src_mask)
+        return self.lm_head(self.decode(tgt, memory, src_mask))
 
     @torch.no_grad()
     def greedy_decode(
@@ -229,6 +207,7 @@ class Transformer(nn.Module):
         """Greedy decoding with a KV cache: returns ``(N, T)`` ids starting with
         ``bos_id``, ``T <= max_len``; after a sequence emits ``eos_id`` it is padded
         with ``cfg.pad_id`` (or ``eos_id`` when ``pad_id`` is None)."""
+        check_token_ids("src", src, self.cfg.src_vocab_size)
         check_positive_int("max_len", max_len)
         was_training = self.training
         self.eval()
@@ -273,7 +252,7 @@ class GPTConfig:
     activation: str = "gelu"
     tie_weights: bool = True
     bias: bool = True
-    eps: float = 1e-5
+    eps: float | None = None  # None: the norm's own default (1e-5 / 1e-6)
     rope_base: float = 10000.0
 
     def __post_init__(self) -> None:
@@ -325,7 +304,7 @@ class MiniGPT(nn.Module):
             for _ in range(cfg.num_layers)
         )
         self.norm_f = (
-            build_norm(cfg.norm, E, cfg.eps, cfg.bias)
+            _norm_layer(cfg.norm, E, cfg.eps, cfg.bias)
             if cfg.norm_first
             else nn.Identity()
         )
@@ -366,33 +345,31 @@ class MiniGPT(nn.Module):
         window = C if self.rolling_cache else None
         return [KVCache(capacity=C, window=window) for _ in self.blocks]
 
-    def _backbone(
-        self,
-        input_ids: Tensor,
-        caches: list[KVCache] | None,
-        need_weights: bool = False,
+    def hidden_states(
+        self, input_ids: Tensor, caches: list[KVCache] | None = None
     ) -> Tensor:
-        """Final hidden states ``(N, T, E)``, after the final norm; no input checks."""
+        """Final hidden states ``(N, T, E)``, after the final norm."""
         x = self.tok_emb(input_ids)  # (N, T) -> (N, T, E)
         if self.pos_emb is not None:
             x = self.pos_emb(x, offset=caches[0].offset if caches else 0)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, need_weights=need_weights, cache=caches[i] if caches else None)
+            x = block(x, cache=caches[i] if caches else None)
         return self.norm_f(x)
 
     def forward(
         self,
         input_ids: Tensor,
         targets: Tensor | None = None,
-        need_weights: bool = False,
         caches: list[KVCache] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``input_ids (N, T)`` -> ``(logits (N, T, V), loss)``; ``loss`` is the mean
         next-token cross-entropy against ``targets (N, T)`` (``-100`` ignored), or
-        ``None``. With ``caches`` the ids are the new positions only."""
-        self._check_inputs(input_ids, targets, caches)
-        logits = self.lm_head(self._backbone(input_ids, caches, need_weights))
+        ``None``. With ``caches`` the ids are the new positions only. Only shapes are
+        checked here (free); the ids' range is checked where data enters: ``generate``,
+        ``lm_batch``, the trainer."""
+        self._check_shapes(input_ids, targets, caches)
+        logits = self.lm_head(self.hidden_states(input_ids, caches))
         loss = None
         if targets is not None:
             # (N*T, V) logits against (N*T,) targets
@@ -401,12 +378,12 @@ class MiniGPT(nn.Module):
             )
         return logits, loss
 
-    def _check_inputs(
+    def _check_shapes(
         self, input_ids: Tensor, targets: Tensor | None, caches: list[KVCache] | None
     ) -> None:
-        """Ids and targets in the vocabulary, one cache per block, and no more positions
-        than ``context_length`` (unless the caches roll): ``ValueError`` otherwise."""
-        _check_ids("input_ids", input_ids, self.cfg.vocab_size)
+        """2-D long ids and targets of one shape, one cache per block, and no more
+        positions than ``context_length`` (unless the caches roll)."""
+        check_id_tensor("input_ids", input_ids)
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"expected {len(self.blocks)} caches, got {len(caches)}")
         offset = caches[0].offset if caches else 0
@@ -418,12 +395,12 @@ class MiniGPT(nn.Module):
                 f"exceeds context_length={C}"
             )
         if targets is not None:
+            check_id_tensor("targets", targets)
             if targets.shape != input_ids.shape:
                 raise ValueError(
                     f"targets shape {tuple(targets.shape)} != "
                     f"input_ids shape {tuple(input_ids.shape)}"
                 )
-            _check_ids("targets", targets, self.cfg.vocab_size, IGNORE_INDEX)
 
     def generate(
         self,
@@ -448,7 +425,7 @@ class MiniGPT(nn.Module):
         (the tokens can then differ from ``use_cache=False``, which re-encodes the last
         C tokens every step). The train/eval mode is restored, also on an error.
         """
-        _check_ids("input_ids", input_ids, self.cfg.vocab_size)
+        check_token_ids("input_ids", input_ids, self.cfg.vocab_size)
         check_int("prompt tokens per row", input_ids.size(1), 1)
         check_int("max_new_tokens", max_new_tokens, 0)
         check_sampling_args(temperature, top_k, top_p, greedy)
@@ -480,13 +457,13 @@ class MiniGPT(nn.Module):
         for step in range(max_new_tokens):
             if step == 0 or not use_cache:
                 # the last C tokens (with the cache: the prefill of the prompt)
-                hidden = self._backbone(out[:, max(0, n - C) : n], caches)
+                hidden = self.hidden_states(out[:, max(0, n - C) : n], caches)
             elif len(caches[0]) < C or self.rolling_cache:
-                hidden = self._backbone(out[:, n - 1 : n], caches)
+                hidden = self.hidden_states(out[:, n - 1 : n], caches)
             else:  # full cache and absolute positions: re-encode the last C // 2 tokens
                 for cache in caches:
                     cache.reset()
-                hidden = self._backbone(out[:, n - max(1, C // 2) : n], caches)
+                hidden = self.hidden_states(out[:, n - max(1, C // 2) : n], caches)
             logits = self.lm_head(hidden[:, -1])  # (N, V): the last position only
             out[:, n] = sample_next_token(logits, **sampling)[:, 0]  # (N, 1) -> (N,)
             n += 1

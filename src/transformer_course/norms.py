@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .utils import check_positive_int
+from ._validate import check_positive_int
 
 __all__ = [
     "LayerNorm",
@@ -105,17 +105,21 @@ class RMSNorm(nn.Module):
 
 
 def build_norm(
-    name: str, dim: int, eps: float | None = None, bias: bool = True
+    name: str, dim: int, eps: float | None = None, bias: bool | None = None
 ) -> nn.Module:
     """``"layernorm"`` -> :class:`LayerNorm` (``bias`` toggles beta), ``"rmsnorm"`` ->
     :class:`RMSNorm`.
 
     ``eps=None`` keeps the norm's own default: ``1e-5`` for LayerNorm (as
     ``nn.LayerNorm``), ``1e-6`` for RMSNorm (as LLaMA); any other value is passed on.
+    ``bias=None`` keeps LayerNorm's beta; RMSNorm has no beta, so ``bias=True`` with it
+    raises ``ValueError``.
     """
     kwargs = {} if eps is None else {"eps": eps}
     if name == "layernorm":
-        return LayerNorm(dim, bias=bias, **kwargs)
+        return LayerNorm(dim, bias=True if bias is None else bias, **kwargs)
     if name == "rmsnorm":
+        if bias:
+            raise ValueError(f"rmsnorm has no bias, got bias={bias!r}")
         return RMSNorm(dim, **kwargs)
     raise ValueError(f"unknown norm {name!r}; expected one of {NORMS}")

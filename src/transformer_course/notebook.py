@@ -1,5 +1,8 @@
 """Helpers for the book's notebooks: one seed knob, the package's own source, one-line
-checks.
+claims, the attention weights of a whole model.
+
+Chapters import it as ``from transformer_course import notebook as nb``;
+``setup_chapter`` and ``show_source`` are also ``tc.setup_chapter``/``tc.show_source``.
 
 * :func:`course_seed` derives every random seed of a chapter from one base seed, read
   from the environment variable ``COURSE_SEED`` (default 0), so that ``make claims`` can
@@ -9,9 +12,11 @@ checks.
 * :func:`show_source` displays the tested source of a package object as a highlighted
   code block, in the HTML book (myst-nb renders the Markdown output) and in Jupyter
   alike.
-* :func:`check` and :func:`check_close` verify a claim and print a one-line summary, so
+* :func:`claim` and :func:`claim_close` verify a claim and print a one-line summary, so
   that a reader sees the verdict rather than a wall of assertions; inside a
-  :func:`checks` block they are silent and the block prints one line for all of them.
+  :func:`claims` block they are silent and the block prints one line for all of them.
+* :func:`record_attention` collects the detached attention weights of every
+  :class:`~transformer_course.MultiHeadAttention` of a model during a forward pass.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from torch import Tensor, nn
 
-from .utils import check_int, set_seed
+from ._validate import check_int
+from .utils import set_seed
 
 __all__ = [
     "SEED_ENV",
@@ -32,9 +39,10 @@ __all__ = [
     "setup_chapter",
     "SourceCode",
     "show_source",
-    "check",
-    "check_close",
-    "checks",
+    "claim",
+    "claim_close",
+    "claims",
+    "record_attention",
 ]
 
 SEED_ENV = "COURSE_SEED"
@@ -144,7 +152,7 @@ def show_source(obj: object) -> SourceCode:
     )
 
 
-# Counters of the open `checks` blocks (innermost last): checks inside one are silent.
+# Counters of the open `claims` blocks (innermost last): claims inside one are silent.
 _OPEN_BLOCKS: list[list[int]] = []
 
 
@@ -156,10 +164,10 @@ def _passed(line: str) -> None:
 
 
 @contextlib.contextmanager
-def checks(summary: str) -> Iterator[None]:
+def claims(summary: str) -> Iterator[None]:
     """Run a section's checks quietly and print one line for all of them.
 
-    Inside the block :func:`check` and :func:`check_close` print nothing; the first
+    Inside the block :func:`claim` and :func:`claim_close` print nothing; the first
     failure raises at once with its own message. When the block ends, one line
     ``✓ summary（n 项检查）`` is printed. A block in which no check ran raises
     ``AssertionError``: it would claim what nothing verified.
@@ -173,11 +181,11 @@ def checks(summary: str) -> Iterator[None]:
     finally:
         _OPEN_BLOCKS.pop()
     if counter[0] == 0:
-        raise AssertionError(f"check failed: {summary}: no check ran in this block")
+        raise AssertionError(f"claim failed: {summary}: no check ran in this block")
     _passed(f"✓ {summary}（{counter[0]} 项检查）")
 
 
-def check(condition: object, what: str) -> None:
+def claim(condition: object, what: str) -> None:
     """Assert ``condition`` and print ``✓ what``; raise ``AssertionError(what)`` when it
     is false."""
     if not isinstance(what, str) or not what:
@@ -190,11 +198,11 @@ def check(condition: object, what: str) -> None:
             )
         condition = condition.item()
     if not condition:
-        raise AssertionError(f"check failed: {what}")
+        raise AssertionError(f"claim failed: {what}")
     _passed(f"✓ {what}")
 
 
-def check_close(
+def claim_close(
     actual: object,
     expected: object,
     what: str,
@@ -218,13 +226,60 @@ def check_close(
     a, e = torch.as_tensor(actual), torch.as_tensor(expected)
     if a.shape != e.shape:
         raise AssertionError(
-            f"check failed: {what}: shapes {tuple(a.shape)} and {tuple(e.shape)} differ"
+            f"claim failed: {what}: shapes {tuple(a.shape)} and {tuple(e.shape)} differ"
         )
     dtype = torch.promote_types(a.dtype, e.dtype)
     a, e = a.detach().cpu().to(dtype), e.detach().cpu().to(dtype)
     try:
         torch.testing.assert_close(a, e, atol=atol, rtol=rtol)
     except AssertionError as err:
-        raise AssertionError(f"check failed: {what}\n{err}") from None
+        raise AssertionError(f"claim failed: {what}\n{err}") from None
     error = (a.double() - e.double()).abs().max().item() if a.numel() else 0.0
     _passed(f"✓ {what}（最大误差 {error:.1e}）")
+
+
+@contextlib.contextmanager
+def record_attention(*models: nn.Module) -> Iterator[dict[nn.Module, Tensor]]:
+    """Collect the attention weights of every :class:`MultiHeadAttention` in
+    ``models`` (a model itself included) while the block runs.
+
+    Yields a dict filled during the forward passes inside the block: attention module
+    -> its latest weights ``(N, H, L, S)``, detached (no autograd graph is kept), e.g.
+    ``maps[model.blocks[0].self_attn]``. Each module runs its explicit path
+    (``need_weights=True``) for the duration, whose output equals the fused one up to
+    float rounding; the module's callers still get the output alone. Nothing is
+    stored on the modules, and the hooks are removed when the block ends.
+    """
+    from .attention import MultiHeadAttention
+
+    modules = []
+    for model in models:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"models must be nn.Modules, got {type(model).__name__}")
+        found = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+        if not found:
+            raise ValueError(f"{type(model).__name__} has no MultiHeadAttention")
+        modules += [m for m in found if m not in modules]
+    if not modules:
+        raise TypeError("record_attention needs at least one model")
+    maps: dict[nn.Module, Tensor] = {}
+    asked: dict[nn.Module, bool] = {}
+
+    def ask(module, args, kwargs):
+        asked[module] = kwargs.get("need_weights", False)
+        return args, {**kwargs, "need_weights": True}
+
+    def keep(module, args, kwargs, output):
+        out, weights = output
+        maps[module] = weights.detach()
+        return output if asked.pop(module) else out
+
+    handles = []
+    try:
+        for m in modules:
+            handles.append(m.register_forward_pre_hook(ask, with_kwargs=True))
+            handles.append(m.register_forward_hook(keep, with_kwargs=True))
+        yield maps
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from ._validate import check_type
 from .models import GPTConfig, TransformerConfig
-from .utils import check_type
 
 __all__ = [
     "count_parameters",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .utils import check_int, check_positive_int
+from ._validate import check_int, check_positive_int
 
 __all__ = [
     "POSITIONAL_ENCODINGS",
@@ -80,8 +80,7 @@ def relative_position_transform(
 
 
 def _check_offset(offset: int) -> None:
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+    check_int("offset", offset, 0)
 
 
 def _check_sequence(x: Tensor, offset: int, max_len: int, what: str) -> None:

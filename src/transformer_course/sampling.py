@@ -21,37 +21,33 @@ Conventions (each one pinned by an exact-probability test in
 from __future__ import annotations
 
 import math
-from numbers import Real
 
 import torch
 from torch import Tensor
 
+from ._validate import check_positive_int, check_real, describe
+
 __all__ = ["check_sampling_args", "top_k_filter", "top_p_filter", "sample_next_token"]
 
 
-def _is_real(value: object) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)
-
-
 def _check_top_k(k: object) -> int:
-    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
-        raise ValueError(f"top_k must be a positive int, got {k!r}")
-    return k
+    return check_positive_int("top_k", k)
 
 
 def _check_top_p(p: object) -> float:
-    if not _is_real(p) or not 0.0 < p <= 1.0:
-        raise ValueError(f"top_p must be a real number in (0, 1], got {p!r}")
+    if not 0.0 < check_real("top_p", p) <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {p!r}")
     return float(p)
 
 
 def _check_temperature(temperature: object) -> float:
-    if not _is_real(temperature) or not math.isfinite(temperature) or temperature <= 0:
+    t = check_real("temperature", temperature)
+    if not (math.isfinite(t) and t > 0):
         raise ValueError(
-            "temperature must be a finite positive real number "
+            "temperature must be a finite positive number "
             f"(use greedy=True for argmax), got {temperature!r}"
         )
-    return float(temperature)
+    return t
 
 
 def check_sampling_args(
@@ -111,12 +107,10 @@ def _check_logits(logits: object) -> None:
         or logits.dim() != 2
         or not logits.is_floating_point()
     ):
-        got = (
-            f"{tuple(logits.shape)} {logits.dtype}"
-            if isinstance(logits, Tensor)
-            else type(logits).__name__
+        error = ValueError if isinstance(logits, Tensor) else TypeError
+        raise error(
+            f"logits must be a floating-point (N, V) tensor, got {describe(logits)}"
         )
-        raise ValueError(f"logits must be a floating-point (N, V) tensor, got {got}")
 
 
 def sample_next_token(

@@ -28,7 +28,7 @@ import math
 import torch
 from torch import Tensor
 
-from .utils import check_qkv
+from ._validate import check_qkv
 
 __all__ = [
     "SparsemaxFunction",

@@ -3,36 +3,36 @@ loop."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from numbers import Real
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from .utils import check_int, check_positive_int
+from ._validate import (
+    check_int,
+    check_positive_int,
+    check_positive_real,
+    check_real,
+    describe,
+)
 
 __all__ = [
     "noam_lr",
     "noam_scheduler",
+    "cosine_lr",
+    "decay_param_groups",
+    "derived_seed",
     "smoothed_targets",
     "label_smoothing_loss",
     "TrainHistory",
     "train_loop",
 ]
-
-
-def _check_positive_finite(name: str, value: object) -> None:
-    if (
-        not isinstance(value, Real)
-        or isinstance(value, bool)
-        or not (math.isfinite(value) and value > 0)
-    ):
-        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -45,7 +45,7 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     check_positive_int("step", step)
     check_positive_int("d_model", d_model)
     check_positive_int("warmup", warmup)
-    _check_positive_finite("factor", factor)
+    check_positive_real("factor", factor)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
@@ -60,6 +60,37 @@ def noam_scheduler(
     return LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup, factor))
 
 
+def cosine_lr(
+    step: int, *, lr: float, min_lr: float, warmup: int, decay_steps: int
+) -> float:
+    """Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to ``min_lr``
+    at ``decay_steps`` (nanoGPT's schedule); ``step`` counts from 0."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= decay_steps:
+        return min_lr
+    progress = (step - warmup) / max(1, decay_steps - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+def decay_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups: weight decay on the matrices (``dim >= 2``: linear
+    layers and embeddings), none on biases and norm gains (nanoGPT's grouping)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def derived_seed(*parts: object) -> int:
+    """A 64-bit seed that depends only on ``parts``, e.g. ``(seed, rank, step)``: the
+    one seeding rule for batches, dropout masks and validation batches, so that a
+    resumed run draws exactly what an uninterrupted one would."""
+    key = "/".join(map(str, parts)).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
+
+
 def smoothed_targets(targets: Tensor, num_classes: int, smoothing: float) -> Tensor:
     """Target distributions ``(1 - ε) · onehot + ε / V`` of shape
     ``(*targets.shape, V)``.
@@ -69,12 +100,8 @@ def smoothed_targets(targets: Tensor, num_classes: int, smoothing: float) -> Ten
     gets ``1 - ε + ε/V``.
     """
     check_positive_int("num_classes", num_classes)
-    if (
-        not isinstance(smoothing, Real)
-        or isinstance(smoothing, bool)
-        or not 0.0 <= smoothing < 1.0
-    ):
-        raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
+    if not 0.0 <= check_real("smoothing", smoothing) < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing!r}")
     if targets.dtype != torch.long:
         raise ValueError(f"targets must be an int64 (long) tensor, got {targets.dtype}")
     if targets.numel() and (
@@ -125,16 +152,16 @@ def _check_loop_args(num_steps: int, log_every: int, grad_clip: float | None) ->
     check_positive_int("num_steps", num_steps)
     check_int("log_every", log_every, 0)
     if grad_clip is not None:
-        _check_positive_finite("grad_clip", grad_clip)
+        check_positive_real("grad_clip", grad_clip)
 
 
 def _check_loss(loss: object, step: int) -> None:
     """A finite scalar tensor, or ``ValueError`` / ``FloatingPointError`` naming the
     step (one host synchronisation per step, as ``loss.item()`` needs anyway)."""
     if not isinstance(loss, Tensor) or loss.dim() != 0:
-        got = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
         raise ValueError(
-            f"compute_loss must return a scalar tensor, got {got} at step {step}"
+            "compute_loss must return a scalar tensor, "
+            f"got {describe(loss)} at step {step}"
         )
     if not torch.isfinite(loss):
         raise FloatingPointError(f"loss is {loss.item()} at step {step}")

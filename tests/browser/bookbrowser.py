@@ -336,9 +336,9 @@ DEV_NOTE_PHRASES = [
     "写作本书时",
     "本书的上一版",
 ]
-# A line of check code: an assert, tc.check / tc.check_close / tc.checks (not a learner's
+# A line of check code: an assert, nb.claim / nb.claim_close / nb.claims (not a learner's
 # tc.exercises.check_… call, which is the visible half of a build exercise).
-CHECK_LINE_RE = r"\bassert\b|(?<![\w.])(?:tc\.)?check(?:s|_close)?\("
+CHECK_LINE_RE = r"\bassert\b|(?<![\w.])(?:nb\.)?claim(?:s|_close)?\("
 
 # Close every box a reader opens by hand, then measure the visible text. A text node counts when
 # its element is rendered (not inside a closed <details>, not display:none/visibility:hidden/

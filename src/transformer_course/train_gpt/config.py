@@ -1,0 +1,143 @@
+"""The trainer's settings: one typed :class:`TrainConfig`, built once from the command
+line, the presets, and the rules that tie a resumed run to its checkpoint.
+
+Every default is stated once: the model's in :class:`~transformer_course.GPTConfig`,
+the run's in :class:`TrainConfig`; a preset overrides both, a flag typed on the
+command line overrides the preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import transformer_course as tc
+
+#: The model flags. Their parser default is None, so that on --resume the flags a user
+#: typed can be told apart from defaults and compared with the checkpoint's config.
+MODEL_FLAGS = ("context_length", "d_model", "num_heads", "num_layers", "dropout",
+               "positional", "norm", "activation")  # fmt: skip
+#: Sizes for the shipped corpus (about 41K training characters). ``cpu-small`` (the
+#: default, chapter 5's recipe) is half a minute on a 2-core laptop, ``cpu-medium``
+#: (twice the context, a larger model, 2.5x the steps) about a quarter of an hour;
+#: both beat the n-gram baseline (README). ``gpu`` is nanoGPT's character-level
+#: Shakespeare model (``config/train_shakespeare_char.py``).
+PRESETS = {
+    "cpu-small": dict(
+        context_length=128, d_model=96, num_heads=4, num_layers=3, dropout=0.0,
+        batch_size=32, max_steps=400, lr=1e-2, min_lr=1e-3, warmup_steps=20,
+        eval_every=100, eval_iters=10,
+    ),
+    "cpu-medium": dict(
+        context_length=256, d_model=128, num_heads=4, num_layers=4, dropout=0.1,
+        batch_size=32, max_steps=1000, lr=5e-3, min_lr=5e-4, warmup_steps=50,
+        eval_every=200, eval_iters=40,
+    ),
+    "gpu": dict(
+        context_length=256, d_model=384, num_heads=6, num_layers=6, dropout=0.2,
+        batch_size=64, max_steps=5000, lr=1e-3, min_lr=1e-4, warmup_steps=100,
+        eval_every=250, eval_iters=200,
+    ),
+}  # fmt: skip
+DEFAULT_PRESET = "cpu-small"
+
+
+def model_default(name: str) -> object:
+    """``GPTConfig``'s default for a model flag that no preset sets."""
+    return {f.name: f.default for f in dataclasses.fields(tc.GPTConfig)}[name]
+
+
+class UsageError(Exception):
+    """A mistake in the command line or the out dir: reported as one line, exit status
+    2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs, typed. ``model`` holds the model flags that
+    were given (a new run fills the others from the preset and ``GPTConfig``; a resumed
+    run takes the checkpoint's)."""
+
+    # set by every preset
+    batch_size: int  # sequences per rank per micro-step
+    max_steps: int
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    eval_every: int
+    eval_iters: int
+    # the same for every preset
+    out_dir: Path = Path("runs/gpt")
+    resume: bool = False
+    preset: str = DEFAULT_PRESET
+    model: dict = dataclasses.field(default_factory=dict)
+    grad_accum: int = 1
+    lr_decay_steps: int | None = None  # None: max_steps
+    weight_decay: float = 0.1
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # 0 disables clipping
+    val_fraction: float = 0.1
+    log_every: int = 10
+    seed: int = 1337
+    device: str = "auto"
+    dtype: str = "auto"
+    compile: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TrainConfig:
+        """Flags typed > the preset > the defaults above; checks that involve two flags
+        (one flag's range is checked by its argparse type)."""
+        preset = PRESETS[args.preset]
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name == "model":
+                continue
+            typed = getattr(args, f.name, None)
+            if typed is not None:
+                values[f.name] = typed
+            elif f.name in preset:
+                values[f.name] = preset[f.name]
+        values["out_dir"] = Path(values["out_dir"])
+        model = {name: getattr(args, name) for name in MODEL_FLAGS}
+        cfg = cls(**values, model={k: v for k, v in model.items() if v is not None})
+        if cfg.min_lr > cfg.lr:
+            raise UsageError(f"--min-lr ({cfg.min_lr}) must not exceed --lr ({cfg.lr})")
+        return cfg
+
+    @property
+    def decay_steps(self) -> int:
+        return self.lr_decay_steps or self.max_steps
+
+    def model_config(self, vocab_size: int) -> tc.GPTConfig:
+        """The config of a new run: the model flags given, else the preset's, else
+        ``GPTConfig``'s."""
+        preset = PRESETS[self.preset]
+        values = {
+            name: self.model.get(name, preset.get(name, model_default(name)))
+            for name in MODEL_FLAGS
+        }
+        try:
+            return tc.GPTConfig(vocab_size=vocab_size, **values)
+        except (ValueError, TypeError) as error:
+            raise UsageError(f"invalid model flags: {error}") from None
+
+    def check_matches(self, saved: dict) -> None:
+        """On --resume: every model flag given must equal the checkpoint's config.
+
+        Flags left out take the checkpoint's values; a flag that differs is an error
+        rather than being ignored (a run that silently trains another model than the
+        one asked for loses the user's intent).
+        """
+        differ = [
+            f"--{name.replace('_', '-')} {value!r} (checkpoint: {saved.get(name)!r})"
+            for name, value in self.model.items()
+            if value != saved.get(name)
+        ]
+        if differ:
+            raise UsageError(
+                "--resume: model flags differ from the checkpoint's config: "
+                + ", ".join(differ)
+                + "; leave them out to continue the checkpoint's model, "
+                + "or train into a new --out-dir"
+            )

@@ -1,0 +1,390 @@
+"""A training run: the data, the model and optimizer (new or resumed), and nanoGPT's
+loop in named steps, with evaluation, checkpoints and the metrics log."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+import transformer_course as tc
+from transformer_course._validate import check_token_ids
+from transformer_course.checkpoint import (
+    atomic_write,
+    config_from_dict,
+    load_checkpoint,
+    remove_temp_files,
+    save_checkpoint,
+)
+
+from . import distributed
+from .config import TrainConfig, UsageError
+from .distributed import DistInfo, log
+
+CKPT_NAME = "ckpt.pt"
+BEST_NAME = "best.pt"
+METRICS_NAME = "metrics.jsonl"
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+    """The tokenizer and the two splits as id tensors."""
+
+    tokenizer: tc.CharTokenizer
+    train: Tensor
+    val: Tensor
+
+
+def load_data(cfg: TrainConfig) -> Data:
+    """The shipped corpus, split by whole paragraphs as in chapter 5
+    (:func:`transformer_course.split_paragraphs`), encoded by a character tokenizer.
+
+    The one place where text enters the trainer: another corpus or tokenizer is a
+    change here. The ids are range-checked once, here (``forward`` does not)."""
+    text = tc.load_text_corpus()
+    tok = tc.CharTokenizer(text)
+    train_text, val_text = tc.split_paragraphs(text, cfg.val_fraction)
+    splits = []
+    for name, part in (("training", train_text), ("validation", val_text)):
+        ids = torch.tensor(tok.encode(part), dtype=torch.long)[None]
+        splits.append(check_token_ids(f"{name} ids", ids, tok.vocab_size)[0])
+    return Data(tok, *splits)
+
+
+@dataclasses.dataclass
+class Run:
+    """What the training steps share: settings, data, the model (``model`` may be
+    wrapped in DDP/compile, ``raw_model`` is the module itself) and the counters."""
+
+    cfg: TrainConfig
+    info: DistInfo
+    device: torch.device
+    data: Data
+    model_cfg: tc.GPTConfig
+    raw_model: tc.MiniGPT
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    amp: contextlib.AbstractContextManager
+    start_step: int = 0
+    best_val: float = float("inf")
+
+
+def train(cfg: TrainConfig) -> Run:
+    """Prepare the out dir and the processes, then :func:`train_loop`; returns the
+    finished run."""
+    info = DistInfo.from_env()
+    prepare_out_dir(cfg.out_dir, is_main=info.is_main)
+    device = distributed.setup(info, cfg.device)
+    try:
+        return train_loop(cfg, info, device)
+    finally:
+        distributed.teardown(info)
+
+
+def train_loop(cfg: TrainConfig, info: DistInfo, device: torch.device) -> Run:
+    """Load the data, resume or start, then train: nanoGPT's loop in named steps."""
+    data = load_data(cfg)
+    model_cfg, resume = resume_or_new(cfg, data.tokenizer)
+    check_split_lengths(model_cfg, data)
+    run = build(cfg, info, device, data, model_cfg, resume)
+    log_start(run)
+    step = run.start_step
+    t0 = time.perf_counter()
+    while step < cfg.max_steps:
+        lr = set_lr(run.optimizer, step, cfg)
+        loss = train_step(run, step)
+        step += 1
+        if step % cfg.log_every == 0 or step == cfg.max_steps:
+            train_loss = distributed.mean_over_ranks(loss, info)
+            dt, t0 = (time.perf_counter() - t0) / cfg.log_every, time.perf_counter()
+            log(
+                info,
+                f"step {step:6d} | loss {train_loss:.4f} | lr {lr:.2e} | "
+                f"{1000 * dt:.0f} ms/step",
+            )
+            write_metrics(run, {"step": step, "train_loss": train_loss, "lr": lr})
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            evaluate_and_checkpoint(run, step)
+    if run.start_step >= cfg.max_steps:
+        log(
+            info,
+            f"checkpoint is at step {run.start_step} >= --max-steps {cfg.max_steps}; "
+            "nothing to do",
+        )
+    return run
+
+
+# --------------------------------------------------------------------------- files
+def prepare_out_dir(out_dir: Path, *, is_main: bool) -> None:
+    """Create OUT_DIR, prove it writable, and (main rank) remove temporary files of
+    killed saves."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # created, then deleted
+        tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-test-").close()
+    except OSError as error:
+        raise UsageError(
+            f"--out-dir {str(out_dir)!r} is not a writable folder: {error}"
+        ) from None
+    if is_main:
+        for name in (CKPT_NAME, BEST_NAME, METRICS_NAME):
+            for tmp in remove_temp_files(out_dir / name):
+                print(f"removed {tmp.name}, left by an interrupted save", flush=True)
+
+
+def truncate_metrics(path: Path, last_step: int) -> int:
+    """Keep the records of ``path`` (JSON lines) with ``step <= last_step``; return how
+    many were cut.
+
+    A run killed after its last checkpoint wrote records for steps it will redo on
+    resume, and maybe half a line; both go, so that the resumed log has every record
+    exactly once. The file is rewritten atomically (temporary file, fsync, rename).
+    """
+    if not path.is_file():
+        return 0
+    kept, cut = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+            keep = isinstance(record, dict) and int(record["step"]) <= last_step
+        except (ValueError, KeyError, TypeError):
+            keep = False
+        if keep:
+            kept.append(line + "\n")
+        else:
+            cut += 1
+    if cut:
+        atomic_write(path, "".join(kept).encode())
+    return cut
+
+
+def write_metrics(run: Run, record: dict) -> None:
+    if run.info.is_main:
+        with (run.cfg.out_dir / METRICS_NAME).open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+# --------------------------------------------------------------------------- start
+def resume_or_new(
+    cfg: TrainConfig, tok: tc.CharTokenizer
+) -> tuple[tc.GPTConfig, dict | None]:
+    """The model config of the run, and the checkpoint to resume from (None for a new
+    run)."""
+    ckpt_path = cfg.out_dir / CKPT_NAME
+    if not cfg.resume:
+        if ckpt_path.exists():
+            raise UsageError(
+                f"{str(ckpt_path)!r} exists: pass --resume to continue that run, "
+                "or choose another --out-dir"
+            )
+        return cfg.model_config(tok.vocab_size), None
+    if not ckpt_path.is_file():
+        raise UsageError(
+            f"--resume given but there is no checkpoint at {str(ckpt_path)!r}"
+        )
+    try:
+        resume = load_checkpoint(ckpt_path, map_location="cpu")
+    except ValueError as error:
+        raise UsageError(f"--resume: {error}") from None
+    if resume["extra"].get("tokenizer_chars") != tok.chars:
+        raise UsageError(
+            "--resume: the checkpoint's tokenizer does not match the corpus' characters"
+        )
+    try:
+        model_cfg = config_from_dict(tc.GPTConfig, resume["config"])
+    except (TypeError, ValueError) as error:
+        raise UsageError(
+            f"--resume: the checkpoint holds no usable GPTConfig: {error}"
+        ) from None
+    cfg.check_matches(resume["config"])
+    return model_cfg, resume
+
+
+def check_split_lengths(model_cfg: tc.GPTConfig, data: Data) -> None:
+    for name, split in (("training", data.train), ("validation", data.val)):
+        if len(split) <= model_cfg.context_length + 1:
+            raise UsageError(
+                f"the {name} split has {len(split)} tokens, "
+                f"not more than context_length + 1 = {model_cfg.context_length + 1}; "
+                "lower --context-length or change --val-fraction"
+            )
+
+
+def autocast_context(
+    device: torch.device, dtype_name: str
+) -> contextlib.AbstractContextManager:
+    if dtype_name == "auto":
+        bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        dtype_name = "bfloat16" if bf16_ok else "float32"
+    if dtype_name == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def build(
+    cfg: TrainConfig,
+    info: DistInfo,
+    device: torch.device,
+    data: Data,
+    model_cfg: tc.GPTConfig,
+    resume: dict | None,
+) -> Run:
+    """Model and optimizer, restored from ``resume`` if given, wrapped for
+    compile/DDP."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    raw_model = tc.MiniGPT(model_cfg).to(device)
+    groups = tc.decay_param_groups(raw_model, cfg.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2))
+    model = torch.compile(raw_model) if cfg.compile else raw_model
+    if info.enabled:
+        ids = [device.index] if device.type == "cuda" else None
+        model = DistributedDataParallel(model, device_ids=ids)
+    run = Run(
+        cfg=cfg,
+        info=info,
+        device=device,
+        data=data,
+        model_cfg=model_cfg,
+        raw_model=raw_model,
+        model=model,
+        optimizer=optimizer,
+        amp=autocast_context(device, cfg.dtype),
+    )
+    if resume is not None:
+        raw_model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        run.start_step = int(resume["step"])
+        run.best_val = float(resume["extra"].get("best_val_loss", float("inf")))
+    return run
+
+
+def log_start(run: Run) -> None:
+    """Log the run's sizes; cut the metrics log back to the starting step."""
+    cfg, info = run.cfg, run.info
+    tokens = cfg.batch_size * cfg.grad_accum * info.world_size
+    tokens *= run.model_cfg.context_length
+    log(
+        info,
+        f"device={run.device} world_size={info.world_size} "
+        f"params={tc.count_parameters(run.raw_model):,} "
+        f"vocab={run.data.tokenizer.vocab_size} "
+        f"train_tokens={len(run.data.train):,} tokens/step={tokens:,}",
+    )
+    if run.start_step:
+        log(info, f"resumed from {cfg.out_dir / CKPT_NAME} at step {run.start_step}")
+    if info.is_main:
+        metrics = cfg.out_dir / METRICS_NAME
+        cut = truncate_metrics(metrics, run.start_step)
+        if cut:
+            log(
+                info,
+                f"removed {cut} record(s) past step {run.start_step} from {metrics}",
+            )
+    distributed.barrier(info)
+
+
+# --------------------------------------------------------------------------- steps
+def set_lr(optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig) -> float:
+    lr = tc.cosine_lr(
+        step,
+        lr=cfg.lr,
+        min_lr=cfg.min_lr,
+        warmup=cfg.warmup_steps,
+        decay_steps=cfg.decay_steps,
+    )
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def step_batch(run: Run, step: int, micro: int) -> tuple[Tensor, Tensor]:
+    """The training batch of (seed, rank, step, micro-step), on the device: it depends
+    on nothing else, so a resumed run draws the batches of an uninterrupted one."""
+    seed = tc.derived_seed(run.cfg.seed, run.info.rank, step, micro)
+    gen = torch.Generator().manual_seed(seed)
+    x, y = tc.lm_batch(
+        run.data.train, run.cfg.batch_size, run.model_cfg.context_length, generator=gen
+    )
+    return x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
+
+
+def train_step(run: Run, step: int) -> Tensor:
+    """One optimizer step over ``grad_accum`` micro-batches; returns the mean loss."""
+    cfg, info, model = run.cfg, run.info, run.model
+    model.train()
+    torch.manual_seed(tc.derived_seed(cfg.seed, info.rank, step, "dropout"))
+    loss_sum = torch.zeros((), device=run.device)
+    for micro in range(cfg.grad_accum):
+        x, y = step_batch(run, step, micro)
+        last_micro = micro == cfg.grad_accum - 1
+        # DDP averages the gradients once, after the last micro-batch
+        sync = info.enabled and not last_micro
+        with model.no_sync() if sync else contextlib.nullcontext():
+            with run.amp:
+                _, loss = model(x, targets=y)
+            (loss / cfg.grad_accum).backward()
+        loss_sum += loss.detach()
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return loss_sum / cfg.grad_accum
+
+
+@torch.no_grad()
+def evaluate(run: Run) -> float:
+    """Mean validation loss over ``eval_iters`` fixed batches (the same on every rank
+    and every call)."""
+    cfg, model = run.cfg, run.raw_model
+    model.eval()
+    gen = torch.Generator().manual_seed(tc.derived_seed(cfg.seed, "validation"))
+    total = 0.0
+    for _ in range(cfg.eval_iters):
+        x, y = tc.lm_batch(
+            run.data.val, cfg.batch_size, run.model_cfg.context_length, generator=gen
+        )
+        with run.amp:
+            _, loss = model(x.to(run.device), targets=y.to(run.device))
+        total += float(loss)
+    model.train()
+    return total / cfg.eval_iters
+
+
+def evaluate_and_checkpoint(run: Run, step: int) -> None:
+    """Validation loss; ``best.pt`` if it improved, then ``ckpt.pt`` (main rank)."""
+    val_loss = evaluate(run)
+    improved = val_loss < run.best_val
+    run.best_val = min(run.best_val, val_loss)
+    log(run.info, f"step {step:6d} | val loss {val_loss:.4f} | best {run.best_val:.4f}")
+    write_metrics(run, {"step": step, "val_loss": val_loss})
+    if run.info.is_main:
+        out, common = (
+            run.cfg.out_dir,
+            dict(
+                step=step,
+                config=run.model_cfg,
+                tokenizer_chars=run.data.tokenizer.chars,
+                world_size=run.info.world_size,
+                seed=run.cfg.seed,
+            ),
+        )
+        # best.pt first: a kill between the two saves then loses nothing
+        if improved:
+            save_checkpoint(
+                out / BEST_NAME, run.raw_model, None, val_loss=val_loss, **common
+            )
+        save_checkpoint(
+            out / CKPT_NAME, run.raw_model, run.optimizer,
+            best_val_loss=run.best_val, **common,
+        )  # fmt: skip
+    distributed.barrier(run.info)

@@ -1,0 +1,64 @@
+"""The ``sample`` command: text from a checkpoint written by ``train``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+import transformer_course as tc
+from transformer_course.checkpoint import config_from_dict, load_checkpoint
+
+from .config import UsageError
+
+
+def sample(
+    ckpt: str | Path,
+    *,
+    prompt: str | None = None,
+    max_new_tokens: int = 300,
+    num_samples: int = 1,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    greedy: bool = False,
+    seed: int = 0,
+    device: str = "auto",
+) -> int:
+    """Print ``num_samples`` continuations of ``prompt`` (default: a newline)."""
+    dev = tc.get_device(device)
+    try:
+        state = load_checkpoint(ckpt, map_location="cpu")  # weights_only=True inside
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(f"--ckpt: {error}") from None
+    cfg = config_from_dict(tc.GPTConfig, state["config"])
+    tok = tc.CharTokenizer(state["extra"]["tokenizer_chars"])
+    model = tc.MiniGPT(cfg)
+    model.load_state_dict(state["model"])
+    model.to(dev).eval()
+
+    if prompt is None:
+        prompt = "\n" if "\n" in tok.chars else tok.chars[0]
+    unknown = sorted(set(prompt) - set(tok.chars))
+    if not prompt or unknown:
+        raise UsageError(
+            "the prompt must be non-empty and use the training characters; "
+            f"unknown characters: {unknown}"
+        )
+    ids = torch.tensor([tok.encode(prompt)] * num_samples, dtype=torch.long, device=dev)
+    ids = ids[:, -cfg.context_length :]
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    out = model.generate(
+        ids,
+        max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        greedy=greedy,
+        generator=gen,
+    )
+    for i, row in enumerate(out.tolist()):
+        if num_samples > 1:
+            print(f"----- sample {i} (step {state['step']})")
+        print(tok.decode(row), flush=True)
+    return 0
