@@ -23,7 +23,7 @@ PIP_ARGS ?=
 LINT_PATHS := $(wildcard src tests bench scripts book/_ext conftest.py)
 JB_BUILD   := $(BIN)/jupyter-book build . -W -n --keep-going
 
-.PHONY: help venv book test lint format compat unit nbval jupyter claims browser pdf bench notebooks check-chapter clean distclean \
+.PHONY: help venv book test lint format compat unit nbval jupyter claims browser pdf bench notebooks check-chapter zh-corpus clean distclean \
 	lab lab-test
 
 help:  ## this list of targets (from the `##` comments of the Makefile)
@@ -147,6 +147,11 @@ notebooks: $(STAMP)  ## .ipynb copies of the chapters and appendices with code -
 check-chapter: $(STAMP)  ## strict build of one chapter: make check-chapter CH=book/chNN_x.md
 	@test -n "$(CH)" || { echo "usage: make check-chapter CH=book/chNN_name.md [ARGS=--allow-missing-refs]"; exit 2; }
 	$(BIN)/python scripts/check_chapter.py "$(CH)" $(ARGS)
+
+# The Chinese corpus tc.load_text_corpus("zh") is the book's own prose: after editing a page, rewrite it
+# (tests/test_zh_corpus.py fails while it is out of date).
+zh-corpus: $(STAMP)  ## rewrite src/transformer_course/corpus/zh_book.txt from the prose of book/
+	$(BIN)/python scripts/make_zh_corpus.py
 
 clean:  ## remove build outputs (keeps .venv)
 	rm -rf _build .pytest_cache .hypothesis .ruff_cache

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from bench import attention, chapters, generation, memory, reference, training
+from bench import attention, chapters, generation, memory, reference, tokenizer, training
 from bench.common import Context, log
 from transformer_course import benchmarking as tb
 
@@ -35,6 +35,7 @@ BENCHMARKS = {
     "training": training,
     "reference": reference,
     "chapters": chapters,
+    "tokenizer": tokenizer,
 }
 
 
@@ -143,6 +144,10 @@ def summary(results: dict) -> str:
             lines.append(f"vs GPT2LMHeadModel ({r['name']}, {r['parameters']:,} params): training tokens/s "
                          f"{r['train_tokens_per_s_ratio']:.3f}x, "
                          f"eval forward time {r['eval_time_ratio']:.3f}x")  # fmt: skip
+    if "tokenizer" in b:
+        t = b["tokenizer"]
+        lines.append(f"BPE training ({t['merges']} merges, {t['characters']:,} chars): tc {t['tc_s']} s, "
+                     f"tokenizers {t['tokenizers_s']} s, ratio {t['ratio_tc_over_tokenizers']}")  # fmt: skip
     if "chapters" in b and "per_notebook" in b["chapters"]:
         lines.append(f"chapters: {b['chapters']['total_cell_s']} s of cells")
     return "\n".join(lines)

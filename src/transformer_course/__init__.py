@@ -92,6 +92,7 @@ from .sparse import (
     sparsemax_attention,
     sparsemax_threshold,
 )
+from .tokenizer import BPETokenizer
 from .training import (
     TrainHistory,
     cosine_lr,
@@ -147,4 +148,5 @@ __all__ = [
     "train_loop", "TrainHistory", "Transformer", "transformer_parameter_breakdown",
     "transformer_parameter_count", "TransformerBlock", "TransformerConfig",
     "translation_corpus", "unwrap_model", "WordTokenizer",
+    "BPETokenizer",
 ]  # fmt: skip

@@ -1,0 +1,262 @@
+"""Checkers for the BPE build exercises (the tokenizer topic of ``tc.exercises``).
+
+Same protocol as every checker of :mod:`transformer_course.exercises`: right -> one
+``✓`` line; wrong -> :class:`~transformer_course.exercises.ExerciseError` with a Chinese
+diagnosis; a skeleton (returns ``None`` or raises ``NotImplementedError``) -> prints
+``尚未实现…`` (an error with ``solution=True``).
+
+Contracts (token ids are Python ints, sequences are lists):
+
+* :func:`check_pair_counts` ``fn(ids)`` -> a mapping ``{(a, b): count}`` of the adjacent
+  pairs of ``ids``; overlapping pairs count separately (``[7, 7, 7]`` has ``(7, 7)``
+  twice). A ``dict`` or ``Counter``; pairs that do not occur may be left out.
+* :func:`check_merge_pair` ``fn(ids, pair, new_id)`` -> a new list in which every
+  occurrence of ``pair`` is replaced by ``new_id``, scanning left to right
+  (``[7, 7, 7]`` -> ``[new_id, 7]``); ``ids`` itself is left unchanged.
+* :func:`check_bpe_merge` ``fn(ids, new_id)`` -> ``(pair, new_ids)``: one training step,
+  the most frequent pair (ties: the smallest pair, as ``tc.BPETokenizer``) merged
+  everywhere.
+
+Each checker first runs small cases built to expose one mistake each, then random
+sequences compared with :func:`transformer_course.tokenizer.count_pairs` and
+:func:`~transformer_course.tokenizer.merge_pair`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+
+from .exercises import _SEED, _checker, _fail, _name, _run
+from .tokenizer import count_pairs, merge_pair
+
+__all__ = ["check_pair_counts", "check_merge_pair", "check_bpe_merge"]
+
+_NEW = 99  # the new id in the hand-made cases; the sequences use ids below it
+
+
+def _random_cases(offset: int, n: int = 12) -> list[list[int]]:
+    """Sequences over few symbols, so that pairs repeat and overlap."""
+    rng = random.Random(_SEED + offset)
+    return [[rng.randrange(4) for _ in range(rng.randrange(2, 30))] for _ in range(n)]
+
+
+def _explain(
+    name: str, runs: list, want: Callable, variants: Callable, rule: str
+) -> None:
+    """Fail if a run is wrong. ``runs`` holds ``(args, result)`` of every case; the hint
+    is that of the first usual mistake (``variants(*args)``: ``{hint: result}``) that
+    reproduces the candidate on *every* case, else ``rule``."""
+    __tracebackhide__ = True
+    wrong = [(args, got) for args, got in runs if got != want(*args)]
+    if not wrong:
+        return
+    args, got = wrong[0]
+    shown = ", ".join(repr(a) for a in args)
+    head = f"{name}({shown}) 得到 {got}，应为 {want(*args)}。"
+    for hint in variants(*args):
+        if all(got_i == variants(*args_i)[hint] for args_i, got_i in runs):
+            _fail(head + hint)
+    _fail(head + rule)
+
+
+# --- pair counts --------------------------------------------------------------------
+
+
+def _as_counts(name: str, out: object, ids: list[int]) -> dict:
+    """The candidate's result as ``{(a, b): count}`` without zero counts."""
+    __tracebackhide__ = True
+    if not isinstance(out, Mapping):
+        _fail(
+            f"{name}({ids}) 应返回字典 {{(a, b): 次数}}（dict 或 Counter），得到的是 "
+            f"{type(out).__name__}：{out!r:.80}。只列出相邻对而不计数是不够的。"
+        )
+    bad = [k for k in out if not (isinstance(k, tuple) and len(k) == 2)]
+    if bad:
+        _fail(
+            f"{name}({ids}) 的键应是二元组 (a, b)，得到了 {bad[0]!r}"
+            "：用 (ids[i], ids[i + 1]) 作键（列表不能作字典的键，字符串也不对）。"
+        )
+    return {k: v for k, v in out.items() if v != 0}
+
+
+def _count_variants(ids: list[int]) -> dict:
+    """Results of the usual wrong pair counts, with the hint for each."""
+    want = count_pairs(ids)
+    variants = {
+        "漏了最后一对 (ids[-2], ids[-1])：i 要一直取到 len(ids) - 2，"
+        "即 range(len(ids) - 1)。": dict(count_pairs(ids[:-1])),
+        "只数了从偶数位置开始的对：相邻对会重叠，[7, 7, 7] 里 (7, 7) 出现两次"
+        "（位置 0-1 和 1-2），每次只前进一个位置。": dict(
+            Counter(zip(ids[::2], ids[1::2], strict=False))
+        ),
+        "多了首尾相接的一对：最后一个元素后面没有元素，不要绕回开头。": dict(
+            count_pairs([*ids, ids[0]]) if ids else {}
+        ),
+        "只记了哪些对出现过，没有计数：同一对每出现一次加 1。": dict.fromkeys(want, 1),
+    }
+    return {hint: {k: v for k, v in c.items() if v} for hint, c in variants.items()}
+
+
+def _want_counts(ids: list[int]) -> dict:
+    return dict(count_pairs(ids))
+
+
+@_checker("相邻对计数")
+def check_pair_counts(fn: Callable) -> str:
+    """Grade ``fn(ids)`` -> ``{(a, b): count}`` (see the module docstring)."""
+    __tracebackhide__ = True
+    name = _name(fn)
+    cases = [[7, 7, 7], [1, 2, 3, 1, 2], [5, 6, 5, 6, 5], [1, 2], [3], []]
+    runs = []
+    for i, ids in enumerate(cases + _random_cases(1)):
+        out = _run(fn, list(ids), what=name, case=f"ids={ids}", first=i == 0)
+        runs.append(((ids,), _as_counts(name, out, ids)))
+    rule = "每个相邻位置 i（0 ≤ i < len(ids) - 1）贡献一对 (ids[i], ids[i + 1])。"
+    _explain(name, runs, _want_counts, _count_variants, rule)
+    return (
+        f"{len(cases)} 个构造的序列（含重叠对、只有一个元素和空序列）和 12 个随机序列"
+    )
+
+
+# --- merging one pair ---------------------------------------------------------------
+
+
+def _scan(ids: list[int], pair: tuple, new_id: int, skip: int = 2, stop: int = 0):
+    """A left-to-right merge with two knobs that reproduce common bugs: ``skip=1``
+    forgets to skip the second element of a match, ``stop=1`` ends the loop one
+    element early."""
+    out, i = [], 0
+    while i < len(ids) - stop:
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += skip
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _merge_variants(ids: list[int], pair: tuple[int, int], new_id: int) -> dict:
+    """Results of the usual wrong merges, with the hint for each."""
+    end = _first_end(ids, pair)
+    return {
+        "只替换了第一次出现：要替换所有出现，扫描到序列末尾。": _scan(
+            ids[:end], pair, new_id
+        )
+        + ids[end:],
+        "合并了位置 i、i+1 之后又从 i+1 接着看：应跳过已经合并的两个元素，从 i+2 接着看"
+        "（[7, 7, 7] 应变成 [new_id, 7]）。": _scan(ids, pair, new_id, skip=1),
+        "从右往左合并了：约定从左往右扫描（[7, 7, 7] 应变成 [new_id, 7]，"
+        "不是 [7, new_id]）。": merge_pair(ids[::-1], pair[::-1], new_id)[::-1],
+        "漏了最后一个元素：最后一个元素没有参与合并时，也要把它放进结果。": _scan(
+            ids, pair, new_id, stop=1
+        ),
+        "没有做任何替换：比较的是相邻的两个元素 (ids[i], ids[i + 1]) 与 pair，"
+        "注意 pair 是元组，列表切片 ids[i:i + 2] 要先转成元组再比较。": list(ids),
+    }
+
+
+def _first_end(ids: list[int], pair: tuple[int, int]) -> int:
+    """The end of the first occurrence of ``pair`` (``len(ids)`` if none)."""
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return i + 2
+    return len(ids)
+
+
+def _as_list(name: str, out: object) -> list:
+    __tracebackhide__ = True
+    if not isinstance(out, Sequence) or isinstance(out, str):
+        _fail(f"{name} 应返回一个列表，得到 {type(out).__name__}：{out!r:.80}")
+    return list(out)
+
+
+_MERGE_RULE = (
+    "从左往右扫描：位置 i 与 i+1 恰好是 pair 时放入 new_id 并前进两步，"
+    "否则放入 ids[i] 并前进一步。"
+)
+
+
+def _merge_cases() -> list[tuple[list[int], tuple[int, int]]]:
+    fixed = [
+        ([1, 2, 3, 1, 2], (1, 2)), ([7, 7, 7], (7, 7)), ([7, 7, 7, 7], (7, 7)),
+        ([1, 2, 3, 4], (3, 4)), ([1, 2, 3], (2, 1)), ([5], (5, 5)), ([], (1, 2)),
+    ]  # fmt: skip
+    rng = random.Random(_SEED + 2)
+    return fixed + [
+        (ids, (rng.randrange(4), rng.randrange(4))) for ids in _random_cases(3)
+    ]
+
+
+def _check_unchanged(name: str, ids: list, before: list) -> None:
+    __tracebackhide__ = True
+    if ids != before:
+        _fail(
+            f"{name} 改动了传进来的 ids（{before} 变成了 {ids}）：新建一个列表返回，"
+            "不要在原列表上删改（训练时同一个序列还要用来数下一轮的对）。"
+        )
+
+
+@_checker("合并一个相邻对")
+def check_merge_pair(fn: Callable) -> str:
+    """Grade ``fn(ids, pair, new_id)`` -> the merged list (see the module docstring)."""
+    __tracebackhide__ = True
+    name = _name(fn)
+    cases, runs = _merge_cases(), []
+    for i, (ids, pair) in enumerate(cases):
+        arg, case = list(ids), f"ids={ids}, pair={pair}"
+        out = _run(fn, arg, pair, _NEW, what=name, case=case, first=i == 0)
+        _check_unchanged(name, arg, ids)
+        runs.append(((ids, pair, _NEW), _as_list(name, out)))
+    _explain(name, runs, merge_pair, _merge_variants, _MERGE_RULE)
+    return f"{len(cases)} 个序列：多次出现、重叠的 [7, 7, 7]、末尾、不出现、空序列"
+
+
+# --- one training step ---------------------------------------------------------------
+
+
+def _best_pair(ids: list[int]) -> tuple[int, int]:
+    counts = count_pairs(ids)
+    return min(counts, key=lambda p: (-counts[p], p))
+
+
+def _diagnose_choice(name: str, pair: tuple, ids: list[int]) -> None:
+    __tracebackhide__ = True
+    counts, want = count_pairs(ids), _best_pair(ids)
+    if pair == want:
+        return
+    head = f"{name}({ids}) 选了 {pair}（出现 {counts.get(pair, 0)} 次），应选 {want}。"
+    if counts.get(pair, 0) == counts[want]:
+        _fail(
+            head + f"这几对都出现 {counts[want]} 次，并列时约定取最小的一对（元组按"
+            "字典序比较：先比第一个 id，再比第二个），与 tc.BPETokenizer 一致，训练才"
+            "可复现。max(counts, key=counts.get) 在并列时取的是最先出现的一对。"
+        )
+    _fail(head + "要合并的是出现次数最多的一对。")
+
+
+@_checker("BPE 的一步合并")
+def check_bpe_merge(fn: Callable) -> str:
+    """Grade ``fn(ids, new_id)`` -> ``(pair, new_ids)`` (see the module docstring)."""
+    __tracebackhide__ = True
+    name = _name(fn)
+    cases = [
+        [1, 2, 3, 1, 2],
+        [5, 6, 1, 2, 5, 6, 1, 2],
+        [7, 7, 7, 7],
+        [3, 1, 3, 1, 1, 3],
+    ]
+    cases += [ids for ids in _random_cases(4) if len(ids) >= 2]
+    runs = []
+    for i, ids in enumerate(cases):
+        arg = list(ids)
+        out = _run(fn, arg, _NEW, what=name, case=f"ids={ids}", first=i == 0)
+        _check_unchanged(name, arg, ids)
+        if not (isinstance(out, Sequence) and len(out) == 2):
+            _fail(f"{name} 应返回 (pair, new_ids) 两项，得到 {out!r:.80}")
+        _diagnose_choice(name, tuple(out[0]), ids)
+        runs.append(((ids, _best_pair(ids), _NEW), _as_list(name, out[1])))
+    _explain(name, runs, merge_pair, _merge_variants, _MERGE_RULE)
+    return f"{len(cases)} 个序列，含出现次数并列的对和重叠的 [7, 7, 7, 7]"

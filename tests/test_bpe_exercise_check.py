@@ -1,0 +1,293 @@
+"""The BPE exercise checkers accept correct learner code written in different ways, treat a skeleton as
+"尚未实现" (an error with solution=True), and reject hand-written wrong versions with a Chinese hint that
+names the mistake."""
+
+from collections import Counter, defaultdict
+
+import pytest
+
+from transformer_course import bpe_exercise_check as bx
+from transformer_course.exercises import ExerciseError
+
+
+def assert_passes(checker, candidate, capsys):
+    assert checker(candidate, solution=True) is None
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("✓"), lines
+
+
+def assert_skeleton(checker, skeleton, capsys):
+    assert checker(skeleton) is None
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("尚未实现："), lines
+    with pytest.raises(AssertionError, match="骨架"):
+        checker(skeleton, solution=True)
+
+
+def assert_rejects(checker, candidate, keyword, capsys):
+    with pytest.raises(ExerciseError, match=keyword):
+        checker(candidate)
+    assert "✓" not in capsys.readouterr().out
+
+
+# --- pair counts: right in several styles, then typical mistakes --------------------------------------------
+
+
+def counts_counter(ids):
+    return Counter(zip(ids, ids[1:], strict=False))
+
+
+def counts_loop(ids):
+    counts = {}
+    for i in range(len(ids) - 1):
+        pair = (ids[i], ids[i + 1])
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def counts_defaultdict(ids):
+    counts = defaultdict(int)
+    for a, b in zip(ids, ids[1:], strict=False):
+        counts[a, b] += 1
+    return counts
+
+
+@pytest.mark.parametrize("fn", [counts_counter, counts_loop, counts_defaultdict])
+def test_pair_counts_accepts_correct_versions(fn, capsys):
+    assert_passes(bx.check_pair_counts, fn, capsys)
+
+
+def counts_skeleton(ids):
+    pass
+
+
+def counts_not_implemented(ids):
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("fn", [counts_skeleton, counts_not_implemented])
+def test_pair_counts_skeleton(fn, capsys):
+    assert_skeleton(bx.check_pair_counts, fn, capsys)
+
+
+def counts_missing_last(ids):
+    return Counter((ids[i], ids[i + 1]) for i in range(len(ids) - 2))
+
+
+def counts_step_two(ids):
+    return Counter((ids[i], ids[i + 1]) for i in range(0, len(ids) - 1, 2))
+
+
+def counts_wrap_around(ids):
+    return Counter((ids[i], ids[(i + 1) % len(ids)]) for i in range(len(ids)))
+
+
+def counts_set(ids):
+    return dict.fromkeys(zip(ids, ids[1:], strict=False), 1)
+
+
+def counts_list_keys(ids):
+    return {str([a, b]): 1 for a, b in zip(ids, ids[1:], strict=False)}
+
+
+def counts_list_of_pairs(ids):
+    return list(zip(ids, ids[1:], strict=False))
+
+
+def counts_crash_on_empty(ids):
+    return Counter((ids[i], ids[i + 1]) for i in range(len(ids) - 1)) if ids[0] is not None else {}
+
+
+@pytest.mark.parametrize(
+    ("fn", "keyword"),
+    [
+        (counts_missing_last, "漏了最后一对"),
+        (counts_step_two, "重叠"),
+        (counts_wrap_around, "首尾相接"),
+        (counts_set, "没有计数"),
+        (counts_list_keys, "二元组"),
+        (counts_list_of_pairs, "应返回字典"),
+        (counts_crash_on_empty, r"ids=\[\].*IndexError"),
+    ],
+)
+def test_pair_counts_rejects_typical_mistakes(fn, keyword, capsys):
+    assert_rejects(bx.check_pair_counts, fn, keyword, capsys)
+
+
+# --- merging one pair ----------------------------------------------------------------------------------------
+
+
+def merge_while(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if ids[i : i + 2] == list(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def merge_recursive(ids, pair, new_id):
+    if len(ids) < 2:
+        return list(ids)
+    if (ids[0], ids[1]) == pair:
+        return [new_id, *merge_recursive(ids[2:], pair, new_id)]
+    return [ids[0], *merge_recursive(ids[1:], pair, new_id)]
+
+
+def merge_tuple_result(ids, pair, new_id):
+    return tuple(merge_while(ids, pair, new_id))
+
+
+@pytest.mark.parametrize("fn", [merge_while, merge_recursive, merge_tuple_result])
+def test_merge_pair_accepts_correct_versions(fn, capsys):
+    assert_passes(bx.check_merge_pair, fn, capsys)
+
+
+def merge_skeleton(ids, pair, new_id):
+    pass
+
+
+def test_merge_pair_skeleton(capsys):
+    assert_skeleton(bx.check_merge_pair, merge_skeleton, capsys)
+
+
+def merge_first_only(ids, pair, new_id):
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return ids[:i] + [new_id] + ids[i + 2 :]
+    return list(ids)
+
+
+def merge_no_skip(ids, pair, new_id):
+    out = []
+    for i in range(len(ids)):
+        out.append(new_id if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair else ids[i])
+    return out
+
+
+def merge_right_to_left(ids, pair, new_id):
+    return merge_while(ids[::-1], pair[::-1], new_id)[::-1]
+
+
+def merge_drops_tail(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def merge_list_slice_vs_tuple(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if ids[i : i + 2] == pair:  # a list never equals a tuple
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def merge_in_place(ids, pair, new_id):
+    i = 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            ids[i : i + 2] = [new_id]
+        i += 1
+    return ids
+
+
+def merge_returns_string(ids, pair, new_id):
+    return " ".join(map(str, merge_while(ids, pair, new_id)))
+
+
+@pytest.mark.parametrize(
+    ("fn", "keyword"),
+    [
+        (merge_first_only, "只替换了第一次出现"),
+        (merge_no_skip, "i\\+2"),
+        (merge_right_to_left, "从右往左"),
+        (merge_drops_tail, "漏了最后一个元素"),
+        (merge_list_slice_vs_tuple, "没有做任何替换"),
+        (merge_in_place, "改动了传进来的 ids"),
+        (merge_returns_string, "应返回一个列表"),
+    ],
+)
+def test_merge_pair_rejects_typical_mistakes(fn, keyword, capsys):
+    assert_rejects(bx.check_merge_pair, fn, keyword, capsys)
+
+
+# --- one training step ----------------------------------------------------------------------------------------
+
+
+def step_min(ids, new_id):
+    counts = counts_loop(ids)
+    pair = min(counts, key=lambda p: (-counts[p], p))
+    return pair, merge_while(ids, pair, new_id)
+
+
+def step_sorted(ids, new_id):
+    counts = Counter(zip(ids, ids[1:], strict=False))
+    best = max(counts.values())
+    pair = sorted(p for p, n in counts.items() if n == best)[0]
+    return list(pair), merge_recursive(ids, pair, new_id)
+
+
+@pytest.mark.parametrize("fn", [step_min, step_sorted])
+def test_bpe_merge_accepts_correct_versions(fn, capsys):
+    assert_passes(bx.check_bpe_merge, fn, capsys)
+
+
+def step_skeleton(ids, new_id):
+    raise NotImplementedError
+
+
+def test_bpe_merge_skeleton(capsys):
+    assert_skeleton(bx.check_bpe_merge, step_skeleton, capsys)
+
+
+def step_first_of_ties(ids, new_id):
+    counts = Counter(zip(ids, ids[1:], strict=False))
+    pair = max(counts, key=counts.get)  # ties: the pair seen first
+    return pair, merge_while(ids, pair, new_id)
+
+
+def step_least_frequent(ids, new_id):
+    counts = Counter(zip(ids, ids[1:], strict=False))
+    pair = min(counts, key=lambda p: (counts[p], p))
+    return pair, merge_while(ids, pair, new_id)
+
+
+def step_no_skip(ids, new_id):
+    pair, _ = step_min(ids, new_id)
+    return pair, merge_no_skip(ids, pair, new_id)
+
+
+def step_one_value(ids, new_id):
+    return step_min(ids, new_id)[1]
+
+
+@pytest.mark.parametrize(
+    ("fn", "keyword"),
+    [
+        (step_first_of_ties, "并列时约定取最小的一对"),
+        (step_least_frequent, "出现次数最多"),
+        (step_no_skip, "i\\+2"),
+        (step_one_value, r"\(pair, new_ids\)"),
+    ],
+)
+def test_bpe_merge_rejects_typical_mistakes(fn, keyword, capsys):
+    assert_rejects(bx.check_bpe_merge, fn, keyword, capsys)
+
+
+def test_checker_refuses_a_called_function(capsys):
+    with pytest.raises(ExerciseError, match="函数"):
+        bx.check_pair_counts(counts_loop([1, 2]))
