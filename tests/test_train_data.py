@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -31,10 +32,7 @@ SENTENCES = [
 
 def chinese_text(paragraphs: int = 12) -> str:
     """A small Chinese corpus: ``paragraphs`` paragraphs of the sentences above."""
-    rows = [
-        "".join(SENTENCES[(i + j) % len(SENTENCES)] for j in range(3))
-        for i in range(paragraphs)
-    ]
+    rows = ["".join(SENTENCES[(i + j) % len(SENTENCES)] for j in range(3)) for i in range(paragraphs)]
     return "\n\n".join(rows) + "\n"
 
 
@@ -98,7 +96,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[Path, str]]:
     cases = {
         "missing.txt": (None, "no such file or folder"),
         "latin1.txt": (good[:30] + "é".encode("latin-1") + good,
-                       f"is not UTF-8: byte 0xe9 at byte offset 30"),
+                       "is not UTF-8: byte 0xe9 at byte offset 30"),
         "empty.txt": (b"", "the text is empty"),
         "blank.txt": (b"\n\n  \n\n", "the text is empty"),
         "short.txt": ("甲乙。\n\n丙丁。\n".encode(), "context_length + 1 = 17"),
@@ -165,3 +163,35 @@ def test_tokenizer_flags_are_checked(tmp_path, capsys):
         train_gpt.main(["train", *BPE[:2], "--vocab-size", "255", "--out-dir", out])
     assert "must be an integer >= 256, got 255" in capsys.readouterr().err
     assert not Path(out).exists()
+
+
+def test_a_small_text_may_learn_fewer_merges_and_still_resumes(tmp_path):
+    data = tmp_path / "zh.txt"
+    data.write_text(chinese_text(), encoding="utf-8")
+    out = tmp_path / "run"
+    big = ["--data", str(data), "--tokenizer", "bpe", "--vocab-size", "5000", "--out-dir", str(out)]
+    big += ["--context-length", "4"]  # the merges leave few tokens
+    assert train(*big, "--max-steps", "2") == 0
+    learned = load_checkpoint(out / "ckpt.pt")["config"]["vocab_size"]
+    assert 256 < learned < 5000  # no pair occurs twice any more
+    assert train(*big, "--max-steps", "4", "--resume") == 0  # the same flags resume
+
+
+def _shown_commands(path: Path) -> list[list[str]]:
+    """The ``train_gpt`` command lines in ``path``'s code blocks, as argument lists."""
+    prefix, in_code, commands = "-m transformer_course.train_gpt ", False, []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif in_code and prefix in line:
+            commands.append(shlex.split(line.split(prefix, 1)[1], comments=True))
+    return commands
+
+
+@pytest.mark.parametrize("page", ["book/project_zh_gpt.md", "README.md"])
+def test_the_commands_shown_in_the_book_and_readme_parse(page):
+    commands = _shown_commands(Path(__file__).parents[1] / page)
+    assert any(c[0] == "train" and "--preset" in c for c in commands), commands
+    parser = train_gpt.cli.build_parser()
+    for argv in commands:
+        parser.parse_args(argv)  # SystemExit(2) on an unknown flag or choice

@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--vocab-size",
         type=int_at_least(256),
-        help=f"bpe vocabulary, >= 256 (default: the preset's, else {DEFAULT_BPE_VOCAB})",
+        help=f"bpe ids, >= 256 (default: the preset's, else {DEFAULT_BPE_VOCAB})",
     )
     # model: on --resume the checkpoint's config is used, and a flag given here must
     # equal it

@@ -21,8 +21,10 @@ MODEL_FLAGS = ("context_length", "d_model", "num_heads", "num_layers", "dropout"
 #: Sizes for the shipped corpus (about 41K training characters). ``cpu-small`` (the
 #: default, chapter 5's recipe) is half a minute on a 2-core laptop, ``cpu-medium``
 #: (twice the context, a larger model, 2.5x the steps) about a quarter of an hour;
-#: both beat the n-gram baseline (README). ``gpu`` is nanoGPT's character-level
-#: Shakespeare model (``config/train_shakespeare_char.py``).
+#: both beat the n-gram baseline (README). ``zh`` is a byte-level BPE (1024 ids,
+#: learned on the training split) and a small model on the book's Chinese prose
+#: (``tc.load_text_corpus("zh")``, about 88K characters). ``gpu`` is nanoGPT's
+#: character-level Shakespeare model (``config/train_shakespeare_char.py``).
 PRESETS = {
     "cpu-small": dict(
         context_length=128, d_model=96, num_heads=4, num_layers=3, dropout=0.0,
@@ -36,8 +38,8 @@ PRESETS = {
     ),
     "zh": dict(
         corpus="zh", tokenizer="bpe", vocab_size=1024,
-        context_length=128, d_model=128, num_heads=4, num_layers=4, dropout=0.1,
-        batch_size=32, max_steps=600, lr=3e-3, min_lr=3e-4, warmup_steps=30,
+        context_length=64, d_model=64, num_heads=4, num_layers=3, dropout=0.1,
+        batch_size=16, max_steps=600, lr=3e-3, min_lr=3e-4, warmup_steps=30,
         eval_every=100, eval_iters=20,
     ),
     "gpu": dict(

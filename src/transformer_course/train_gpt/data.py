@@ -34,6 +34,7 @@ class Data:
     val: Tensor
     val_chars: int  # characters of the validation text, for bits per character
     sha256: str  # of the whole text, so that --resume can refuse other data
+    vocab_size_asked: int | None  # bpe: --vocab-size (a small text may learn fewer)
 
     @property
     def val_tokens_per_char(self) -> float:
@@ -52,9 +53,9 @@ def load_data(cfg: TrainConfig, context_length: int, saved: dict | None) -> Data
     train_text, val_text = split_text(text, source, cfg.val_fraction)
     sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if saved is None:
-        tok = new_tokenizer(cfg, text, train_text)
+        tok, asked = new_tokenizer(cfg, text, train_text), cfg.vocab_size
     else:
-        tok = saved_tokenizer(cfg, saved, sha256)
+        tok, asked = saved_tokenizer(cfg, saved, sha256)
     splits = []
     for name, part in (("training", train_text), ("validation", val_text)):
         ids = torch.tensor(tok.encode(part), dtype=torch.long)[None]
@@ -66,7 +67,7 @@ def load_data(cfg: TrainConfig, context_length: int, saved: dict | None) -> Data
                 "--context-length or change --val-fraction"
             )
         splits.append(ids)
-    return Data(tok, *splits, val_chars=len(val_text), sha256=sha256)
+    return Data(tok, *splits, len(val_text), sha256, asked)
 
 
 # --------------------------------------------------------------------------- reading
@@ -144,34 +145,33 @@ def new_tokenizer(cfg: TrainConfig, text: str, train_text: str) -> Tokenizer:
     return tc.BPETokenizer().train(train_text, cfg.vocab_size)
 
 
-def saved_tokenizer(cfg: TrainConfig, saved: dict, sha256: str) -> Tokenizer:
-    """The checkpoint's tokenizer, if the text and the tokenizer asked for are the
-    checkpoint's."""
+def saved_tokenizer(
+    cfg: TrainConfig, saved: dict, sha256: str
+) -> tuple[Tokenizer, int | None]:
+    """The checkpoint's tokenizer and its asked vocabulary size, if the text and the
+    tokenizer asked for are the checkpoint's."""
     if saved.get("data_sha256") != sha256:
         raise UsageError(
             "--resume: the text differs from the one the checkpoint was trained on "
             "(its SHA-256 differs); give the same --data, or train into a new --out-dir"
         )
     tok = tokenizer_from_state(saved.get("tokenizer"))
-    have = tokenizer_name(tok)
-    kind = have.split()[0]
-    asked = cfg.tokenizer or kind
-    if asked == "bpe":
-        asked += f" {cfg.vocab_size or tok.vocab_size}"
+    kind = "char" if isinstance(tok, tc.CharTokenizer) else "bpe"
+    saved_vocab = saved.get("vocab_size_asked") if kind == "bpe" else None
+    have = describe(kind, saved_vocab)
+    asked = describe(cfg.tokenizer or kind, cfg.vocab_size or saved_vocab)
     if asked != have:
         raise UsageError(
             f"--resume: --tokenizer/--vocab-size ask for {asked!r}, the checkpoint's "
             f"tokenizer is {have!r}; leave them out to continue it, or train into a "
             "new --out-dir"
         )
-    return tok
+    return tok, saved_vocab
 
 
-def tokenizer_name(tok: Tokenizer) -> str:
-    """``"char"`` or ``"bpe VOCAB_SIZE"``."""
-    if isinstance(tok, tc.CharTokenizer):
-        return "char"
-    return f"bpe {tok.vocab_size}"
+def describe(tokenizer: str, vocab_size: int | None) -> str:
+    """``"char"`` or ``"bpe VOCAB_SIZE"``, for messages."""
+    return tokenizer if tokenizer == "char" else f"{tokenizer} {vocab_size}"
 
 
 def tokenizer_state(tok: Tokenizer) -> str | dict:
@@ -183,7 +183,8 @@ def tokenizer_state(tok: Tokenizer) -> str | dict:
 
 
 def tokenizer_from_state(state: object) -> Tokenizer:
-    """The inverse of :func:`tokenizer_state`; anything else is a :class:`UsageError`."""
+    """The inverse of :func:`tokenizer_state`; anything else is a
+    :class:`UsageError`."""
     try:
         if isinstance(state, str):
             return tc.CharTokenizer(state)

@@ -185,9 +185,7 @@ def run_context_length(cfg: TrainConfig, resume: dict | None) -> int:
     return cfg.model_config(vocab_size=1).context_length
 
 
-def run_model_config(
-    cfg: TrainConfig, data: Data, resume: dict | None
-) -> tc.GPTConfig:
+def run_model_config(cfg: TrainConfig, data: Data, resume: dict | None) -> tc.GPTConfig:
     """A new run's model config, or the checkpoint's (whose vocabulary must be the
     tokenizer's, and which the model flags typed must equal)."""
     if resume is None:
@@ -370,6 +368,7 @@ def evaluate_and_checkpoint(run: Run, step: int) -> None:
                 config=run.model_cfg,
                 tokenizer=tokenizer_state(run.data.tokenizer),
                 data_sha256=run.data.sha256,
+                vocab_size_asked=run.data.vocab_size_asked,
                 world_size=run.info.world_size,
                 seed=run.cfg.seed,
             ),
