@@ -151,11 +151,12 @@ def saved_tokenizer(
     """The checkpoint's tokenizer and its asked vocabulary size, if the text and the
     tokenizer asked for are the checkpoint's."""
     if saved.get("data_sha256") != sha256:
+        why = "its SHA-256 differs" if "data_sha256" in saved else "it records none"
         raise UsageError(
             "--resume: the text differs from the one the checkpoint was trained on "
-            "(its SHA-256 differs); give the same --data, or train into a new --out-dir"
+            f"({why}); give the same --data, or train into a new --out-dir"
         )
-    tok = tokenizer_from_state(saved.get("tokenizer"))
+    tok = tokenizer_from_extra(saved)
     kind = "char" if isinstance(tok, tc.CharTokenizer) else "bpe"
     saved_vocab = saved.get("vocab_size_asked") if kind == "bpe" else None
     have = describe(kind, saved_vocab)
@@ -174,23 +175,25 @@ def describe(tokenizer: str, vocab_size: int | None) -> str:
     return tokenizer if tokenizer == "char" else f"{tokenizer} {vocab_size}"
 
 
-def tokenizer_state(tok: Tokenizer) -> str | dict:
-    """The tokenizer as a plain value for a checkpoint: a character tokenizer's
-    characters, or ``{"kind": "bpe", **tok.to_dict()}``."""
+def tokenizer_extra(tok: Tokenizer) -> dict:
+    """The tokenizer as plain checkpoint values: ``tokenizer_chars`` (a character
+    tokenizer's characters, as chapter 5 saves them), or ``tokenizer`` =
+    ``{"kind": "bpe", **tok.to_dict()}``."""
     if isinstance(tok, tc.CharTokenizer):
-        return tok.chars
-    return {"kind": "bpe", **tok.to_dict()}
+        return {"tokenizer_chars": tok.chars}
+    return {"tokenizer": {"kind": "bpe", **tok.to_dict()}}
 
 
-def tokenizer_from_state(state: object) -> Tokenizer:
-    """The inverse of :func:`tokenizer_state`; anything else is a
+def tokenizer_from_extra(extra: dict) -> Tokenizer:
+    """The tokenizer saved by :func:`tokenizer_extra`; anything else is a
     :class:`UsageError`."""
+    chars, bpe = extra.get("tokenizer_chars"), extra.get("tokenizer")
     try:
-        if isinstance(state, str):
-            return tc.CharTokenizer(state)
-        if isinstance(state, dict) and state.get("kind") == "bpe":
+        if isinstance(chars, str) and chars:
+            return tc.CharTokenizer(chars)
+        if isinstance(bpe, dict) and bpe.get("kind") == "bpe":
             return tc.BPETokenizer.from_dict(
-                {k: v for k, v in state.items() if k != "kind"}
+                {k: v for k, v in bpe.items() if k != "kind"}
             )
     except (TypeError, ValueError) as error:
         raise UsageError(f"the checkpoint's tokenizer is unusable: {error}") from None

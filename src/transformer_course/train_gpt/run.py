@@ -25,7 +25,7 @@ from transformer_course.checkpoint import (
 
 from . import distributed
 from .config import TrainConfig, UsageError
-from .data import Data, bits_per_char, load_data, tokenizer_state
+from .data import Data, bits_per_char, load_data, tokenizer_extra
 from .distributed import DistInfo, log
 
 CKPT_NAME = "ckpt.pt"
@@ -366,7 +366,7 @@ def evaluate_and_checkpoint(run: Run, step: int) -> None:
             dict(
                 step=step,
                 config=run.model_cfg,
-                tokenizer=tokenizer_state(run.data.tokenizer),
+                **tokenizer_extra(run.data.tokenizer),
                 data_sha256=run.data.sha256,
                 vocab_size_asked=run.data.vocab_size_asked,
                 world_size=run.info.world_size,

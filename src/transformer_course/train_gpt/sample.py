@@ -10,7 +10,7 @@ import transformer_course as tc
 from transformer_course.checkpoint import config_from_dict, load_checkpoint
 
 from .config import UsageError
-from .data import tokenizer_from_state
+from .data import tokenizer_from_extra
 
 
 def sample(
@@ -33,7 +33,7 @@ def sample(
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(f"--ckpt: {error}") from None
     cfg = config_from_dict(tc.GPTConfig, state["config"])
-    tok = tokenizer_from_state(state["extra"].get("tokenizer"))
+    tok = tokenizer_from_extra(state["extra"])
     model = tc.MiniGPT(cfg)
     model.load_state_dict(state["model"])
     model.to(dev).eval()
