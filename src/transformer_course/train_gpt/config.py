@@ -39,8 +39,8 @@ PRESETS = {
     "zh": dict(
         corpus="zh", tokenizer="bpe", vocab_size=1024,
         context_length=64, d_model=64, num_heads=4, num_layers=3, dropout=0.1,
-        batch_size=16, max_steps=600, lr=3e-3, min_lr=3e-4, warmup_steps=30,
-        eval_every=100, eval_iters=20,
+        batch_size=16, max_steps=1200, lr=3e-3, min_lr=3e-4, warmup_steps=30,
+        eval_every=200, eval_iters=20,
     ),
     "gpu": dict(
         context_length=256, d_model=384, num_heads=6, num_layers=6, dropout=0.2,
