@@ -4,6 +4,7 @@ Tiny model, a few steps each."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -269,10 +270,14 @@ def test_corrupted_checkpoint_gives_a_clear_message(script, tmp_path, capsys, co
 
 def test_foreign_checkpoints_are_refused_on_resume(script, tmp_path, capsys):
     out = tmp_path / "run"
-    chars = tc.CharTokenizer(tc.load_text_corpus()).chars
+    text = tc.load_text_corpus()
+    sha = hashlib.sha256(text.encode()).hexdigest()
     save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, tokenizer_chars="abc")
-    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "tokenizer does not match", capsys)
-    save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, tokenizer_chars=chars)
+    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "the text differs", capsys)
+    save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, data_sha256=sha, tokenizer=["abc"])
+    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "holds no tokenizer", capsys)
+    chars = tc.CharTokenizer(text).chars
+    save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, data_sha256=sha, tokenizer_chars=chars)
     _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "no usable GPTConfig", capsys)
 
 

@@ -1,4 +1,4 @@
-r"""Train a character-level MiniGPT on the course corpus, nanoGPT style; sample from it.
+r"""Train a MiniGPT on the course corpus or your own text, nanoGPT style; sample it.
 
 One CPU or one GPU (``--preset`` sizes the model and the run; see
 :data:`~transformer_course.train_gpt.config.PRESETS`)::
@@ -7,6 +7,19 @@ One CPU or one GPU (``--preset`` sizes the model and the run; see
     python -m transformer_course.train_gpt train --preset gpu --out-dir runs/gpt-gpu
     python -m transformer_course.train_gpt sample --ckpt runs/gpt/ckpt.pt \
         --prompt "The fox" -n 300
+
+Your own text (a UTF-8 file, or a folder of ``.txt``/``.md`` files), with characters or
+a byte-level BPE; the book's Chinese prose with ``--preset zh``::
+
+    python -m transformer_course.train_gpt train --data notes/ --tokenizer bpe \
+        --vocab-size 2048 --out-dir runs/mine
+    python -m transformer_course.train_gpt train --preset zh --out-dir runs/zh
+
+The tokenizer and the text's SHA-256 are saved in the checkpoint; ``sample`` uses that
+tokenizer, and ``--resume`` refuses other text or another tokenizer. Bad input (a
+missing path, bytes that are not UTF-8, a binary file, empty text, a single paragraph,
+text shorter than the context plus one) is refused with one line before anything is
+written (:func:`.data.load_data`).
 
 Several processes or GPUs (PyTorch DistributedDataParallel; gloo on CPU, nccl on GPU)::
 
@@ -44,7 +57,8 @@ Checkpoints hold only tensors and plain Python values and are read back with
 ``torch.load(..., weights_only=True)`` (see ``transformer_course.checkpoint``).
 
 Modules: :mod:`.cli` (the command line), :mod:`.config` (``TrainConfig``, presets,
-resume-flag matching), :mod:`.run` (data, model and the loop in named steps),
+resume-flag matching), :mod:`.data` (the text: read, checked, split, tokenized),
+:mod:`.run` (model and the loop in named steps),
 :mod:`.distributed` (process group and ranks), :mod:`.sample` (the ``sample`` command).
 """
 

@@ -9,7 +9,14 @@ from collections.abc import Callable
 import transformer_course as tc
 
 from . import run
-from .config import DEFAULT_PRESET, PRESETS, TrainConfig, UsageError, model_default
+from .config import (
+    DEFAULT_BPE_VOCAB,
+    DEFAULT_PRESET,
+    PRESETS,
+    TrainConfig,
+    UsageError,
+    model_default,
+)
 from .sample import sample
 
 
@@ -73,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_course.train_gpt",
         description=(
-            "Train a character-level MiniGPT on the course corpus, or sample from it."
+            "Train a MiniGPT on the course corpus or your own text, or sample from it."
         ),
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -91,6 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(PRESETS),
         default=DEFAULT_PRESET,
         help="model size and run length (flags typed here win); default %(default)s",
+    )
+    # data
+    t.add_argument(
+        "--data",
+        help="a UTF-8 text file, or a folder of .txt/.md files (default: the "
+        "preset's shipped corpus); paragraphs are separated by blank lines",
+    )
+    t.add_argument(
+        "--tokenizer", choices=["char", "bpe"], help="default: the preset's, else char"
+    )
+    t.add_argument(
+        "--vocab-size",
+        type=int_at_least(256),
+        help=f"bpe ids, >= 256 (default: the preset's, else {DEFAULT_BPE_VOCAB})",
     )
     # model: on --resume the checkpoint's config is used, and a flag given here must
     # equal it

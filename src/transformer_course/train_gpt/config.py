@@ -21,8 +21,10 @@ MODEL_FLAGS = ("context_length", "d_model", "num_heads", "num_layers", "dropout"
 #: Sizes for the shipped corpus (about 41K training characters). ``cpu-small`` (the
 #: default, chapter 5's recipe) is half a minute on a 2-core laptop, ``cpu-medium``
 #: (twice the context, a larger model, 2.5x the steps) about a quarter of an hour;
-#: both beat the n-gram baseline (README). ``gpu`` is nanoGPT's character-level
-#: Shakespeare model (``config/train_shakespeare_char.py``).
+#: both beat the n-gram baseline (README). ``zh`` is a byte-level BPE (1024 ids,
+#: learned on the training split) and a small model on the book's Chinese prose
+#: (``tc.load_text_corpus("zh")``, about 88K characters). ``gpu`` is nanoGPT's
+#: character-level Shakespeare model (``config/train_shakespeare_char.py``).
 PRESETS = {
     "cpu-small": dict(
         context_length=128, d_model=96, num_heads=4, num_layers=3, dropout=0.0,
@@ -34,6 +36,12 @@ PRESETS = {
         batch_size=32, max_steps=1000, lr=5e-3, min_lr=5e-4, warmup_steps=50,
         eval_every=200, eval_iters=40,
     ),
+    "zh": dict(
+        corpus="zh", tokenizer="bpe", vocab_size=1024,
+        context_length=64, d_model=64, num_heads=4, num_layers=3, dropout=0.1,
+        batch_size=16, max_steps=1200, lr=3e-3, min_lr=3e-4, warmup_steps=30,
+        eval_every=200, eval_iters=20,
+    ),
     "gpu": dict(
         context_length=256, d_model=384, num_heads=6, num_layers=6, dropout=0.2,
         batch_size=64, max_steps=5000, lr=1e-3, min_lr=1e-4, warmup_steps=100,
@@ -41,11 +49,32 @@ PRESETS = {
     ),
 }  # fmt: skip
 DEFAULT_PRESET = "cpu-small"
+#: The BPE vocabulary when neither --vocab-size nor the preset gives one.
+DEFAULT_BPE_VOCAB = 512
 
 
 def model_default(name: str) -> object:
     """``GPTConfig``'s default for a model flag that no preset sets."""
     return {f.name: f.default for f in dataclasses.fields(tc.GPTConfig)}[name]
+
+
+def tokenizer_for(
+    values: dict, *, typed_vocab: int | None
+) -> tuple[str | None, int | None]:
+    """The run's ``(tokenizer, vocab_size)``: typed, else the preset's, else ``char``
+    (and DEFAULT_BPE_VOCAB for bpe). On --resume what was not given stays None: the
+    checkpoint's is taken. --vocab-size with the character tokenizer is an error."""
+    tokenizer = values.get("tokenizer")
+    if tokenizer is None and not values.get("resume"):
+        tokenizer = "char"
+    if tokenizer == "char":
+        if typed_vocab is not None:
+            raise UsageError("--vocab-size applies only to --tokenizer bpe")
+        return tokenizer, None
+    vocab_size = values.get("vocab_size")
+    if tokenizer == "bpe" and vocab_size is None and not values.get("resume"):
+        vocab_size = DEFAULT_BPE_VOCAB
+    return tokenizer, vocab_size
 
 
 class UsageError(Exception):
@@ -69,6 +98,10 @@ class TrainConfig:
     eval_iters: int
     # the same for every preset
     out_dir: Path = Path("runs/gpt")
+    data: Path | None = None  # a text file or folder; None: the shipped ``corpus``
+    corpus: str = "en"  # the shipped corpus (tc.load_text_corpus), without --data
+    tokenizer: str | None = None  # "char" or "bpe"; None only on --resume (the ckpt's)
+    vocab_size: int | None = None  # bpe only; None only on --resume (the ckpt's)
     resume: bool = False
     preset: str = DEFAULT_PRESET
     model: dict = dataclasses.field(default_factory=dict)
@@ -99,6 +132,11 @@ class TrainConfig:
             elif f.name in preset:
                 values[f.name] = preset[f.name]
         values["out_dir"] = Path(values["out_dir"])
+        if values.get("data") is not None:
+            values["data"] = Path(values["data"])
+        values["tokenizer"], values["vocab_size"] = tokenizer_for(
+            values, typed_vocab=args.vocab_size
+        )
         model = {name: getattr(args, name) for name in MODEL_FLAGS}
         cfg = cls(**values, model={k: v for k, v in model.items() if v is not None})
         if cfg.min_lr > cfg.lr:

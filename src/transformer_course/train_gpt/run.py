@@ -15,7 +15,6 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 import transformer_course as tc
-from transformer_course._validate import check_token_ids
 from transformer_course.checkpoint import (
     atomic_write,
     config_from_dict,
@@ -26,36 +25,12 @@ from transformer_course.checkpoint import (
 
 from . import distributed
 from .config import TrainConfig, UsageError
+from .data import Data, bits_per_char, load_data, tokenizer_extra
 from .distributed import DistInfo, log
 
 CKPT_NAME = "ckpt.pt"
 BEST_NAME = "best.pt"
 METRICS_NAME = "metrics.jsonl"
-
-
-@dataclasses.dataclass(frozen=True)
-class Data:
-    """The tokenizer and the two splits as id tensors."""
-
-    tokenizer: tc.CharTokenizer
-    train: Tensor
-    val: Tensor
-
-
-def load_data(cfg: TrainConfig) -> Data:
-    """The shipped corpus, split by whole paragraphs as in chapter 5
-    (:func:`transformer_course.split_paragraphs`), encoded by a character tokenizer.
-
-    The one place where text enters the trainer: another corpus or tokenizer is a
-    change here. The ids are range-checked once, here (``forward`` does not)."""
-    text = tc.load_text_corpus()
-    tok = tc.CharTokenizer(text)
-    train_text, val_text = tc.split_paragraphs(text, cfg.val_fraction)
-    splits = []
-    for name, part in (("training", train_text), ("validation", val_text)):
-        ids = torch.tensor(tok.encode(part), dtype=torch.long)[None]
-        splits.append(check_token_ids(f"{name} ids", ids, tok.vocab_size)[0])
-    return Data(tok, *splits)
 
 
 @dataclasses.dataclass
@@ -77,22 +52,31 @@ class Run:
 
 
 def train(cfg: TrainConfig) -> Run:
-    """Prepare the out dir and the processes, then :func:`train_loop`; returns the
-    finished run."""
+    """Check the checkpoint and the data, prepare the out dir and the processes, then
+    :func:`train_loop`; returns the finished run. Bad input is refused before anything
+    is written."""
     info = DistInfo.from_env()
+    resume = read_resume(cfg)
+    saved = None if resume is None else resume["extra"]
+    data = load_data(cfg, run_context_length(cfg, resume), saved)
+    model_cfg = run_model_config(cfg, data, resume)
     prepare_out_dir(cfg.out_dir, is_main=info.is_main)
     device = distributed.setup(info, cfg.device)
     try:
-        return train_loop(cfg, info, device)
+        return train_loop(cfg, info, device, data, model_cfg, resume)
     finally:
         distributed.teardown(info)
 
 
-def train_loop(cfg: TrainConfig, info: DistInfo, device: torch.device) -> Run:
-    """Load the data, resume or start, then train: nanoGPT's loop in named steps."""
-    data = load_data(cfg)
-    model_cfg, resume = resume_or_new(cfg, data.tokenizer)
-    check_split_lengths(model_cfg, data)
+def train_loop(
+    cfg: TrainConfig,
+    info: DistInfo,
+    device: torch.device,
+    data: Data,
+    model_cfg: tc.GPTConfig,
+    resume: dict | None,
+) -> Run:
+    """Build the model (new or resumed), then train: nanoGPT's loop in named steps."""
     run = build(cfg, info, device, data, model_cfg, resume)
     log_start(run)
     step = run.start_step
@@ -172,11 +156,8 @@ def write_metrics(run: Run, record: dict) -> None:
 
 
 # --------------------------------------------------------------------------- start
-def resume_or_new(
-    cfg: TrainConfig, tok: tc.CharTokenizer
-) -> tuple[tc.GPTConfig, dict | None]:
-    """The model config of the run, and the checkpoint to resume from (None for a new
-    run)."""
+def read_resume(cfg: TrainConfig) -> dict | None:
+    """The checkpoint to resume from (None for a new run); nothing is written."""
     ckpt_path = cfg.out_dir / CKPT_NAME
     if not cfg.resume:
         if ckpt_path.exists():
@@ -184,37 +165,44 @@ def resume_or_new(
                 f"{str(ckpt_path)!r} exists: pass --resume to continue that run, "
                 "or choose another --out-dir"
             )
-        return cfg.model_config(tok.vocab_size), None
+        return None
     if not ckpt_path.is_file():
         raise UsageError(
             f"--resume given but there is no checkpoint at {str(ckpt_path)!r}"
         )
     try:
-        resume = load_checkpoint(ckpt_path, map_location="cpu")
+        return load_checkpoint(ckpt_path, map_location="cpu")
     except ValueError as error:
         raise UsageError(f"--resume: {error}") from None
-    if resume["extra"].get("tokenizer_chars") != tok.chars:
-        raise UsageError(
-            "--resume: the checkpoint's tokenizer does not match the corpus' characters"
-        )
+
+
+def run_context_length(cfg: TrainConfig, resume: dict | None) -> int:
+    """The checkpoint's context length if it records one, else the flags' or the
+    preset's (what the data must be longer than)."""
+    saved = resume.get("config") if resume is not None else None
+    if isinstance(saved, dict) and isinstance(saved.get("context_length"), int):
+        return saved["context_length"]
+    return cfg.model_config(vocab_size=1).context_length
+
+
+def run_model_config(cfg: TrainConfig, data: Data, resume: dict | None) -> tc.GPTConfig:
+    """A new run's model config, or the checkpoint's (whose vocabulary must be the
+    tokenizer's, and which the model flags typed must equal)."""
+    if resume is None:
+        return cfg.model_config(data.tokenizer.vocab_size)
     try:
         model_cfg = config_from_dict(tc.GPTConfig, resume["config"])
     except (TypeError, ValueError) as error:
         raise UsageError(
             f"--resume: the checkpoint holds no usable GPTConfig: {error}"
         ) from None
+    if model_cfg.vocab_size != data.tokenizer.vocab_size:
+        raise UsageError(
+            f"--resume: the checkpoint's model has {model_cfg.vocab_size} token ids, "
+            f"its tokenizer {data.tokenizer.vocab_size}"
+        )
     cfg.check_matches(resume["config"])
-    return model_cfg, resume
-
-
-def check_split_lengths(model_cfg: tc.GPTConfig, data: Data) -> None:
-    for name, split in (("training", data.train), ("validation", data.val)):
-        if len(split) <= model_cfg.context_length + 1:
-            raise UsageError(
-                f"the {name} split has {len(split)} tokens, "
-                f"not more than context_length + 1 = {model_cfg.context_length + 1}; "
-                "lower --context-length or change --val-fraction"
-            )
+    return model_cfg
 
 
 def autocast_context(
@@ -363,17 +351,24 @@ def evaluate(run: Run) -> float:
 def evaluate_and_checkpoint(run: Run, step: int) -> None:
     """Validation loss; ``best.pt`` if it improved, then ``ckpt.pt`` (main rank)."""
     val_loss = evaluate(run)
+    val_bpc = bits_per_char(val_loss, run.data.val_tokens_per_char)
     improved = val_loss < run.best_val
     run.best_val = min(run.best_val, val_loss)
-    log(run.info, f"step {step:6d} | val loss {val_loss:.4f} | best {run.best_val:.4f}")
-    write_metrics(run, {"step": step, "val_loss": val_loss})
+    log(
+        run.info,
+        f"step {step:6d} | val loss {val_loss:.4f} ({val_bpc:.3f} bits/char) | "
+        f"best {run.best_val:.4f}",
+    )
+    write_metrics(run, {"step": step, "val_loss": val_loss, "val_bpc": val_bpc})
     if run.info.is_main:
         out, common = (
             run.cfg.out_dir,
             dict(
                 step=step,
                 config=run.model_cfg,
-                tokenizer_chars=run.data.tokenizer.chars,
+                **tokenizer_extra(run.data.tokenizer),
+                data_sha256=run.data.sha256,
+                vocab_size_asked=run.data.vocab_size_asked,
                 world_size=run.info.world_size,
                 seed=run.cfg.seed,
             ),

@@ -10,6 +10,7 @@ import transformer_course as tc
 from transformer_course.checkpoint import config_from_dict, load_checkpoint
 
 from .config import UsageError
+from .data import tokenizer_from_extra
 
 
 def sample(
@@ -32,20 +33,12 @@ def sample(
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(f"--ckpt: {error}") from None
     cfg = config_from_dict(tc.GPTConfig, state["config"])
-    tok = tc.CharTokenizer(state["extra"]["tokenizer_chars"])
+    tok = tokenizer_from_extra(state["extra"])
     model = tc.MiniGPT(cfg)
     model.load_state_dict(state["model"])
     model.to(dev).eval()
-
-    if prompt is None:
-        prompt = "\n" if "\n" in tok.chars else tok.chars[0]
-    unknown = sorted(set(prompt) - set(tok.chars))
-    if not prompt or unknown:
-        raise UsageError(
-            "the prompt must be non-empty and use the training characters; "
-            f"unknown characters: {unknown}"
-        )
-    ids = torch.tensor([tok.encode(prompt)] * num_samples, dtype=torch.long, device=dev)
+    prompt_ids = encode_prompt(tok, prompt)
+    ids = torch.tensor([prompt_ids] * num_samples, dtype=torch.long, device=dev)
     ids = ids[:, -cfg.context_length :]
     gen = torch.Generator(device=dev).manual_seed(seed)
     out = model.generate(
@@ -62,3 +55,21 @@ def sample(
             print(f"----- sample {i} (step {state['step']})")
         print(tok.decode(row), flush=True)
     return 0
+
+
+def encode_prompt(tok: tc.CharTokenizer | tc.BPETokenizer, prompt: str | None) -> list:
+    """The prompt's ids (default: a newline, or a character tokenizer's first
+    character if it has none); a character tokenizer refuses unknown characters."""
+    if isinstance(tok, tc.BPETokenizer):
+        prompt = "\n" if prompt is None else prompt
+        unknown = []
+    else:
+        if prompt is None:
+            prompt = "\n" if "\n" in tok.chars else tok.chars[0]
+        unknown = sorted(set(prompt) - set(tok.chars))
+    if not prompt or unknown:
+        raise UsageError(
+            "the prompt must be non-empty and use the training characters; "
+            f"unknown characters: {unknown}"
+        )
+    return tok.encode(prompt)
