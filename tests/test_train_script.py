@@ -345,3 +345,36 @@ def test_run_killed_inside_a_save_resumes_bit_exactly(script, tmp_path, pause, m
     best = min(val, key=lambda r: r["val_loss"])
     assert load_checkpoint(out / "best.pt")["step"] == best["step"]
     assert load_checkpoint(out / "best.pt")["extra"]["val_loss"] == best["val_loss"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "lr", "min_lr"),
+    [
+        ([], 1e-2, 1e-3),  # the preset's pair
+        (["--lr", "0.004"], 4e-3, 4e-4),  # --lr alone: the minimum follows it (a tenth)
+        (["--lr", "0.004", "--min-lr", "0.001"], 4e-3, 1e-3),
+        (["--min-lr", "0.002"], 1e-2, 2e-3),
+    ],
+)
+def test_lr_alone_brings_its_own_minimum(tmp_path, flags, lr, min_lr):
+    from transformer_course.train_gpt.cli import build_parser
+    from transformer_course.train_gpt.config import TrainConfig
+
+    args = build_parser().parse_args(["train", "--out-dir", str(tmp_path), "--preset", "cpu-small", *flags])
+    cfg = TrainConfig.from_args(args)
+    assert (cfg.lr, cfg.min_lr) == pytest.approx((lr, min_lr))
+
+
+def test_threads_flag_sets_torch_threads(tmp_path, monkeypatch):
+    from transformer_course.train_gpt.cli import build_parser
+    from transformer_course.train_gpt.config import TrainConfig
+
+    assert TrainConfig.from_args(build_parser().parse_args(["train", "--out-dir", str(tmp_path)])).threads is None
+    cfg = TrainConfig.from_args(build_parser().parse_args(["train", "--threads", "1", "--out-dir", str(tmp_path)]))
+    assert cfg.threads == 1
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", seen.append)
+    monkeypatch.setattr(train_run, "read_resume", lambda cfg: (_ for _ in ()).throw(RuntimeError("stop")))
+    with pytest.raises(RuntimeError, match="stop"):
+        train_run.train(cfg)
+    assert seen == [1]

@@ -142,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-steps", type=POSITIVE_INT, help="train until this step")
     t.add_argument("--lr", type=POSITIVE_FLOAT, help="peak learning rate")
     t.add_argument(
-        "--min-lr", type=NON_NEGATIVE_FLOAT, help="learning rate at the end of decay"
+        "--min-lr",
+        type=NON_NEGATIVE_FLOAT,
+        help="learning rate at the end of decay (default: the preset's, or --lr / 10)",
     )
     t.add_argument("--warmup-steps", type=NON_NEGATIVE_INT)
     t.add_argument(
@@ -165,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     # system
     t.add_argument("--seed", type=NON_NEGATIVE_INT)
     t.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
+    t.add_argument(
+        "--threads",
+        type=POSITIVE_INT,
+        help="CPU threads for torch (default: torch's, one per physical core)",
+    )
     t.add_argument(
         "--dtype",
         choices=["auto", "float32", "bfloat16"],

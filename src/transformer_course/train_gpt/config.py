@@ -116,6 +116,9 @@ class TrainConfig:
     device: str = "auto"
     dtype: str = "auto"
     compile: bool = False
+    threads: int | None = (
+        None  # torch intra-op threads on the CPU; None: torch's default
+    )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TrainConfig:
@@ -134,6 +137,10 @@ class TrainConfig:
         values["out_dir"] = Path(values["out_dir"])
         if values.get("data") is not None:
             values["data"] = Path(values["data"])
+        if args.lr is not None and args.min_lr is None:
+            values["min_lr"] = (
+                args.lr / 10
+            )  # every preset decays to a tenth of its peak
         values["tokenizer"], values["vocab_size"] = tokenizer_for(
             values, typed_vocab=args.vocab_size
         )

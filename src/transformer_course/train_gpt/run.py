@@ -56,6 +56,8 @@ def train(cfg: TrainConfig) -> Run:
     :func:`train_loop`; returns the finished run. Bad input is refused before anything
     is written."""
     info = DistInfo.from_env()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
     resume = read_resume(cfg)
     saved = None if resume is None else resume["extra"]
     data = load_data(cfg, run_context_length(cfg, resume), saved)
