@@ -176,6 +176,19 @@ class MaskInverted(MHA):
         return (s if attn_mask is None else s.masked_fill(attn_mask, -1e9)).softmax(-1) @ v
 
 
+class MaskInvertedPackageAttention(MHA):
+    """The inverted mask handed to the package's attention (rows masked whole give 0)."""
+
+    def attend(self, q, k, v, attn_mask):
+        return tc.scaled_dot_product_attention(q, k, v, None if attn_mask is None else ~attn_mask)[0]
+
+
+class KVProjectionsSwapped(MHA):
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.v_proj(K)), self.split(self.k_proj(V))
+        return self.out_proj(self.merge(self.attend(q, k, v, attn_mask)))
+
+
 class MaskIgnored(MHA):
     def attend(self, q, k, v, attn_mask):
         return super().attend(q, k, v, None)
@@ -249,6 +262,8 @@ REJECTS = [
     check(QProjForAll, "也用 q_proj 投影了", "q_proj used for K and V"),
     check(MaskInverted, "掩码方向可能反了", "mask inverted"),
     check(MaskIgnored, "掩码没有起作用", "mask ignored"),
+    check(MaskInvertedPackageAttention, "掩码方向反了", "mask inverted, package attention"),
+    check(KVProjectionsSwapped, "k_proj 和 v_proj 用反了", "k and v projections swapped"),
     check(SplitWithQueryLength, "K.size(1)", "K split with the query length"),
     check(ViewAfterTranspose, "不再连续", ".view after .transpose"),
     check(HeadsNotMerged, "合并多头", "heads not merged"),

@@ -52,6 +52,8 @@ def _mha_variant(
     q_proj, k_proj, v_proj, out_proj = layers
     if mistake == "q_proj_for_all":
         k_proj = v_proj = q_proj
+    if mistake == "kv_swapped":
+        k_proj, v_proj = v_proj, k_proj
     if mistake == "kv_from_q":
         K = V = Q
     H = 1 if mistake == "one_head" else H
@@ -71,10 +73,13 @@ def _mha_variant(
     scores = q @ k.transpose(-2, -1) / scale
     if mask is not None and mistake != "mask_ignored":
         inverted = mistake == "mask_inverted"  # -1e9: rows masked whole stay finite
+        inverted_zero = mistake == "mask_inverted_zero"  # as tc's SDPA: such rows -> 0
         scores = scores.masked_fill(
-            mask if inverted else ~mask, -1e9 if inverted else -math.inf
+            mask if inverted or inverted_zero else ~mask,
+            -1e9 if inverted else -math.inf,
         )
     weights = torch.softmax(scores, dim=-2 if mistake == "softmax_queries" else -1)
+    weights = weights.nan_to_num(0.0)  # rows masked whole (only the inverted masks)
     out = weights @ v  # (N, H, L, D)
     out = out.reshape(N, L, E) if merge else out.transpose(1, 2).reshape(N, L, E)
     return out if mistake == "no_out_proj" else apply_linear(out_proj, out)
@@ -118,6 +123,15 @@ MHA_HINTS = [
         "q_proj_for_all",
     ),
     ("被屏蔽的位置仍有权重：掩码方向可能反了（True = 可以看）。", "mask_inverted"),
+    (
+        "被屏蔽的位置仍有权重、能看的位置反而没有：掩码方向反了（True = 可以看；"
+        "传给 tc.scaled_dot_product_attention 的也是这种布尔掩码，不要取反）。",
+        "mask_inverted_zero",
+    ),
+    (
+        "k_proj 和 v_proj 用反了：键是 k_proj(K)，值是 v_proj(V)。",
+        "kv_swapped",
+    ),
     (
         "被屏蔽的位置仍有权重：掩码没有起作用（attn_mask 参数被忽略了？）。",
         "mask_ignored",
