@@ -107,6 +107,21 @@ def softmax_over_queries(Q, K, V, attn_mask=None):
     return w @ V
 
 
+def scale_after_softmax(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    return F.softmax(scores, dim=-1) / math.sqrt(Q.size(-1)) @ V
+
+
+def softmax_over_queries_renormalised(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    w = F.softmax(scores, dim=-2)
+    return (w / w.sum(-1, keepdim=True)) @ V
+
+
 def weights_times_keys(Q, K, V, attn_mask=None):
     out, w = tc.scaled_dot_product_attention(Q, K, V, attn_mask)
     return w @ K
@@ -252,6 +267,8 @@ REJECTS = [
     check(scale_by_length, "键的个数", "divided by the root of the key count"),
     check(softmax_over_queries, "softmax 的 dim 可能写错了", "softmax over queries"),
     check(weights_times_keys, "应是 V，不是 K", "weights times K"),
+    check(scale_after_softmax, "缩放放错了位置", "scaled after the softmax"),
+    check(softmax_over_queries_renormalised, "再把每行除以行和", "softmax over queries, rows renormalised"),
     check(mask_inverted, "掩码方向可能反了", "mask inverted (-1e9)"),
     check(mask_ignored, "掩码没有起作用", "mask argument ignored"),
     check(masked_to_zero, "填成了 0", "masked scores set to 0"),

@@ -64,13 +64,20 @@ def _attention_variant(
     if mask is not None and mistake != "mask_ignored":
         fill = {"mask_zero": 0.0, "mask_inverted": -1e9}.get(mistake, -math.inf)
         scores = scores.masked_fill(mask if mistake == "mask_inverted" else ~mask, fill)
-    if mistake == "mask_after":
-        scores = raw / math.sqrt(d)
+    if mistake in ("mask_after", "scale_after"):
+        scores = (
+            raw / math.sqrt(d) if mistake == "mask_after" else scores * math.sqrt(d)
+        )
     if mistake == "online_no_rescale":
         return _online_without_rescale(Q, K, V, mask)
-    weights = torch.softmax(scores, dim=-2 if mistake == "softmax_queries" else -1)
+    dim = -2 if mistake in ("softmax_queries", "softmax_queries_renormed") else -1
+    weights = torch.softmax(scores, dim=dim)
     if mistake == "mask_after":
         weights = weights * mask
+    if mistake == "scale_after":  # softmax of the raw scores, then divided by √d_k
+        weights = weights / math.sqrt(d)
+    if mistake == "softmax_queries_renormed":  # then each row rescaled to sum to 1
+        weights = weights / weights.sum(-1, keepdim=True)
     return weights @ (K if mistake == "values_K" else V)
 
 
@@ -114,6 +121,16 @@ ATTENTION_HINTS = [
         "分块计算时，最大值 m 变大后没有把之前的累加量乘上 exp(m_旧 − m_新) 重新缩放"
         "（分母 l 和分子 acc 都要缩放）。",
         "online_no_rescale",
+    ),
+    (
+        "缩放放错了位置：应先把分数除以 √d_k 再做 softmax，"
+        "而不是对 softmax 的结果除以 √d_k（那样每行权重之和不再是 1）。",
+        "scale_after",
+    ),
+    (
+        "softmax 沿查询维（dim=-2）做、再把每行除以行和：行和虽然是 1，"
+        "权重却不是每个查询自己的 softmax。softmax 应沿键维 dim=-1 做。",
+        "softmax_queries_renormed",
     ),
 ]
 
