@@ -12,8 +12,9 @@ from torch import nn
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course import notebook as nb
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 # decoder layer
 # ---------------------------------------------------------------------------
@@ -358,3 +359,79 @@ def test_rectangular_mask_skeleton(capsys):
 )
 def test_rectangular_mask_rejects(candidate, keyword, capsys):
     assert_rejects(ex.check_rectangular_causal_mask, candidate, keyword, capsys)
+
+
+# the alignment read from the cross-attention
+# ---------------------------------------------------------------------------
+
+
+def _cross_maps(model, src, decoder_in):
+    """Head-averaged weights (L, S) of every decoder layer's cross-attention."""
+    layers = [m for m in model.modules() if isinstance(m, tc.DecoderLayer)]
+    with torch.no_grad(), nb.record_attention(model) as maps:
+        model(src, decoder_in)
+    return [maps[layer.cross_attn][0] for layer in layers]
+
+
+def align_right(model, src, ys):
+    return _cross_maps(model, src, ys[:, :-1])[-1].mean(0).argmax(-1)
+
+
+def align_list(model, src, ys):
+    """Correct, another style: named modules, a Python list of ints."""
+    cross = [m for name, m in model.named_modules() if name.endswith("cross_attn")]
+    with torch.no_grad(), nb.record_attention(model) as maps:
+        model(src, ys[:, :-1])
+    rows = maps[cross[-1]][0].sum(0)  # a sum over heads has the same argmax
+    return [int(row.argmax()) for row in rows]
+
+
+def align_skeleton(model, src, ys): ...
+
+
+def make_align(mistake):
+    def align(model, src, ys):
+        decoder_in = ys if mistake == "full_ys" else ys[:, :-1]
+        layers = [m for m in model.modules() if isinstance(m, tc.DecoderLayer)]
+        module = layers[0].cross_attn if mistake == "first" else layers[-1].cross_attn
+        if mistake == "self":
+            module = layers[-1].self_attn
+        with torch.no_grad(), nb.record_attention(model) as maps:
+            model(src, decoder_in)
+        w = maps[module][0]  # (H, L, S)
+        w = w[0] if mistake == "one_head" else w.mean(0)
+        if mistake == "max_values":
+            return w.max(-1).values
+        return w.argmax(0 if mistake == "over_queries" else -1)
+
+    return align
+
+
+@pytest.mark.parametrize("candidate", [align_right, align_list])
+def test_alignment_accepts(candidate, capsys):
+    assert_passes(ex.check_cross_attention_alignment, candidate, capsys)
+
+
+def test_alignment_skeleton(capsys):
+    assert_skeleton(ex.check_cross_attention_alignment, align_skeleton, capsys)
+
+
+ALIGN_REJECTS = [
+    pytest.param(ex.check_cross_attention_alignment, make_align("first"), "最后一层", id="first layer"),
+    pytest.param(ex.check_cross_attention_alignment, make_align("self"), "自注意力", id="self-attention"),
+    pytest.param(ex.check_cross_attention_alignment, make_align("one_head"), "对头取平均", id="one head"),
+    pytest.param(ex.check_cross_attention_alignment, make_align("full_ys"), "ys[:, :-1]", id="full ys"),
+    pytest.param(ex.check_cross_attention_alignment, make_align("over_queries"), "dim=-1", id="over queries"),
+    pytest.param(ex.check_cross_attention_alignment, make_align("max_values"), "整数位置", id="max values"),
+]
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", ALIGN_REJECTS)
+def test_alignment_rejects(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_alignment_hints_are_all_reached(capsys):
+    from transformer_course.exercises import seq2seq
+
+    assert_every_hint_reached({"_ALIGNMENT_HINTS": seq2seq._ALIGNMENT_HINTS}, ALIGN_REJECTS, capsys)

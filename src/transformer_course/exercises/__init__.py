@@ -100,6 +100,7 @@ from .self_check import (
     check_softmax_jacobian,
 )
 from .seq2seq import (
+    check_cross_attention_alignment,
     check_decoder_layer,
     check_greedy_decode,
     check_rectangular_causal_mask,
@@ -144,6 +145,7 @@ __all__ = [
     "check_seq2seq_loss",
     "check_greedy_decode",
     "check_rectangular_causal_mask",
+    "check_cross_attention_alignment",
     "check_grouped_attention",
     "check_sparsemax",
     "check_prefix_lm_mask",

@@ -480,9 +480,114 @@ def check_rectangular_causal_mask(fn: Callable) -> str:
     return "5 组 (L, S)，含 L = S 与 L = 1"
 
 
+# --- the alignment read from the cross-attention -------------------------------------
+
+
+def _alignment_model(g: torch.Generator) -> tuple[Transformer, Tensor, Tensor]:
+    """A small random model with sharp attention, a source ``(1, 5)`` and its greedy
+    output ``ys`` ``(1, 7)``: 6 decoder inputs, so no axis has the length of another."""
+    model, src = _decode_model(g)
+    with torch.no_grad():  # sharper weights: the argmax of each row is not a near tie
+        for name, mod in model.named_modules():
+            if name.endswith("attn"):
+                mod.q_proj.weight.mul_(4.0)
+    ys = _greedy_reference(model, src, _BOS, -1, 7)
+    return model, src, ys
+
+
+def _alignment_variant(model: Transformer, src: Tensor, ys: Tensor, mistake: str):
+    """The head-averaged argmax of one attention map, read the right or a wrong way."""
+    from ..notebook import record_attention
+
+    attn = {
+        kind: [m for name, m in model.named_modules() if name.endswith(kind)]
+        for kind in ("cross_attn", "self_attn")
+    }
+    decoder_in = ys if mistake == "full_ys" else ys[:, :-1]
+    with torch.no_grad(), record_attention(model) as maps:
+        model(src, decoder_in)
+    module = {
+        "first_layer": attn["cross_attn"][0],
+        "self_attn": attn["self_attn"][-1],  # the last decoder layer's self-attention
+    }.get(mistake, attn["cross_attn"][-1])
+    weights = maps[module][0]  # (H, L, S)
+    weights = weights[0] if mistake == "head0" else weights.mean(0)
+    return weights.argmax(0 if mistake == "argmax_queries" else -1)
+
+
+_ALIGNMENT_HINTS = [
+    (
+        "读的是第一层的交叉注意力：要最后一层，cross_attention_modules(model)[-1]。",
+        "first_layer",
+    ),
+    (
+        "读的是解码器的自注意力（看目标自己的词）：对齐要看交叉注意力 cross_attn，"
+        "它的键是源句。",
+        "self_attn",
+    ),
+    ("只取了一个头：先对头取平均（.mean(0)），再取 argmax。", "head0"),
+]
+
+
+@checker("从交叉注意力读出对齐")
+def check_cross_attention_alignment(fn: Callable) -> str:
+    """Grade ``fn(model, src, ys)`` -> source positions ``(T - 1,)``.
+
+    ``src`` is ``(1, S)``, ``ys`` ``(1, T)`` a decoded output (BOS first). Run the
+    decoder on ``ys[:, :-1]``; for each decoder input ``t`` the answer is the source
+    position with the largest weight in the LAST decoder layer's cross-attention,
+    averaged over heads. A list of ints is accepted as well as a tensor. Compared on
+    three small random models.
+    """
+    name = name_of(fn)
+    g = seeded_generator(34)
+    for i in range(3):
+        case = f"随机模型 {i + 1}"
+        model, src, ys = _alignment_model(g)
+        out = run_learner(fn, model, src, ys, what=name, case=case, first=i == 0)
+        if isinstance(out, (list, tuple)):
+            try:
+                out = torch.tensor(out)
+            except (TypeError, ValueError):
+                fail(f"{name} 应返回源词位置的列表或张量，得到 {out!r}（{case}）。")
+        out = as_tensor(out, name, case).flatten()
+        T, S = ys.size(1), src.size(1)
+        if out.numel() == T:
+            fail(
+                f"{name} 返回了 {T} 个位置，应为 {T - 1} 个（{case}）：解码器的输入是 "
+                "ys[:, :-1]，最后一个词元（它之后不再预测）不送进去。"
+            )
+        if out.numel() == S:
+            fail(
+                f"{name} 返回了 {S} 个位置（源句的长度），应为 {T - 1} 个（{case}）："
+                "argmax 要在每一行（每个解码器输入）上对源词取，dim=-1。"
+            )
+        check_shape(out, (T - 1,), name, case)
+        if out.dtype.is_floating_point:
+            fail(f"{name} 应返回整数位置（argmax 的结果），得到 dtype {out.dtype}。")
+        expected = _alignment_variant(model, src, ys, "right")
+        if torch.equal(out.long(), expected):
+            continue
+        hint = next(
+            (
+                h
+                for h, m in _ALIGNMENT_HINTS
+                if torch.equal(out.long(), _alignment_variant(model, src, ys, m))
+            ),
+            "",
+        )
+        fail(
+            f"{name} 的对齐不对（{case}）：应为 {expected.tolist()}，得到 "
+            f"{out.tolist()}。"
+            + (hint or "最后一层交叉注意力，对头取平均，每行对源词取 argmax。")
+        )
+    return "3 个随机模型；最后一层交叉注意力、对头平均、每个解码器输入一个源词"
+
+
 __all__ = [
     "check_decoder_layer",
     "check_seq2seq_loss",
     "check_greedy_decode",
     "check_rectangular_causal_mask",
+    "check_cross_attention_alignment",
 ]
