@@ -66,9 +66,8 @@ class Study:
         stars = "、".join(f"{'★' * s} {n} 道" for s, n in self.exercises.items() if n)
         hours = f"{self.exercise_min / 60:.1f}".removesuffix(".0")
         return (
-            f"{LINE_PREFIX}：主线约 {self.reading_min} 分钟（{self.chars:,} 字正文、"
-            f"{self.code_lines} 行代码、{self.equations} 个公式）；练习约 {hours} 小时（{stars}）；"
-            "选读不计在内。时间由 `scripts/study_time.py` 按全书统一的规则从本页算出。"
+            f"{LINE_PREFIX}：主线约 {self.reading_min} 分钟（读并运行）；"
+            f"练习约 {hours} 小时（{stars}）；折叠的选读块不计在内。"
         )
 
 
