@@ -2,8 +2,9 @@
 work in every later cell of the page (weight copy, training, the step-by-step comparison
 with ``tc.MiniGPT``, the attention view, generation, and the cached forward).
 
-The page's own glue (``copy_from_minigpt``, ``reference_config``, ``LogitsOnly``, the
-solutions) is read from the chapter and executed here, so the test follows the page."""
+The page's own glue (``passes``, the solutions) is read from the chapter
+and executed here, so the test follows the page; weights are copied as the page copies
+them, with ``tc.exercises.copy_parameters``."""
 
 import contextlib
 import io
@@ -27,7 +28,7 @@ MARKERS = [
     "class SolutionGPT",
     "def solution_lm_batch",
     "def solution_train_step",
-    "def copy_from_minigpt",
+    "def passes",
     "def solution_generate",
     "class SolutionKVCache",
     "def solution_forward_with_cache",
@@ -153,9 +154,8 @@ def test_what_check_gpt_accepts_runs_through_the_page(page, variant):
     data = torch.randint(0, V, (400,), generator=torch.Generator().manual_seed(0))
     model = GPT(V, T, d_model=32, num_heads=4, num_layers=2)
     tc.set_seed(1)
-    reference = tc.MiniGPT(ns["reference_config"](model, cfg))
-    ns["copy_from_minigpt"](model, reference)
-    lm = ns["LogitsOnly"](model)
+    reference = tc.MiniGPT(cfg)
+    tc.exercises.copy_parameters(reference, model)
 
     # the step-by-step comparison of the page (hidden check in 5.6)
     def steps(forward, module):
@@ -165,20 +165,20 @@ def test_what_check_gpt_accepts_runs_through_the_page(page, variant):
         gen = torch.Generator().manual_seed(2)
         return [ns["solution_train_step"](forward, opt, *ns["solution_lm_batch"](data, 8, T, gen)) for _ in range(5)]
 
-    mine = steps(lm, model)
+    mine = steps(model, model)
     ref = steps(lambda z: reference(z)[0], reference)
     torch.testing.assert_close(torch.tensor(mine), torch.tensor(ref), atol=1e-4, rtol=0)
 
     # copying the trained weights back into MiniGPT (attention view)
-    trained = tc.MiniGPT(ns["reference_config"](model, cfg)).eval()
-    ns["copy_into_minigpt"](model, trained)
-    lm.eval()
+    trained = tc.MiniGPT(cfg).eval()
+    tc.exercises.copy_parameters(model, trained)
+    model.eval()
     ids = data[None, :T]
-    torch.testing.assert_close(trained(ids)[0], lm(ids), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(trained(ids)[0], model(ids), atol=1e-4, rtol=1e-4)
 
     # generation and the cached forward with the learner's model and a cache class
     prompt = data[None, :4]
-    plain = ns["solution_generate"](lm, prompt, T - 4, T)
+    plain = ns["solution_generate"](model, prompt, T - 4, T)
     caches = [ns["SolutionKVCache"]() for _ in model.blocks]
     fwd = ns["solution_forward_with_cache"]
     logits = fwd(model, prompt, caches, 4)
@@ -190,6 +190,13 @@ def test_what_check_gpt_accepts_runs_through_the_page(page, variant):
     assert torch.equal(out, plain)
 
 
-def test_untied_and_buffers_are_accepted_today_or_rejected(page):
-    """At least the plain tied model passes, so the test above exercises the glue."""
-    assert passes(page, tc.exercises.check_gpt, VARIANTS["tied"])
+# the exercise text states each rule: a tied head, biases, forward returns the logits
+REJECTED = {"untied head", "bias-free layers", "forward returns a tuple"}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_exercise_states_what_check_gpt_enforces(page, variant):
+    """The buffers and nn.Sequential pass (so the test above exercises the
+    page's glue with them); an untied head, bias-free layers and a tuple for logits are
+    rejected, as the exercise says."""
+    assert passes(page, tc.exercises.check_gpt, VARIANTS[variant]) == (variant not in REJECTED)

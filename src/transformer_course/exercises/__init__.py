@@ -95,7 +95,6 @@ from .predictions import compare_prediction
 from .self_check import (
     check_causality_probe,
     check_greedy_with_cache,
-    check_kv_cache_formula,
     check_qkv_answers,
     check_softmax_jacobian,
 )
@@ -139,7 +138,6 @@ __all__ = [
     "check_softmax_jacobian",
     "check_causality_probe",
     "check_kv_cache_bytes",
-    "check_kv_cache_formula",
     "check_greedy_with_cache",
     "check_decoder_layer",
     "check_seq2seq_loss",

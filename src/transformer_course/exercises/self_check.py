@@ -1,6 +1,7 @@
 """Checkers for the self-tests that close chapter 5 (the source's criteria 2-5): the
 roles of Q, K and V, the softmax Jacobian behind the 1/sqrt(d_k) scaling, a causality
-probe, and the KV cache's size and decoding loop."""
+probe, and greedy decoding through the KV cache (the cache's size is chapter 4's
+``check_kv_cache_bytes``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from torch import Tensor
 from ..attention import scaled_dot_product_attention
 from ..models import GPTConfig, MiniGPT
 from ._protocol import (
+    FAILED,
+    PASSED,
+    SKELETON,
     ExerciseError,
     checker,
     fail,
@@ -19,13 +23,15 @@ from ._protocol import (
     run_learner,
     seeded_generator,
 )
+from ._protocol import (
+    _record as _keep_result,
+)
 from ._report import as_tensor, check_shape, close, where_differs
 
 __all__ = [
     "check_qkv_answers",
     "check_softmax_jacobian",
     "check_causality_probe",
-    "check_kv_cache_formula",
     "check_greedy_with_cache",
 ]
 
@@ -62,13 +68,20 @@ def _qkv_truth() -> dict[str, str]:
     }
 
 
-def check_qkv_answers(answers: object, *, solution: bool = False) -> None:
+def check_qkv_answers(
+    answers: object, *, solution: bool = False, exercise: str | None = None
+) -> None:
     """Grade ``answers``: a dict ``{"a": ..., "b": ..., "c": ..., "d": ...}`` whose
     values are options of :data:`QKV_QUESTIONS`; the truth is computed by experiments.
     A dict with unanswered questions (``None``) prints what is missing (raises with
-    ``solution=True``); a wrong answer raises :class:`ExerciseError` with the reason."""
+    ``solution=True``); a wrong answer raises :class:`ExerciseError` with the reason.
+    ``exercise`` keeps the outcome for ``progress()``, as the other checkers do."""
     __tracebackhide__ = True
     title = "检验标准 2：Q、K、V 各起什么作用"
+    record = functools.partial(
+        _keep_result, exercise, title, "my_qkv_answers", solution
+    )
+    record(FAILED)  # until it gets further
     if not isinstance(answers, dict):
         raise ExerciseError(
             f"{title}：答案应是一个 dict，例如 {{'a': '第 2 个值', ...}}，"
@@ -79,6 +92,7 @@ def check_qkv_answers(answers: object, *, solution: bool = False) -> None:
         if solution:
             raise ExerciseError(f"{title}：参考解答没有回答 {missing}。")
         print(f"尚未实现：{title}：还没有回答 {missing}（写好后重新运行本单元格）")
+        record(SKELETON)
         return
     truth = _qkv_truth()
     wrong = []
@@ -95,6 +109,7 @@ def check_qkv_answers(answers: object, *, solution: bool = False) -> None:
     if wrong:
         raise ExerciseError(f"{title}：有答案与实验不符：\n" + "\n".join(wrong))
     print(f"✓ {title}：四个答案都与实验一致")
+    record(PASSED)
 
 
 def _softmax_jacobian_autograd(p_logits: Tensor) -> Tensor:
@@ -197,33 +212,6 @@ def check_causality_probe(fn: object) -> str:
     return "因果与不因果的模型、三个 t，判断都对"
 
 
-@checker("检验标准 5(a)：KV 缓存的大小")
-def check_kv_cache_formula(fn: object) -> str:
-    """Grade ``fn(num_layers, num_kv_heads, head_dim, seq_len, bytes_per_value)``:
-    the KV cache's size in bytes for one sequence,
-    ``2 · layers · H_kv · D · L · bytes``."""
-    name = name_of(fn)
-    first = True
-    for args in ((2, 4, 8, 64, 4), (24, 4, 64, 2048, 2), (32, 8, 128, 4096, 2)):
-        n_l, h_kv, d, L, b = args
-        case = f"层数 {n_l}、H_kv {h_kv}、D {d}、长度 {L}、每个数 {b} 字节"
-        got = run_learner(fn, *args, what=name, case=case, first=first)
-        first = False
-        ref = 2 * n_l * h_kv * d * L * b
-        if got != ref:
-            hints = [
-                (ref // 2, "漏了因子 2：键和值各存一份。"),
-                (ref // n_l, "漏了层数：每一层都有自己的缓存。"),
-                (ref // b, "漏了每个数的字节数（bfloat16 是 2 字节）。"),
-            ]
-            hint = next(
-                (h for value, h in hints if got == value),
-                "按 2（键和值）× 层数 × H_kv × D × 长度 × 字节数计算。",
-            )
-            fail(f"{name}{args} 应为 {ref} 字节，得到 {got!r}（{case}）：{hint}")
-    return "三种配置与公式一致"
-
-
 def _record(seen: list[int], module: object, args: tuple, out: object) -> None:
     """Forward hook: how many tokens the model was fed."""
     seen.append(args[0].shape[1])
@@ -234,7 +222,8 @@ def check_greedy_with_cache(fn: object) -> str:
     """Grade ``fn(model, input_ids, max_new_tokens)``: greedy decoding of a
     :class:`MiniGPT` through ``model.new_caches()`` and ``model(ids, caches=...)``; it
     must equal ``model.generate(..., greedy=True, use_cache=False)`` and feed the model
-    the prompt once, then one token per step."""
+    the prompt once, then one token per step, ``T0 + n - 1`` positions in all (the last
+    new token is not fed back)."""
     name = name_of(fn)
     g = seeded_generator(43)
     first = True
@@ -276,4 +265,10 @@ def check_greedy_with_cache(fn: object) -> str:
                 f"{name} 在预填充之后仍把多个词元送进模型（每次的长度 {seen}）："
                 "用了缓存就只送新词元。"
             )
-    return "两个模型，与不用缓存的贪心生成逐词元相同，预填充后每步只送一个词元"
+        if sum(seen) != 5 + n_new - 1:
+            fail(
+                f"{name} 让模型处理了 {sum(seen)} 个位置，应为 5 + {n_new} − 1 = "
+                f"{5 + n_new - 1}（{case}）：最后一个新词元已经选出，"
+                "不必再送进模型。"
+            )
+    return "两个模型，与不用缓存的贪心生成逐词元相同，共处理 T₀ + n − 1 个位置"
