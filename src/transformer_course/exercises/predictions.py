@@ -2,7 +2,8 @@
 the answer, and :func:`compare_prediction` prints both side by side.
 
 A prediction is never an error (a wrong guess is what the exercise is for), so a page
-still runs from top to bottom with any prediction, or none yet.
+still runs from top to bottom with any prediction, or none yet; without a prediction the
+result is not printed, so the built book does not give the answer away.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ def compare_prediction(
         raise TypeError(f"what must be a non-empty str, got {what!r}")
     if not _is_number(rel_tol) or not 0 <= rel_tol < 1:
         raise ValueError(f"rel_tol must be a number in [0, 1), got {rel_tol!r}")
-    shown = f"{actual:.4g}" if _is_number(actual) else repr(actual)
-    if prediction is None:
-        print(f"尚未预测：{what}。先在上面写下你的预测再运行这一格；实际是 {shown}")
+    if prediction is None:  # the answer stays hidden until there is a prediction
+        print(f"尚未预测：{what}。先在上面写下你的预测，再运行这一格看结果")
         return
+    shown = f"{actual:.4g}" if _is_number(actual) else repr(actual)
     if _is_number(actual) and _is_number(prediction):
         verdict = _number_verdict(float(prediction), float(actual), rel_tol)
     elif prediction == actual:
