@@ -271,6 +271,19 @@ def train_few_steps(model, optimizer, train_data, num_steps):
     return losses + losses[-1:] * (num_steps - 10)
 
 
+def train_keeps_loss_tensors(model, optimizer, train_data, num_steps):
+    """Appends the loss tensor (with its graph) instead of loss.item()."""
+    T = model.cfg.context_length
+    losses = []
+    for _ in range(num_steps):
+        _, loss = model(*tc.lm_batch(train_data, 32, T))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss)
+    return losses
+
+
 def train_returns_nothing_useful(model, optimizer, train_data, num_steps):
     train_with_lm_batch(model, optimizer, train_data, num_steps)
     return 1.0
@@ -295,6 +308,7 @@ def test_lm_training_accepts(fn, capsys):
         (train_one_batch, "同一批数据"),
         (train_few_steps, "没有达到目标"),
         (train_returns_nothing_useful, "每一步的训练损失"),
+        (train_keeps_loss_tensors, "loss 张量本身"),
     ],
 )
 def test_lm_training_rejects(fn, keyword, capsys):

@@ -234,8 +234,12 @@ def _training_losses(out: object, name: str, num_steps: int) -> list[float]:
         )
     losses = []
     for x in out:
-        if isinstance(x, Tensor) and x.numel() == 1:
-            x = x.item()
+        if isinstance(x, Tensor):
+            kept = "，连同它的整张计算图" if x.grad_fn is not None else ""
+            fail(
+                f"{name} 返回的列表里是 loss 张量本身{kept}：每步应保存 "
+                "loss.item()（一个 Python float），否则这些张量一直占着内存。"
+            )
         if not isinstance(x, Real) or isinstance(x, bool):
             fail(f"{name} 返回的损失应是数（loss.item()），得到 {type(x).__name__}。")
         losses.append(float(x))
