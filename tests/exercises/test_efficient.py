@@ -12,7 +12,12 @@ import torch
 import transformer_course as tc
 from transformer_course import exercises as ex
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import (
+    assert_every_hint_reached,
+    assert_passes,
+    assert_rejects,
+    assert_skeleton,
+)
 
 # grouped-query attention
 # ---------------------------------------------------------------------------
@@ -292,3 +297,193 @@ def test_prefix_lm_mask_skeleton(capsys):
 )
 def test_prefix_lm_mask_rejects(fn, keyword, capsys):
     assert_rejects(ex.check_prefix_lm_mask, fn, keyword, capsys)
+
+
+# streaming (online-softmax) attention
+# ---------------------------------------------------------------------------
+
+
+def streaming_safe_max(Q, blocks):  # the recurrence of 4.1.4 with a guarded maximum
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), None
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(c_new == -math.inf, torch.zeros_like(c_new), c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell = ell * fix + p.sum(-1, keepdim=True)
+        o = p @ V if o is None else o * fix + p @ V
+        c = c_new
+    return o / ell
+
+
+def streaming_logsumexp(Q, blocks):  # running log-sum-exp and a normalized output
+    lse, out = None, None
+    for K, V, mask in blocks:
+        s = torch.where(mask, Q @ K.transpose(-2, -1) * Q.size(-1) ** -0.5, -math.inf)
+        block_lse = torch.logsumexp(s, dim=-1, keepdim=True)  # -inf where all masked
+        block_out = torch.nan_to_num(torch.softmax(s, -1)) @ V
+        if lse is None:
+            lse, out = block_lse, block_out
+            continue
+        new = torch.logaddexp(lse, block_lse)
+        w_old = torch.nan_to_num(torch.exp(lse - new))
+        w_blk = torch.nan_to_num(torch.exp(block_lse - new))
+        out, lse = w_old * out + w_blk * block_out, new
+    return out
+
+
+def streaming_while_next(Q, blocks):  # next() by hand, a large finite fill value
+    it = iter(blocks)
+    c = ell = o = None
+    while (item := next(it, None)) is not None:
+        K, V, mask = item
+        s = (Q @ K.mT) / math.sqrt(Q.size(-1))
+        s = s.masked_fill(~mask, -1e30)
+        m = s.amax(-1, keepdim=True)
+        c_new = m if c is None else torch.maximum(c, m)
+        p = torch.exp(s - c_new) * mask
+        if c is None:
+            ell, o = p.sum(-1, keepdim=True), p @ V
+        else:
+            fix = torch.exp(c - c_new)
+            ell, o = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V
+        c = c_new
+    return o / ell
+
+
+def streaming_skeleton(Q, blocks):
+    # 在这里写你的代码
+    pass
+
+
+def streaming_full_matrix(Q, blocks):  # the old loophole: concatenate, then softmax
+    Ks, Vs, masks = zip(*blocks, strict=True)
+    K, V, mask = torch.cat(Ks, -2), torch.cat(Vs, -2), torch.cat(masks, -1)
+    s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+    return torch.softmax(s, -1) @ V
+
+
+def streaming_two_pass(Q, blocks):  # exact, but keeps every block for a second pass
+    blocks = list(blocks)
+    scale = 1 / math.sqrt(Q.size(-1))
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    for K, _, mask in blocks:
+        s = (Q @ K.mT * scale).masked_fill(~mask, -math.inf)
+        c = torch.maximum(c, s.amax(-1, keepdim=True))
+    ell, o = 0, 0
+    for K, V, mask in blocks:
+        p = torch.exp((Q @ K.mT * scale).masked_fill(~mask, -math.inf) - c)
+        ell, o = ell + p.sum(-1, keepdim=True), o + p @ V
+    return o / ell
+
+
+def streaming_partials(Q, blocks):  # one (max, sum, output) per block, combined at the end
+    parts = []
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        m = s.amax(-1, keepdim=True).clamp(min=-1e30)
+        p = torch.exp(s - m)
+        parts.append((m, p.sum(-1, keepdim=True), p @ V))
+    c = torch.stack([m for m, _, _ in parts]).amax(0)
+    ell = sum(torch.exp(m - c) * e for m, e, _ in parts)
+    return sum(torch.exp(m - c) * o for m, _, o in parts) / ell
+
+
+def streaming_unguarded(Q, blocks):  # the page's 4.1.4 code plus a mask: NaN
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix, p = torch.exp(c - c_new), torch.exp(s - c_new)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
+def streaming_no_max(Q, blocks):  # exp of the raw scores: overflows for large scores
+    ell, o = 0, 0
+    for K, V, mask in blocks:
+        p = torch.exp(Q @ K.mT / math.sqrt(Q.size(-1))) * mask
+        ell, o = ell + p.sum(-1, keepdim=True), o + p @ V
+    return o / ell
+
+
+def _streaming_with(Q, blocks, *, rescale_ell=True, rescale_o=True, inverted=False,
+                    scale=True):  # fmt: skip
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = Q @ K.mT / (math.sqrt(Q.size(-1)) if scale else 1)
+        s = s.masked_fill(mask if inverted else ~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell = (ell * fix if rescale_ell else ell) + p.sum(-1, keepdim=True)
+        o = (o * fix if rescale_o else o) + p @ V
+        c = c_new
+    return o / ell
+
+
+def streaming_no_rescale(Q, blocks):
+    return _streaming_with(Q, blocks, rescale_ell=False, rescale_o=False)
+
+
+def streaming_o_not_rescaled(Q, blocks):
+    return _streaming_with(Q, blocks, rescale_o=False)
+
+
+def streaming_inverted(Q, blocks):
+    return _streaming_with(Q, blocks, inverted=True)
+
+
+def streaming_unscaled(Q, blocks):
+    return _streaming_with(Q, blocks, scale=False)
+
+
+def streaming_len(Q, blocks):  # treats the stream as a list
+    n = len(blocks)
+    return Q[..., :n]
+
+
+STREAMING_REJECTS = [
+    pytest.param(ex.check_streaming_attention, streaming_full_matrix, "不是流式", id="cat"),
+    pytest.param(ex.check_streaming_attention, streaming_two_pass, "还留在内存里", id="list"),
+    pytest.param(ex.check_streaming_attention, streaming_partials, "同时占了", id="parts"),
+    pytest.param(ex.check_streaming_attention, streaming_unguarded, "−∞ − (−∞)", id="nan"),
+    pytest.param(ex.check_streaming_attention, streaming_no_max, "溢出", id="no_max"),
+    pytest.param(ex.check_streaming_attention, streaming_no_rescale, "校正旧的累计量",
+                 id="no_rescale"),
+    pytest.param(ex.check_streaming_attention, streaming_o_not_rescaled, "分子 o 没有",
+                 id="o_fix"),
+    pytest.param(ex.check_streaming_attention, streaming_inverted, "方向反了", id="inverted"),
+    pytest.param(ex.check_streaming_attention, streaming_unscaled, "√D", id="unscaled"),
+    pytest.param(ex.check_streaming_attention, streaming_len, "迭代器", id="len"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fn", [streaming_safe_max, streaming_logsumexp, streaming_while_next])
+def test_streaming_attention_accepts(fn, capsys):
+    assert_passes(ex.check_streaming_attention, fn, capsys)
+
+
+def test_streaming_attention_skeleton(capsys):
+    assert_skeleton(ex.check_streaming_attention, streaming_skeleton, capsys)
+
+
+@pytest.mark.parametrize(("checker", "fn", "keyword"), STREAMING_REJECTS)
+def test_streaming_attention_rejects(checker, fn, keyword, capsys):
+    assert_rejects(checker, fn, keyword, capsys)
+
+
+def test_streaming_attention_hints_all_reached(capsys):
+    from transformer_course.exercises import efficient
+
+    assert_every_hint_reached(
+        {
+            "_STREAMING_MISTAKES": efficient._STREAMING_MISTAKES,
+            "STREAMING_CRASHES": efficient.STREAMING_CRASHES,
+        },
+        STREAMING_REJECTS,
+        capsys,
+    )

@@ -78,6 +78,7 @@ from .efficient import (
     check_kv_cache_bytes,
     check_prefix_lm_mask,
     check_sparsemax,
+    check_streaming_attention,
 )
 from .encoder import check_encoder_layer
 from .generation_cache import check_generate, check_kv_cache
@@ -147,6 +148,7 @@ __all__ = [
     "check_grouped_attention",
     "check_sparsemax",
     "check_prefix_lm_mask",
+    "check_streaming_attention",
     "check_split_heads",
     "check_dropout_row_sum_variance",
     "check_lm_training",

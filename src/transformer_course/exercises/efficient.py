@@ -1,10 +1,13 @@
-"""Efficient attention (chapter 4): grouped-query attention without copying the
-key-value heads, sparsemax, the size of a KV cache and the prefix-LM mask."""
+"""Efficient attention (chapter 4): streaming (online-softmax) attention over key
+blocks, grouped-query attention without copying the key-value heads, sparsemax, the
+size of a KV cache and the prefix-LM mask."""
 
 from __future__ import annotations
 
 import functools
 import math
+import weakref
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +27,239 @@ from ._report import (
     first_reproduced,
     where_differs,
 )
+
+# ---------------------------------------------------------------------------
+# streaming attention (ex 4.4)
+# ---------------------------------------------------------------------------
+
+
+class _MemoryWatch(TorchFunctionMode):
+    """Records every new tensor the learner's torch calls create (views are not new),
+    the largest one, and how many elements of them are alive at the checker's
+    ``audit`` calls (one per block request). Paused while the checker makes a block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = False
+        self.alive: dict[int, tuple[weakref.ref, int]] = {}
+        self.largest = (0, "", ())  # (numel, op, shape)
+        self.peak_alive = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.paused:
+            return out
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, Tensor) and t._base is None:
+                known = self.alive.get(id(t))
+                if known is None or known[0]() is not t:
+                    self.alive[id(t)] = (weakref.ref(t), t.numel())
+                if t.numel() > self.largest[0]:
+                    name = getattr(func, "__name__", str(func))
+                    self.largest = (t.numel(), name, tuple(t.shape))
+        return out
+
+    def audit(self) -> None:
+        self.alive = {k: (r, n) for k, (r, n) in self.alive.items() if r() is not None}
+        self.peak_alive = max(self.peak_alive, sum(n for _, n in self.alive.values()))
+
+
+def _stream_blocks(
+    k: Tensor, v: Tensor, mask: Tensor, b: int, watch: _MemoryWatch, held: list[int]
+) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+    """Yield ``(K_j, V_j, mask_j)`` as fresh tensors; before block j is made, the
+    learner's new tensors are audited and any block older than j − 1 that is still
+    alive is recorded in ``held``."""
+    refs: list[weakref.ref] = []
+    S = k.size(-2)
+    for j, start in enumerate(range(0, S + b, b)):
+        watch.audit()
+        held.extend(i for i, r in enumerate(refs[: max(j - 1, 0)]) if r() is not None)
+        if start >= S:
+            return
+        watch.paused = True
+        block = (
+            k[..., start : start + b, :].clone(),
+            v[..., start : start + b, :].clone(),
+            mask[..., start : start + b].clone(),
+        )
+        watch.paused = False
+        refs.append(weakref.ref(block[0]))
+        yield block
+        del block
+
+
+def _streaming_variant(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, b: int, mistake: str
+) -> Tensor:
+    """Block-wise attention with one typical mistake (for diagnosis); no NaN from
+    fully masked leading blocks, so the mistake is not confused with that one."""
+    D = q.size(-1)
+    scale = 1.0 if mistake == "noscale" else 1 / math.sqrt(D)
+    if mistake == "inverted":
+        mask = ~mask
+    c = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+    ell = torch.zeros_like(c)
+    o = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype)
+    for start in range(0, k.size(-2), b):
+        s = (q @ k[..., start : start + b, :].mT) * scale
+        s = s.masked_fill(~mask[..., start : start + b], -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), torch.zeros_like(c_new), c_new)
+        fix = torch.exp(c - c_safe)
+        if mistake == "no_rescale":
+            fix = torch.ones_like(fix)
+        p = torch.exp(s - c_safe)
+        ell = ell * fix + p.sum(-1, keepdim=True)
+        o_fix = torch.ones_like(fix) if mistake == "o_not_rescaled" else fix
+        o = o * o_fix + p @ v[..., start : start + b, :]
+        c = c_new
+    return o / ell
+
+
+_STREAMING_MISTAKES = [
+    ("掩码方向反了：约定 True = 可以关注，屏蔽的是 ~mask_j 的位置。", "inverted"),
+    ("分数没有除以 √D（D 是 Q 的最后一维）。", "noscale"),
+    (
+        "最大值变大时忘了校正旧的累计量：ℓ 和 o 都要先乘 exp(c_旧 − c_新)，"
+        "再加上新块的贡献。",
+        "no_rescale",
+    ),
+    (
+        "分母 ℓ 校正了，分子 o 没有：o 也要乘同一个校正因子 exp(c_旧 − c_新)。",
+        "o_not_rescaled",
+    ),
+]
+
+_LEADING_MASKED = (
+    "前面的块整块被屏蔽时，这一行的最大值 c 还是 −∞，exp(s − c) 成了 "
+    "exp(−∞ − (−∞)) = NaN：用 c_safe = where(c_新 = −∞, 0, c_新) 代替 "
+    "c_新 去减（此时 exp(c_旧 − c_safe) = exp(−∞) = 0，正好清零）。"
+)
+# what a NaN or inf means, by the kind of mask of the case
+_NONFINITE_HINTS = {
+    "left_pad": _LEADING_MASKED,
+    "row_starts": _LEADING_MASKED,
+    "none": "exp 溢出了：先减去目前为止的最大分数 c，再取 exp。",
+}
+
+
+def _streaming_mask(
+    kind: str, batch: tuple[int, ...], L: int, S: int, b: int, g: torch.Generator
+) -> Tensor:
+    """The case's bool mask, True = may attend; no row is masked everywhere."""
+    if kind == "random":
+        mask = torch.rand(L, S, generator=g) < 0.7
+        mask[:, 0] = True
+    elif kind == "left_pad":  # the second sequence's first 40 keys are padding
+        mask = torch.ones(batch[0], 1, S, dtype=torch.bool)
+        mask[1, :, :40] = False
+    elif kind == "none":
+        mask = torch.ones(L, S, dtype=torch.bool)
+    else:  # row r sees keys from a random start on (its first blocks all masked)
+        starts = torch.randint(0, 6 * b, (*batch, L, 1), generator=g)
+        mask = torch.arange(S) >= starts
+        mask &= torch.rand(*batch, L, S, generator=g) < 0.8
+        mask[..., -1] = True
+    return mask
+
+
+# the learner treated the stream of blocks as a list or a tensor
+STREAMING_CRASHES = [
+    (
+        r"has no len|not subscriptable|no attribute 'size'|no attribute 'shape'",
+        "blocks 是一个迭代器，不是列表或张量：只能用 for K_j, V_j, mask_j in blocks: "
+        "逐块取，既不能取长度，也不能按下标取。",
+    ),
+]
+
+
+@checker("流式（在线 softmax）注意力")
+def check_streaming_attention(fn) -> str:
+    """Grade ``fn(Q, blocks)``: Q ``(…, L, D)``; ``blocks`` an iterator of
+    ``(K_j, V_j, mask_j)``, K_j ``(…, b_j, D)``, V_j ``(…, b_j, D_v)``, mask_j bool,
+    broadcastable to ``(…, L, b_j)``, True = may attend; returns the exact masked
+    softmax attention ``(…, L, D_v)``. Streaming is graded too: when block j is
+    requested, no block older than j − 1 may still be alive, and no new tensor, nor
+    all the learner's live tensors together, may grow with the number of keys S
+    (S is much larger than L, D and the block size)."""
+    name = name_of(fn)
+    g = seeded_generator(47)
+    # (description, batch shape, L, D, D_v, S, b, mask kind, score scale)
+    cases = [
+        ("Q (2, 3, 4)，S=256 个键，每块 4 个；随机掩码 (L, S)",
+         (2,), 3, 4, 4, 256, 4, "random", 1.0),
+        ("左侧填充：第 2 个序列的前 40 个键（前 10 块）全被屏蔽，掩码 (N, 1, S)",
+         (2,), 3, 4, 4, 256, 4, "left_pad", 1.0),
+        ("分数很大（q、k 放大 10 倍）：不减去最大值，exp 会溢出",
+         (2,), 3, 4, 4, 256, 4, "none", 10.0),
+        ("Q (2, 2, 5, 6)，D_v=3，S=300，每块 8 个（最后一块 4 个）；"
+         "每行前面若干块全被屏蔽，掩码 (N, H, L, S)",
+         (2, 2), 5, 6, 3, 300, 8, "row_starts", 1.0),
+    ]  # fmt: skip
+    peak = 0
+    for i, (case, batch, L, D, Dv, S, b, kind, scale) in enumerate(cases):
+        q = randn(g, *batch, L, D, scale=scale)
+        k = randn(g, *batch, S, D, scale=scale)
+        v = randn(g, *batch, S, Dv)
+        mask = _streaming_mask(kind, batch, L, S, b, g)
+        lead = math.prod(batch)
+        # one block plus O(L·D) state, with room to spare; anything that grows with S
+        # (a concatenation, the full score matrix, a list of all the blocks) is larger
+        cap = 4 * lead * (L * D + L * Dv + L * b + b * D + b * Dv)
+        cap += mask[..., :b].numel()
+        watch, held = _MemoryWatch(), []
+        stream = _stream_blocks(k, v, mask, b, watch, held)
+        with watch:
+            out = run_learner(fn, q, stream, what=name, case=case, first=i == 0,
+                              causes=STREAMING_CRASHES)  # fmt: skip
+        out = as_tensor(out, f"{name} 的输出", case)
+        check_shape(
+            out,
+            (*batch, L, Dv),
+            f"{name} 的输出",
+            case,
+            " 输出与 Q 的前几维相同，最后一维是 V 的维度 D_v。",
+        )
+        check_float(out, f"{name} 的输出")
+        hint = _NONFINITE_HINTS.get(kind)
+        check_finite(out, f"{name} 的输出", case, f"\n提示：{hint}" if hint else "")
+        s = (q.double() @ k.double().mT) / math.sqrt(D)
+        ref = torch.softmax(s.masked_fill(~mask, -math.inf), dim=-1) @ v.double()
+        if not close(out, ref):
+            hint = first_reproduced(
+                out,
+                _STREAMING_MISTAKES,
+                functools.partial(_streaming_variant, q, k, v, mask, b),
+            )
+            fail(
+                f"{name} 的输出不对（{case}）：{where_differs(out, ref)}。"
+                + (f"\n提示：{hint}" if hint else "")
+            )
+        if held:
+            fail(
+                f"{name} 的结果正确，但不是流式的（{case}）：取第 {held[0] + 2} 块时，"
+                f"第 {held[0]} 块还留在内存里。练习要求每次只保留当前块："
+                "不要先 list(blocks) 或把块存进列表，在 for 循环里处理完一块就丢掉它。"
+            )
+        numel, op, shape = watch.largest
+        if numel > cap or watch.peak_alive > cap:
+            what = (
+                f"{op} 得到了形状 {shape} 的张量（{numel} 个元素）"
+                if numel > cap
+                else f"你的张量同时占了 {watch.peak_alive} 个元素"
+            )
+            fail(
+                f"{name} 的结果正确，但不是流式的（{case}）：{what}，随键数 S={S} "
+                f"增长；一块加上 (c, ℓ, o) 状态最多约 {cap} 个。不要拼接各块"
+                "（torch.cat）或存下每块的分数/部分结果：每来一块就用校正因子"
+                " exp(c_旧 − c_新) 更新 (c, ℓ, o)。"
+            )
+        peak = max(peak, watch.peak_alive)
+    return (
+        f"{len(cases)} 种情形，含前几块整块被屏蔽与大分数；流式，同时最多 {peak} 个元素"
+    )
+
 
 # ---------------------------------------------------------------------------
 # grouped-query attention
