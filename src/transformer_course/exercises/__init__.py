@@ -90,7 +90,7 @@ from .language_model import (
 )
 from .linear_attention import check_rnn_linear_attention
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
-from .objective import check_shifted_loss
+from .objective import check_smoothed_loss
 from .positions import check_rope, check_sinusoidal_encoding
 from .predictions import compare_prediction
 from .self_check import (
@@ -132,7 +132,7 @@ __all__ = [
     "copy_parameters",
     "progress",
     "check_encoder_layer",
-    "check_shifted_loss",
+    "check_smoothed_loss",
     "check_rnn_linear_attention",
     "check_cached_forward",
     "check_qkv_answers",
