@@ -59,7 +59,7 @@ copies the learner's weights into the package module by these names.
   mistake outputs, and ``first_reproduced(out, table, variant)`` (``_report``) to pick
   the hint. Messages use the helpers of ``_report`` (``check_shape``,
   ``where_differs``, ...).
-* Crashes in the learner's code: a topic's ``XXX_CRASHES = [(pattern, hint), ...]``
+* Crashes in the learner's code: a topic's ``<TOPIC>_CRASHES = [(pattern, hint), ...]``
   (pattern searched in "ExceptionType: message\\nthe learner's line") passed as
   ``causes=`` to ``run_learner``; the message always quotes the learner's exception
   and line, the hint only where a pattern matches.
