@@ -38,9 +38,10 @@ def gpt2_twin(cfg: tc.GPTConfig):
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # its config warns that GPT-2's bos/eos ids lie outside a small vocabulary
+    eps = 1e-5 if cfg.eps is None else cfg.eps  # None: LayerNorm's own default, as GPT-2's
     hf_cfg = GPT2Config(
         vocab_size=cfg.vocab_size, n_positions=cfg.context_length, n_embd=cfg.d_model, n_layer=cfg.num_layers,
-        n_head=cfg.num_heads, n_inner=cfg.d_ff, activation_function="gelu_new", layer_norm_epsilon=cfg.eps,
+        n_head=cfg.num_heads, n_inner=cfg.d_ff, activation_function="gelu_new", layer_norm_epsilon=eps,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True,
     )  # fmt: skip
     return GPT2LMHeadModel(hf_cfg)

@@ -182,8 +182,8 @@ def test_rope_equals_the_closed_form_rotation(interleaved, offset):
     torch.testing.assert_close(rope(x, offset=offset), expected, atol=1e-6, rtol=1e-6)  # float32 table
 
 
-def test_rope_looks_up_positions_in_its_default_table_of_4096_and_computes_the_rest():
-    rope = tc.RotaryEmbedding(8)
+def test_rope_grows_its_table_by_doubling_when_a_position_lies_past_it():
+    rope = tc.RotaryEmbedding(8, max_len=4)
     x = torch.zeros(2, 8)
 
     def from_table(offset: int) -> bool:  # a view of the buffers, no recomputation
@@ -191,14 +191,14 @@ def test_rope_looks_up_positions_in_its_default_table_of_4096_and_computes_the_r
         table = rope.cos.untyped_storage().data_ptr(), rope.sin.untyped_storage().data_ptr()
         return (cos.untyped_storage().data_ptr(), sin.untyped_storage().data_ptr()) == table
 
-    assert from_table(0) and from_table(4094)  # positions 4094, 4095: the last rows
-    assert not from_table(4095)  # position 4096 lies past the table
-
-
-def test_rope_past_its_table_computes_on_the_device_of_x():
-    rope = tc.RotaryEmbedding(8, max_len=4)
-    y = rope(torch.empty(2, 3, 8, device="meta"), offset=4)
-    assert y.device.type == "meta" and y.shape == (2, 3, 8)
+    assert from_table(2) and rope.max_len == 4  # positions 2, 3: the last rows
+    assert from_table(3) and rope.max_len == 8  # position 4 lies past the table: 4 -> 8
+    storage = rope.cos.untyped_storage().data_ptr()
+    assert from_table(6) and rope.cos.untyped_storage().data_ptr() == storage  # no regrowth
+    assert from_table(20) and rope.max_len == 22  # more than double: exactly what is asked
+    angles = torch.arange(22, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, 8, 2) / 8)
+    torch.testing.assert_close(rope.cos, angles.cos().float())
+    torch.testing.assert_close(rope.sin, angles.sin().float())
 
 
 def test_build_positional_passes_max_len_and_base_through_and_defaults_to_base_10000():

@@ -156,7 +156,7 @@ class RotaryEmbedding(nn.Module):
     The buffers ``cos`` and ``sin`` of shape ``(max_len, head_dim/2)`` (default
     ``max_len=4096``) hold the angles of positions ``0 .. max_len - 1``; like the
     sinusoidal table they are recomputed on construction, not saved in the
-    ``state_dict``.
+    ``state_dict``, and grown when a position past them is asked for.
     """
 
     def __init__(
@@ -182,26 +182,31 @@ class RotaryEmbedding(nn.Module):
         """cos and sin of the angles of positions ``offset .. offset + L - 1``,
         each ``(L, D/2)``.
 
-        Positions past the table (a rolling KV cache keeps counting) are computed on the
-        spot.
+        A position past the table (a rolling KV cache keeps counting) grows the table to
+        at least twice its size, so that a long generation computes it a few times, not
+        once per step and layer.
         """
-        if offset + L <= self.max_len:
-            return (
-                self.cos[offset : offset + L].to(x.dtype),
-                self.sin[offset : offset + L].to(x.dtype),
-            )
-        # (L, D/2)
-        angles = torch.arange(offset, offset + L)[:, None] * _inverse_frequencies(
-            self.head_dim, self.base
+        if offset + L > self.max_len:
+            self._grow(max(offset + L, 2 * self.max_len))
+        return (
+            self.cos[offset : offset + L].to(x.dtype),
+            self.sin[offset : offset + L].to(x.dtype),
         )
-        return angles.cos().to(x.device, x.dtype), angles.sin().to(x.device, x.dtype)
+
+    def _grow(self, size: int) -> None:
+        """Recompute the ``cos``/``sin`` buffers for positions ``0 .. size - 1``."""
+        # (size, D/2), float64
+        inverse = _inverse_frequencies(self.head_dim, self.base)
+        angles = torch.arange(size)[:, None] * inverse
+        self.cos = angles.cos().to(self.cos.device, torch.float32)
+        self.sin = angles.sin().to(self.sin.device, torch.float32)
+        self.max_len = size
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Rotate ``x`` of shape ``(..., L, head_dim)`` whose first row sits at
         position ``offset``.
 
-        Any non-negative ``offset`` works: positions past ``max_len`` are computed, not
-        looked up.
+        Any non-negative ``offset`` works: a position past ``max_len`` grows the table.
         """
         if x.size(-1) != self.head_dim:
             raise ValueError(
