@@ -9,6 +9,7 @@ What counts as the main path: everything outside 选读 blocks (``:class: option
 ``{exercise}``/``{solution}`` directives). On the main path:
 
 - prose: the Chinese characters (CJK ideographs) of the markdown, read at ``CHARS_PER_MIN``;
+- display equations: ``MIN_PER_EQUATION`` each (prose and equations: the *reading* time);
 - code: the lines of the code cells a reader sees (not ``hide-input``/``remove-input``/
   ``remove-cell``), plus the code that a cell prints: the package's with
   ``tc.show_source(...)``, the page's own functions with ``inspect.getsource(name)``, at
@@ -30,11 +31,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CHARS_PER_MIN = 200  # technical Chinese with inline formulas, read with care
-CODE_LINES_PER_MIN = 8
-MIN_PER_EQUATION = 0.5
+CHARS_PER_MIN = 150  # technical Chinese with inline formulas, read with care
+CODE_LINES_PER_MIN = 4  # read the code, run it, look at what it prints or draws
+MIN_PER_EQUATION = 1
 MIN_PER_STAR = {1: 5, 2: 15, 3: 30}
-MAIN_PATH_LIMIT_MIN = 60  # the house style: the main path reads in at most an hour
+MAIN_PATH_LIMIT_MIN = 60  # the house style: the main path's prose reads in at most an hour
 
 LINE_PREFIX = "**学习时间**"
 HANZI = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
@@ -55,8 +56,14 @@ class Study:
 
     @property
     def reading_min(self) -> int:
-        minutes = self.chars / CHARS_PER_MIN + self.code_lines / CODE_LINES_PER_MIN
-        return math.ceil((minutes + self.equations * MIN_PER_EQUATION) / 5) * 5
+        """Prose and display equations, rounded up to 5 minutes."""
+        minutes = self.chars / CHARS_PER_MIN + self.equations * MIN_PER_EQUATION
+        return math.ceil(minutes / 5) * 5
+
+    @property
+    def code_min(self) -> int:
+        """The code a reader sees or a cell prints, rounded up to 5 minutes."""
+        return math.ceil(self.code_lines / CODE_LINES_PER_MIN / 5) * 5
 
     @property
     def exercise_min(self) -> int:
@@ -65,8 +72,10 @@ class Study:
     def line(self) -> str:
         stars = "、".join(f"{'★' * s} {n} 道" for s, n in self.exercises.items() if n)
         hours = f"{self.exercise_min / 60:.1f}".removesuffix(".0")
+        main = self.reading_min + self.code_min
         return (
-            f"{LINE_PREFIX}：主线约 {self.reading_min} 分钟（读并运行）；"
+            f"{LINE_PREFIX}：主线约 {main} 分钟（读正文约 {self.reading_min} 分钟，"
+            f"读代码、运行、看结果约 {self.code_min} 分钟）；"
             f"练习约 {hours} 小时（{stars}）；折叠的选读块不计在内。"
         )
 

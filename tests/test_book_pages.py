@@ -317,7 +317,7 @@ def test_study_time_is_stated_as_computed_and_the_main_path_reads_in_an_hour(pag
     )
     assert not study.unmarked, f"exercises without a ★ difficulty mark: {study.unmarked}"
     assert study.reading_min <= study_time.MAIN_PATH_LIMIT_MIN, (
-        f"main path {study.reading_min} min > {study_time.MAIN_PATH_LIMIT_MIN}: move proofs, measurements and "
+        f"main path's prose {study.reading_min} min > {study_time.MAIN_PATH_LIMIT_MIN}: move proofs, measurements and "
         "history into 选读 blocks"
     )
 
@@ -371,7 +371,9 @@ def test_study_time_counts_what_a_reader_meets(tmp_path):
     study = study_time.measure(page)
     assert (study.chars, study.code_lines, study.equations) == (300 + 2, 2, 1)
     assert study.exercises == {1: 1, 2: 1, 3: 0} and study.exercise_min == 5 + 15
-    assert study.reading_min == 5  # 302/200 + 2/8 + 0.5 = 2.3 min, rounded up to 5
+    assert study.reading_min == 5  # 302/150 + 1 = 3.0 min of prose and equations, rounded up to 5
+    assert study.code_min == 5  # 2/4 = 0.5 min of code, rounded up to 5
+    assert "主线约 10 分钟（读正文约 5 分钟，读代码、运行、看结果约 5 分钟）" in study.line()
 
 
 def test_study_time_counts_the_code_a_cell_prints(tmp_path):
