@@ -338,14 +338,18 @@ def test_gpt_forward_is_one_graph_without_host_sync():
         torch.testing.assert_close(loss, expected)
 
 
-@pytest.mark.parametrize("vocab_size,d_model,num_layers", [(12, 32, 1), (65, 64, 2), (1000, 128, 4), (50257, 256, 2)])
+@pytest.mark.parametrize("vocab_size", [12, 50, 2000, 50257])
+@pytest.mark.parametrize("d_model,num_layers", [(32, 1), (128, 4), (512, 2)])
 def test_untrained_gpt_loss_is_within_ten_percent_of_ln_vocab(vocab_size, d_model, num_layers):
-    torch.manual_seed(0)
-    model = tc.MiniGPT(tc.GPTConfig(vocab_size, context_length=32, d_model=d_model, num_heads=4, num_layers=num_layers))
-    ids = torch.randint(0, vocab_size, (8, 33))
-    with torch.no_grad():
-        _, loss = model(ids[:, :-1], ids[:, 1:])
-    assert abs(loss.item() / math.log(vocab_size) - 1) < 0.1
+    """Cross-entropy of an untrained model on random tokens, over three seeds."""
+    cfg = tc.GPTConfig(vocab_size, context_length=32, d_model=d_model, num_heads=4, num_layers=num_layers)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = tc.MiniGPT(cfg).eval()
+        ids = torch.randint(0, vocab_size, (8, 33))
+        with torch.no_grad():
+            _, loss = model(ids[:, :-1], ids[:, 1:])
+        assert abs(loss.item() / math.log(vocab_size) - 1) < 0.1, (seed, loss.item(), math.log(vocab_size))
 
 
 @pytest.mark.parametrize("bad", [-1, True, 2.0, "3", None])
