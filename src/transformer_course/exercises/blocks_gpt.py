@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 
@@ -323,6 +324,8 @@ def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
     """The package model's pieces, wired with one typical mistake."""
     L = idx.size(1)
     tok = ref.tok_emb(idx)
+    if mistake == "tok_scaled":  # as in the original Transformer's embeddings
+        tok = tok * math.sqrt(tok.size(-1))
     pos = ref.pos_emb.embedding.weight
     if mistake == "no_pos":
         x = tok
@@ -358,6 +361,11 @@ GPT_HINTS = [
         "pos_last",
     ),
     ("lm_head 之前忘了最后的 norm_f。", "no_norm_f"),
+    (
+        "词元嵌入乘了 √d_model（原始 Transformer 的做法）：本书的 GPT 不缩放，"
+        "x = tok_emb(input_ids) + pos_emb(torch.arange(L))。",
+        "tok_scaled",
+    ),
     (
         "forward 应返回 logits（未经 softmax）：交叉熵和采样都从 logits 出发。",
         "softmax",

@@ -50,6 +50,11 @@ _MISTAKES = [
         "ffn_on_x",
     ),
     (
+        "前馈子层的残差加的是层输入 X：norm2(X + ffn(A)) 跳过了第一个子层。"
+        "残差应加第二个子层自己的输入 A：norm2(A + ffn(A))。",
+        "ffn_residual_x",
+    ),
+    (
         "掩码没有传给自注意力：应写 self_attn(X, X, X, attn_mask=attn_mask)。",
         "mask_ignored",
     ),
@@ -103,9 +108,9 @@ def _encoder_variant(
     A = n1(sa(X)) if mistake == "no_residual_attn" else n1(X + sa(X))
     if mistake == "no_residual_ffn":
         return n2(ffn(A))
-    if mistake == "ffn_on_x":
-        return n2(A + ffn(X))
-    return n2(A + ffn(A))
+    ffn_in = X if mistake == "ffn_on_x" else A
+    residual = X if mistake == "ffn_residual_x" else A
+    return n2(residual + ffn(ffn_in))
 
 
 def _random_layer(g: torch.Generator, E: int, H: int, d_ff: int) -> _Layer:

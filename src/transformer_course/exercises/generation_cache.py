@@ -123,6 +123,8 @@ def _generate_mistake(
                 vals, _ = torch.topk(logits, max(1, min(k, logits.size(-1))))
                 logits = logits.masked_fill(logits < vals[:, -1:], -math.inf)
             probs = torch.softmax(logits, -1)
+            if mistake == "logits_as_probs":  # negative logits cut to 0, no softmax
+                probs = logits.clamp(min=0)
             if mistake == "double_softmax":
                 probs = torch.softmax(probs, -1)
             nxt = torch.multinomial(probs, 1, generator=generator)
@@ -157,6 +159,12 @@ GENERATE_HINTS = [
         "softmax 做了两次：对已经是概率的 probs 再做 softmax 会把分布压平；"
         "只对 logits 做一次 softmax。",
         "double_softmax",
+    ),
+    (
+        "把 logits 直接当成了抽样权重（负数截成 0 后交给 torch.multinomial）："
+        "logits 不是概率，先 probs = torch.softmax(logits, dim=-1)，"
+        "再 torch.multinomial(probs, 1, generator=generator)。",
+        "logits_as_probs",
     ),
 ]
 

@@ -40,6 +40,12 @@ _SPLIT_MISTAKES = [
         "的顺序反了。",
         "no_transpose",
     ),
+    (
+        "先 transpose(1, 2) 成 (N, E, T) 再 reshape(N, H, T, D)：转置之后 reshape 按"
+        "「特征 e 的所有位置」连着切，切出的「行」不再是一个位置的特征。"
+        "应先拆最后一维 view(N, T, H, D)，再 transpose(1, 2) 交换位置轴与头轴。",
+        "transpose_first",
+    ),
 ]
 
 
@@ -50,6 +56,8 @@ def _split_variant(t: Tensor, H: int, mistake: str) -> Tensor:
         return t.reshape(N, H, T, D)
     if mistake == "interleaved":
         return t.reshape(N, T, D, H).permute(0, 3, 1, 2)
+    if mistake == "transpose_first":
+        return t.transpose(1, 2).reshape(N, H, T, D)
     return t.reshape(N, T, H, D)  # no_transpose
 
 

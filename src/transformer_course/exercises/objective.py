@@ -38,6 +38,11 @@ _MISTAKES = [
         "（它自己做 log_softmax），不要先 softmax。",
         "double_softmax",
     ),
+    (
+        "−Σ q·log p 里的 log p 用成了原始 logits：logits 不是对数概率，"
+        "先做 logp = F.log_softmax(logits, dim=-1)，再算 −(q * logp).sum(-1)。",
+        "raw_logits",
+    ),
 ]
 
 
@@ -46,7 +51,7 @@ def _loss(logits: Tensor, labels: Tensor, eps: float, mistake: str = "") -> Tens
     V = logits.size(-1)
     if mistake == "double_softmax":
         logits = torch.softmax(logits, -1)
-    logp = F.log_softmax(logits, -1)
+    logp = logits if mistake == "raw_logits" else F.log_softmax(logits, -1)
     onehot = F.one_hot(labels, V).to(logp.dtype)
     if mistake == "no_smoothing":
         q = onehot
