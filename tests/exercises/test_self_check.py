@@ -92,9 +92,18 @@ def probe_max_diff(model, ids, t):
     return bool(diff < 1e-4)
 
 
+def probe_keyword_ids(model, ids, t):
+    """Correct, the ids passed by keyword (the checker watches the model's inputs)."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 5) % 17
+    before, after = model(input_ids=ids)[0], model(input_ids=changed)[0]
+    return torch.allclose(before[:, :t], after[:, :t], atol=1e-5)
+
+
 def test_causality_probe(capsys):
     assert_passes(ex.check_causality_probe, probe_allclose, capsys)
     assert_passes(ex.check_causality_probe, probe_max_diff, capsys)
+    assert_passes(ex.check_causality_probe, probe_keyword_ids, capsys)
 
 
 @pytest.mark.parametrize(

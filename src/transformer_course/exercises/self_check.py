@@ -192,7 +192,7 @@ def check_causality_probe(fn: object) -> str:
             case = f"{kind}，t = {t}"
             fed: list[Tensor] = []
             hook = model.register_forward_pre_hook(
-                lambda _m, args, fed=fed: fed.append(args[0].detach().clone())
+                functools.partial(_keep_input, fed), with_kwargs=True
             )
             try:
                 with torch.no_grad():
@@ -227,6 +227,13 @@ def check_causality_probe(fn: object) -> str:
                 )
                 fail(f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：{why}。")
     return "因果与不因果的模型、三个 t，判断都对"
+
+
+def _keep_input(fed: list[Tensor], module: object, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook: keep the ids the learner fed the model."""
+    ids = args[0] if args else kwargs.get("input_ids")
+    if isinstance(ids, Tensor):
+        fed.append(ids.detach().clone())
 
 
 def _changed_before(fed: list[Tensor], ids: Tensor, t: int) -> int | None:

@@ -496,6 +496,11 @@ def check_rectangular_causal_mask(fn: Callable) -> str:
                 torch.arange(S)[None, :] >= torch.arange(L)[:, None] + (S - L),
                 "方向反了：True 应在 i + S - L 及其左边（j <= i + S - L）。",
             ),
+            (
+                torch.arange(S)[None, :] <= torch.arange(L)[:, None] + (L - S),
+                "偏移的符号反了：你写的是 i + L - S（S > L 时为负，向左上移）；"
+                "新查询在整段的最后，偏移是 S - L ≥ 0：j <= i + S - L。",
+            ),
         ]
         hint = next((h for v, h in variants if torch.equal(out, v)), "")
         diff = (out != ref).nonzero()[0].tolist()
