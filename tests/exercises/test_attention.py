@@ -165,6 +165,13 @@ def mask_zeroed_after_softmax_with_weights(Q, K, V, attn_mask=None):
     return w @ V, w
 
 
+def scale_multiplied(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) * math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    return scores.softmax(-1) @ V
+
+
 def scores_transposed(Q, K, V, attn_mask=None):
     """Learner test (ch05 find-the-bug): the dim=-2 bug 'fixed' by transposing the
     square score matrix."""
@@ -309,6 +316,7 @@ REJECTS = [
     check(mask_after_softmax, "softmax 之后才乘掩码", "mask applied after softmax"),
     check(mask_zeroed_after_softmax_with_weights, "softmax 之后才把被屏蔽的权重置 0", "weights zeroed after softmax"),
     check(scores_transposed, "把分数矩阵转置了", "score matrix transposed"),
+    check(scale_multiplied, "分数乘了 √d_k", "multiplied by sqrt(d)"),
     check(online_without_rescale, "重新缩放", "online softmax without rescaling"),
     check(online_nan_on_masked_first_block, "NaN", "online softmax: NaN on a masked first block"),
     check(k_dot_t, "K.transpose(-2, -1)", "K.T"),

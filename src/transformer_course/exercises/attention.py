@@ -59,7 +59,12 @@ def _attention_variant(
         return None
     d, s = Q.size(-1), K.size(-2)
     raw = Q @ K.transpose(-2, -1)
-    scale = {"no_scale": 1.0, "scale_d": d, "scale_len": math.sqrt(s)}
+    scale = {
+        "no_scale": 1.0,
+        "scale_d": d,
+        "scale_len": math.sqrt(s),
+        "scale_times": 1 / math.sqrt(d),  # multiplied by √d_k
+    }
     scores = raw / scale.get(mistake, math.sqrt(d))
     if mask is not None and mistake != "mask_ignored":
         fill = {"mask_zero": 0.0, "mask_inverted": -1e9}.get(mistake, -math.inf)
@@ -91,6 +96,10 @@ ATTENTION_HINTS = [
         "no_scale",
     ),
     ("分数除以了 d_k = {d}，应除以 √d_k = {sqrt_d:.3g}。", "scale_d"),
+    (
+        "分数乘了 √d_k，应除以 √d_k：scores = Q @ K.transpose(-2, -1) / √d_k。",
+        "scale_times",
+    ),
     (
         "缩放用了键的个数 S = {s}（√{s}）：应除以向量维度的平方根 √d_k = √{d}"
         "（d_k = Q.size(-1)）。",

@@ -44,6 +44,7 @@ _MISTAKES = [
         "norm_branch",
     ),
     ("两个归一化用反了：自注意力之后是 norm1，前馈网络之后是 norm2。", "swapped_norms"),
+    ("两个子层都用了 norm1：前馈子层之后是 norm2，norm2(A + ffn(A))。", "norm1_twice"),
     (
         "前馈网络的输入用了层输入 X：第二个子层的输入是第一个子层的输出 A，"
         "即 norm2(A + ffn(A))。",
@@ -89,6 +90,8 @@ def _encoder_variant(
     n1, n2 = layer.norm1, layer.norm2
     if mistake == "swapped_norms":
         n1, n2 = n2, n1
+    if mistake == "norm1_twice":
+        n2 = n1
     if mistake == "mask_ignored":
         mask = None
     elif mistake == "mask_inverted":
