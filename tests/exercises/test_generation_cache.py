@@ -87,6 +87,21 @@ def generate_from_clamped_logits(model, idx, max_new_tokens, context_length, top
     return idx
 
 
+def generate_keeping_smallest(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """top-k with largest=False: the k smallest logits kept."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -context_length:])[:, -1, :]
+        if generator is None:
+            nxt = logits.argmax(dim=-1, keepdim=True)
+        else:
+            if top_k is not None:
+                kth = torch.topk(logits, top_k, largest=False).values[:, -1:]
+                logits = logits.masked_fill(logits > kth, float("-inf"))
+            nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
 def generate_skeleton(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
     pass
 
@@ -123,6 +138,7 @@ GENERATE_REJECTS = [
     pytest.param(
         ex.check_generate, generate_from_clamped_logits, "直接当成了抽样权重", id="multinomial on clamped logits"
     ),
+    pytest.param(ex.check_generate, generate_keeping_smallest, "最小的 k 个", id="top-k keeping the smallest"),
 ]
 
 

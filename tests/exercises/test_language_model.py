@@ -155,6 +155,10 @@ def var_p_only(a, p):
     return p * (a**2).sum(-1)
 
 
+def var_without_p(a, p):
+    return (a**2).sum(-1) / (1 - p)
+
+
 def var_sum_all(a, p):  # one number for the whole tensor
     return p / (1 - p) * (a**2).sum()
 
@@ -175,6 +179,7 @@ def test_dropout_variance_accepts(fn, capsys):
         (var_not_squared, "少了平方"),
         (var_inverted, "写反了"),
         (var_p_only, "放大因子"),
+        (var_without_p, "漏了因子 p"),
         (var_sum_all, "形状不对"),
     ],
 )

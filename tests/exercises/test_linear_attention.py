@@ -98,6 +98,15 @@ def mean_instead_of_normaliser(q, k, v):
     return torch.stack(out)
 
 
+def denominator_with_key(q, k, v):
+    """The normaliser read with φ(k_i) instead of φ(q_i)."""
+    S, u, out = torch.zeros(q.size(1), v.size(1)), torch.zeros(q.size(1)), []
+    for i in range(q.size(0)):
+        S, u = S + torch.outer(phi(k[i]), v[i]), u + phi(k[i])
+        out.append(phi(q[i]) @ S / (phi(k[i]) @ u))
+    return torch.stack(out)
+
+
 def relu_with_eps(q, k, v):
     return make_rnn(feature=lambda x: F.relu(x) + 1e-6)(q, k, v)
 
@@ -116,6 +125,7 @@ def relu_with_eps(q, k, v):
         (make_rnn(read_key=True), "用查询读出"),
         (read_first_guarded, "S_{i-1}"),
         (mean_instead_of_normaliser, "已见位置的个数 i + 1"),
+        (denominator_with_key, "分母用了 φ(k_i)ᵀ u_i"),
     ],
     ids=[
         "no phi",
@@ -129,6 +139,7 @@ def relu_with_eps(q, k, v):
         "read with key",
         "read before update, eps-guarded",
         "mean over positions",
+        "denominator with the key",
     ],
 )
 def test_rnn_linear_attention_rejects(fn, keyword, capsys):

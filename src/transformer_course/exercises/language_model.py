@@ -141,6 +141,11 @@ _DROPOUT_MISTAKES = [
         "inverted",
     ),
     ("这是 p·Σa²：漏了放大因子 1/(1-p) 带来的 1/(1-p)。", "p_only"),
+    (
+        "这是 Σa²/(1-p)：漏了因子 p。每一项 a_j·m_j/(1-p) 的方差是 "
+        "a_j²·p(1-p)/(1-p)² = a_j²·p/(1-p)。",
+        "no_p",
+    ),
 ]
 
 
@@ -152,6 +157,7 @@ def _dropout_variant(a: Tensor, p: float, mistake: str) -> Tensor:
         "square_of_sum": p / (1 - p) * s1**2,
         "inverted": (1 - p) / p * s2,
         "p_only": p * s2,
+        "no_p": s2 / (1 - p),
     }[mistake]
 
 

@@ -43,6 +43,10 @@ _MISTAKES = [
         "count_den",
     ),
     (
+        "分母用了 φ(k_i)ᵀ u_i：分子和分母都用当前查询读出，分母是 φ(q_i)ᵀ u_i。",
+        "den_with_k",
+    ),
+    (
         "输出不是因果的：位置 i 的状态只应累加 j ≤ i 的 φ(k_j) v_jᵀ，"
         "看起来用了整段序列的和。",
         "noncausal",
@@ -83,6 +87,8 @@ def _rnn_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
     num = torch.einsum("nd,nde->ne", pq, state)
     if mistake == "no_den":
         return num
+    if mistake == "den_with_k":  # normaliser φ(k_i)ᵀ u_i
+        return num / (pk * u).sum(-1, keepdim=True)
     if mistake == "count_den":  # the mean over the i + 1 positions seen so far
         return num / torch.arange(1, len(num) + 1, dtype=num.dtype)[:, None]
     # read_first: position 0 reads an empty state; a guarded 0 / (0 + eps) gives 0
