@@ -71,6 +71,11 @@ def test_self_attention_accepts(capsys):
     assert_passes(ex.check_self_attention, attention_package, capsys, solution=True)
 
 
+def test_self_attention_accepts_a_large_negative_fill(capsys):
+    # ch01 asks for -inf; -1e9 gives the same weights unless a whole row is masked
+    assert_passes(ex.check_self_attention, attention_fill_large_negative, capsys)
+
+
 def test_self_attention_skeleton(capsys):
     assert_skeleton(ex.check_self_attention, attention_skeleton, capsys)
 
@@ -150,6 +155,42 @@ def mask_after_softmax(Q, K, V, attn_mask=None):
     if attn_mask is not None:
         w = w * attn_mask
     return w @ V
+
+
+def mask_zeroed_after_softmax_with_weights(Q, K, V, attn_mask=None):
+    """Learner test: the masked weights set to 0 after the softmax, weights returned."""
+    w = (Q @ K.mT / math.sqrt(Q.size(-1))).softmax(-1)
+    if attn_mask is not None:
+        w = w.masked_fill(~attn_mask, 0.0)
+    return w @ V, w
+
+
+def scale_multiplied(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) * math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    return scores.softmax(-1) @ V
+
+
+def scores_transposed(Q, K, V, attn_mask=None):
+    """Learner test (ch05 find-the-bug): the dim=-2 bug 'fixed' by transposing the
+    square score matrix."""
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    if scores.size(-1) == scores.size(-2):
+        scores = scores.transpose(-2, -1)
+    return torch.softmax(scores, dim=-1) @ V
+
+
+def attention_fill_large_negative(Q, K, V, attn_mask=None):
+    """-1e9 instead of -inf: the same weights wherever a row keeps a key (no check
+    masks a whole row), so it is accepted."""
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, -1e9)
+    weights = scores.softmax(-1)
+    return weights @ V, weights
 
 
 def online_without_rescale(Q, K, V, attn_mask=None, block=4):
@@ -273,6 +314,9 @@ REJECTS = [
     check(mask_ignored, "掩码没有起作用", "mask argument ignored"),
     check(masked_to_zero, "填成了 0", "masked scores set to 0"),
     check(mask_after_softmax, "softmax 之后才乘掩码", "mask applied after softmax"),
+    check(mask_zeroed_after_softmax_with_weights, "softmax 之后才把被屏蔽的权重置 0", "weights zeroed after softmax"),
+    check(scores_transposed, "把分数矩阵转置了", "score matrix transposed"),
+    check(scale_multiplied, "分数乘了 √d_k", "multiplied by sqrt(d)"),
     check(online_without_rescale, "重新缩放", "online softmax without rescaling"),
     check(online_nan_on_masked_first_block, "NaN", "online softmax: NaN on a masked first block"),
     check(k_dot_t, "K.transpose(-2, -1)", "K.T"),

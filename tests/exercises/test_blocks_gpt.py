@@ -315,6 +315,38 @@ class LastPositions(GPT):
         return self.tok_emb(input_ids) + self.pos_emb.weight[-input_ids.size(1) :]
 
 
+class ScaledTokenEmbeddings(GPT):
+    """Learner test: token embeddings × √d_model, as in the original Transformer."""
+
+    def embed(self, input_ids):
+        scale = self.tok_emb.embedding_dim**0.5
+        return self.tok_emb(input_ids) * scale + self.pos_emb(torch.arange(input_ids.size(1)))
+
+
+class PositionsAfterBlocks(GPT):
+    def forward(self, input_ids):
+        x = self.tok_emb(input_ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.norm_f(x + self.pos_emb(torch.arange(input_ids.size(1)))))
+
+
+class FinalNormFirst(GPT):
+    def forward(self, input_ids):
+        x = self.norm_f(self.embed(input_ids))
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(x)
+
+
+class BlocksReversed(GPT):
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for block in reversed(self.blocks):
+            x = block(x)
+        return self.lm_head(self.norm_f(x))
+
+
 class NoFinalNorm(GPT):
     def forward(self, input_ids):
         x = self.embed(input_ids)
@@ -398,7 +430,11 @@ GPT_REJECTS = [
     gpt_check(PositionsById, "不是按 token id", "positions looked up by token id (crashes)"),
     gpt_check(PositionsFrom1, "位置应从 0 开始", "positions 1..L"),
     gpt_check(LastPositions, "最后 L 行", "the table's last L rows"),
+    gpt_check(ScaledTokenEmbeddings, "乘了 √d_model", "token embeddings scaled by sqrt(d)"),
     gpt_check(NoFinalNorm, "norm_f", "no final norm"),
+    gpt_check(PositionsAfterBlocks, "位置嵌入加晚了", "positions added after the blocks"),
+    gpt_check(FinalNormFirst, "norm_f 用在了进入块之前", "final norm before the blocks"),
+    gpt_check(BlocksReversed, "块的顺序反了", "blocks in reverse order"),
     gpt_check(Probabilities, "未经 softmax", "returns probabilities"),
     gpt_check(SameInput, "上一个块的输出", "every block gets the embeddings"),
     gpt_check(LastOnly, "只返回了最后一个位置", "last position only"),

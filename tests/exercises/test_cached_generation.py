@@ -48,7 +48,13 @@ def make_forward(mistake=None):
             scores = q @ K.transpose(-2, -1)
             if mistake != "no_scale":
                 scores = scores / math.sqrt(D)
-            if mistake != "no_mask":
+            if mistake == "top_left_padded":  # learner test: causal_mask(T), padded
+                keep = torch.nn.functional.pad(tc.causal_mask(T), (0, K.shape[-2] - T), value=False)
+                scores = scores.masked_fill(~keep, float("-inf"))
+            elif mistake == "top_left_multi" and T > 1:  # learner test: no mask for T = 1
+                keep = torch.arange(K.shape[-2])[None, :] <= torch.arange(T)[:, None]
+                scores = scores.masked_fill(~keep, float("-inf"))
+            elif mistake not in ("no_mask", "top_left_multi"):
                 scores = scores.masked_fill(~tc.causal_mask(T, K.shape[-2]), float("-inf"))
             o = scores.softmax(-1) @ V
             x = x + attn.out_proj(o.transpose(1, 2).reshape(N, T, -1))
@@ -103,6 +109,8 @@ def test_skeleton(capsys):
         ("no_norm_f", "norm_f"),
         ("cache_not_read", "cache.update"),
         ("one_cache", "共用了一个缓存"),
+        ("top_left_padded", "对齐到了左上角"),
+        ("top_left_multi", "对齐到了左上角"),
     ],
 )
 def test_mistakes_are_named(mistake, keyword, capsys):

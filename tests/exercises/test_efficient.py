@@ -161,6 +161,28 @@ def sparsemax_ascending(z):
     return torch.clamp(z - tau, min=0)
 
 
+def sparsemax_output_sorted(z):
+    """Learner test: the right threshold, but zs (sorted) clamped instead of z."""
+    zs, _ = torch.sort(z, dim=-1, descending=True)
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = (1 + k * zs > cs).sum(-1, keepdim=True)
+    tau = (cs.gather(-1, support - 1) - 1) / support
+    return torch.clamp(zs - tau, min=0)
+
+
+def sparsemax_renormalised(z):
+    """Learner test (find-the-bug): the support test left without its 1, and the
+    output divided by its sum instead."""
+    zs, _ = torch.sort(z, dim=-1, descending=True)
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = (k * zs > cs).sum(-1, keepdim=True).clamp(min=1)
+    tau = (cs.gather(-1, support - 1) - 1) / support
+    p = torch.clamp(z - tau, min=0)
+    return p / p.sum(-1, keepdim=True)
+
+
 def sparsemax_skeleton(z):
     raise NotImplementedError
 
@@ -181,6 +203,8 @@ def test_sparsemax_skeleton(capsys):
         (sparsemax_k_from_zero, "k 从 1 数起"),
         (sparsemax_softmax, "softmax 的结果"),
         (sparsemax_ascending, "从大到小"),
+        (sparsemax_output_sorted, "排好的顺序"),
+        (sparsemax_renormalised, "输出除以了自己的和"),
     ],
 )
 def test_sparsemax_rejects(fn, keyword, capsys):
@@ -213,6 +237,23 @@ def kv_bytes_query_heads(cfg, batch, seq_len, bytes_per_element=4):
     return 2 * cfg.num_layers * batch * cfg.d_model * seq_len * bytes_per_element
 
 
+def kv_bytes_head_dim_d_model(cfg, batch, seq_len, bytes_per_element=4):
+    """Learner test: each key-value head taken d_model wide."""
+    heads = cfg.num_kv_heads or cfg.num_heads
+    return 2 * cfg.num_layers * batch * seq_len * heads * cfg.d_model * bytes_per_element
+
+
+def kv_bytes_in_bits(cfg, batch, seq_len, bytes_per_element=4):
+    """Learner test: bits, not bytes."""
+    return 8 * kv_bytes(cfg, batch, seq_len, bytes_per_element)
+
+
+def kv_bytes_no_kv_heads(cfg, batch, seq_len, bytes_per_element=4):
+    """Learner test: one head's width only. On the first config (H_kv = 2) this equals
+    forgetting the factor 2; the hint must still name the heads."""
+    return 2 * cfg.num_layers * batch * seq_len * cfg.head_dim * bytes_per_element
+
+
 def kv_bytes_skeleton(cfg, batch, seq_len, bytes_per_element=4):
     pass
 
@@ -232,6 +273,9 @@ def test_kv_cache_bytes_skeleton(capsys):
         (kv_bytes_one_copy, "两份"),
         (kv_bytes_query_heads, "num_kv_heads"),
         (kv_bytes_no_none, "None"),
+        (kv_bytes_head_dim_d_model, "每个头的宽度用了 d_model"),
+        (kv_bytes_in_bits, "比特数"),
+        (kv_bytes_no_kv_heads, "漏了键值头数"),
     ],
 )
 def test_kv_cache_bytes_rejects(fn, keyword, capsys):
@@ -273,6 +317,11 @@ def prefix_off_by_one(L, prefix):
     return mask
 
 
+def prefix_plain_causal(L, prefix):
+    """Learner test: the prefix ignored."""
+    return tc.causal_mask(L)
+
+
 def prefix_skeleton(L, prefix):
     pass
 
@@ -293,6 +342,7 @@ def test_prefix_lm_mask_skeleton(capsys):
         (prefix_inverted, "方向反了"),
         (prefix_float, "布尔"),
         (prefix_off_by_one, "多开了一列"),
+        (prefix_plain_causal, "普通的因果掩码"),
     ],
 )
 def test_prefix_lm_mask_rejects(fn, keyword, capsys):

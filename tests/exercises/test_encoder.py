@@ -71,6 +71,17 @@ def ffn_on_input(layer, X, attn_mask=None):
     return layer.norm2(A + layer.ffn(X))
 
 
+def ffn_residual_from_input(layer, X, attn_mask=None):
+    """Learner test: the FFN's residual taken from the layer input X."""
+    A = layer.norm1(X + layer.self_attn(X, attn_mask=attn_mask))
+    return layer.norm2(X + layer.ffn(A))
+
+
+def norm1_twice(layer, X, attn_mask=None):
+    A = layer.norm1(X + layer.self_attn(X, attn_mask=attn_mask))
+    return layer.norm1(A + layer.ffn(A))
+
+
 def mask_dropped(layer, X, attn_mask=None):
     A = layer.norm1(X + layer.self_attn(X))
     return layer.norm2(A + layer.ffn(A))
@@ -105,6 +116,8 @@ def returns_tuple(layer, X, attn_mask=None):
         (norm_in_branch, "残差加在了归一化之后"),
         (swapped_norms, "两个归一化用反了"),
         (ffn_on_input, "第二个子层的输入"),
+        (ffn_residual_from_input, "前馈子层的残差加的是层输入 X"),
+        (norm1_twice, "两个子层都用了 norm1"),
         (mask_dropped, "掩码没有传给自注意力"),
         (mask_inverted, "掩码取反了"),
         (calls_layer, "不要直接调用 layer(X)"),

@@ -71,6 +71,37 @@ def generate_topk_gather(model, idx, max_new_tokens, context_length, top_k=None,
     return idx
 
 
+def generate_from_clamped_logits(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """Learner test: the logits (below the k-th set to 0, negatives cut to 0) used as
+    sampling weights, no softmax."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -context_length:])[:, -1, :]
+        if generator is None:
+            nxt = logits.argmax(dim=-1, keepdim=True)
+        else:
+            if top_k is not None:
+                kth = torch.topk(logits, top_k).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, 0.0)
+            nxt = torch.multinomial(logits.clamp(min=0), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+def generate_keeping_smallest(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """top-k with largest=False: the k smallest logits kept."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -context_length:])[:, -1, :]
+        if generator is None:
+            nxt = logits.argmax(dim=-1, keepdim=True)
+        else:
+            if top_k is not None:
+                kth = torch.topk(logits, top_k, largest=False).values[:, -1:]
+                logits = logits.masked_fill(logits > kth, float("-inf"))
+            nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
 def generate_skeleton(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
     pass
 
@@ -104,6 +135,10 @@ GENERATE_REJECTS = [
     pytest.param(ex.check_generate, make_generate("no_keepdim"), "v[:, [-1]]", id="top-k threshold without keepdim"),
     pytest.param(ex.check_generate, make_generate("unpack"), "不是 (logits, loss) 元组", id="unpacks model(x)"),
     pytest.param(ex.check_generate, make_generate("sample_logits"), "非负", id="multinomial on logits"),
+    pytest.param(
+        ex.check_generate, generate_from_clamped_logits, "直接当成了抽样权重", id="multinomial on clamped logits"
+    ),
+    pytest.param(ex.check_generate, generate_keeping_smallest, "最小的 k 个", id="top-k keeping the smallest"),
 ]
 
 

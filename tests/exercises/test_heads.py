@@ -189,6 +189,21 @@ class KVProjectionsSwapped(MHA):
         return self.out_proj(self.merge(self.attend(q, k, v, attn_mask)))
 
 
+def copied_projection(role, source):
+    """A copy-paste slip: K (or V) projected with another input's layer."""
+
+    class Copied(MHA):
+        def forward(self, Q, K, V, attn_mask=None):
+            layers = {"q": self.q_proj, "k": self.k_proj, "v": self.v_proj}
+            k_layer = layers[source] if role == "k" else self.k_proj
+            v_layer = layers[source] if role == "v" else self.v_proj
+            q, k, v = self.split(self.q_proj(Q)), self.split(k_layer(K)), self.split(v_layer(V))
+            return self.out_proj(self.merge(self.attend(q, k, v, attn_mask)))
+
+    Copied.__name__ = f"{role.upper()}With{source.upper()}Proj"
+    return Copied
+
+
 class MaskIgnored(MHA):
     def attend(self, q, k, v, attn_mask):
         return super().attend(q, k, v, None)
@@ -262,6 +277,9 @@ REJECTS = [
     check(QProjForAll, "也用 q_proj 投影了", "q_proj used for K and V"),
     check(MaskInverted, "掩码方向可能反了", "mask inverted"),
     check(MaskIgnored, "掩码没有起作用", "mask ignored"),
+    check(copied_projection("k", "q"), "键用 q_proj 投影了", "K projected with q_proj"),
+    check(copied_projection("v", "q"), "值用 q_proj 投影了", "V projected with q_proj"),
+    check(copied_projection("v", "k"), "值用 k_proj 投影了", "V projected with k_proj"),
     check(MaskInvertedPackageAttention, "掩码方向反了", "mask inverted, package attention"),
     check(KVProjectionsSwapped, "k_proj 和 v_proj 用反了", "k and v projections swapped"),
     check(SplitWithQueryLength, "K.size(1)", "K split with the query length"),

@@ -52,6 +52,18 @@ def split_no_transpose(t, H):
     return t.view(N, T, H, E // H)
 
 
+def split_transpose_then_reshape(t, H):
+    """Learner test: (N, E, T) reshaped into (N, H, T, D)."""
+    N, T, E = t.shape
+    return t.transpose(1, 2).reshape(N, H, T, E // H)
+
+
+def split_transpose_reshape_mT(t, H):
+    """Correct (learner test): (N, E, T) split into (N, H, D, T), then .mT."""
+    N, T, E = t.shape
+    return t.transpose(1, 2).reshape(N, H, E // H, T).mT
+
+
 def split_wrong_swap(t, H):  # positions reversed: a hand-made mistake without a hint
     return split_view_transpose(t, H).flip(2)
 
@@ -60,7 +72,9 @@ def split_skeleton(t, H):
     pass
 
 
-@pytest.mark.parametrize("fn", [split_view_transpose, split_stack, split_permute_contiguous, split_loop])
+@pytest.mark.parametrize(
+    "fn", [split_view_transpose, split_stack, split_permute_contiguous, split_loop, split_transpose_reshape_mT]
+)
 def test_split_heads_accepts(fn, capsys):
     assert_passes(ex.check_split_heads, fn, capsys)
 
@@ -71,6 +85,7 @@ def test_split_heads_accepts(fn, capsys):
         (split_buggy_view, "看见了未来"),
         (split_interleaved, "隔 H 取一个"),
         (split_no_transpose, "没有 transpose(1, 2)"),
+        (split_transpose_then_reshape, "先 transpose(1, 2) 成 (N, E, T)"),
         (split_wrong_swap, "第 h 个头的第 i 行应是位置 i"),
     ],
 )
@@ -140,6 +155,10 @@ def var_p_only(a, p):
     return p * (a**2).sum(-1)
 
 
+def var_without_p(a, p):
+    return (a**2).sum(-1) / (1 - p)
+
+
 def var_sum_all(a, p):  # one number for the whole tensor
     return p / (1 - p) * (a**2).sum()
 
@@ -160,6 +179,7 @@ def test_dropout_variance_accepts(fn, capsys):
         (var_not_squared, "少了平方"),
         (var_inverted, "写反了"),
         (var_p_only, "放大因子"),
+        (var_without_p, "漏了因子 p"),
         (var_sum_all, "形状不对"),
     ],
 )

@@ -79,6 +79,34 @@ def noncausal(q, k, v):
     return tc.linear_attention(q, k, v, eps=0.0)
 
 
+def read_first_guarded(q, k, v):
+    """Learner test: the output read from S_{i-1} (before the update), with an eps that
+    turns position 0 into 0 instead of NaN."""
+    S, u, out = torch.zeros(q.size(1), v.size(1)), torch.zeros(q.size(1)), []
+    for i in range(q.size(0)):
+        out.append(phi(q[i]) @ S / (phi(q[i]) @ u + 1e-6))
+        S, u = S + torch.outer(phi(k[i]), v[i]), u + phi(k[i])
+    return torch.stack(out)
+
+
+def mean_instead_of_normaliser(q, k, v):
+    """Learner test: divided by the number of positions seen, not φ(q_i)ᵀ u_i."""
+    S, out = torch.zeros(q.size(1), v.size(1)), []
+    for i in range(q.size(0)):
+        S = S + torch.outer(phi(k[i]), v[i])
+        out.append(phi(q[i]) @ S / (i + 1))
+    return torch.stack(out)
+
+
+def denominator_with_key(q, k, v):
+    """The normaliser read with φ(k_i) instead of φ(q_i)."""
+    S, u, out = torch.zeros(q.size(1), v.size(1)), torch.zeros(q.size(1)), []
+    for i in range(q.size(0)):
+        S, u = S + torch.outer(phi(k[i]), v[i]), u + phi(k[i])
+        out.append(phi(q[i]) @ S / (phi(k[i]) @ u))
+    return torch.stack(out)
+
+
 def relu_with_eps(q, k, v):
     return make_rnn(feature=lambda x: F.relu(x) + 1e-6)(q, k, v)
 
@@ -95,6 +123,9 @@ def relu_with_eps(q, k, v):
         (noncausal, "不是因果的"),
         (make_rnn(read_first=True), "先读后更新"),
         (make_rnn(read_key=True), "用查询读出"),
+        (read_first_guarded, "S_{i-1}"),
+        (mean_instead_of_normaliser, "已见位置的个数 i + 1"),
+        (denominator_with_key, "分母用了 φ(k_i)ᵀ u_i"),
     ],
     ids=[
         "no phi",
@@ -106,6 +137,9 @@ def relu_with_eps(q, k, v):
         "non-causal",
         "read before update",
         "read with key",
+        "read before update, eps-guarded",
+        "mean over positions",
+        "denominator with the key",
     ],
 )
 def test_rnn_linear_attention_rejects(fn, keyword, capsys):

@@ -91,9 +91,25 @@ def per_token(logits, labels, smoothing):
     return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=smoothing, ignore_index=0, reduction="none")
 
 
+def target_share_only(logits, labels, smoothing):
+    """Only (1 − ε) on the target: the uniform ε/|V| part left out."""
+    logp = F.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return -((1 - smoothing) * logp)[labels != 0].mean()
+
+
+def raw_logits_as_log_probs(logits, labels, smoothing):
+    """Learner test: −Σ q·logits, the log_softmax forgotten."""
+    V = logits.size(-1)
+    q = torch.full_like(logits, smoothing / V)
+    q = q.scatter_add(-1, labels.unsqueeze(-1), torch.full_like(logits[..., :1], 1 - smoothing))
+    return -(q * logits).sum(-1)[labels != 0].mean()
+
+
 @pytest.mark.parametrize(
     "fn, keyword",
     [
+        (raw_logits_as_log_probs, "用成了原始 logits"),
+        (target_share_only, "漏了均匀的那一份"),
         (no_smoothing, "标签平滑没有用上"),
         (smooth_over_others, "|V| − 1"),
         (pad_counted, "填充位置也算进了损失"),

@@ -6,7 +6,7 @@ import torch
 from transformer_course import exercises as ex
 from transformer_course.exercises.self_check import QKV_QUESTIONS
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_passes, assert_rejects, assert_skeleton, rejection
 
 RIGHT = {"a": "第 2 个值", "b": "不变", "c": "第 3 个键", "d": "更硬（更集中）"}
 
@@ -92,9 +92,18 @@ def probe_max_diff(model, ids, t):
     return bool(diff < 1e-4)
 
 
+def probe_keyword_ids(model, ids, t):
+    """Correct, the ids passed by keyword (the checker watches the model's inputs)."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 5) % 17
+    before, after = model(input_ids=ids)[0], model(input_ids=changed)[0]
+    return torch.allclose(before[:, :t], after[:, :t], atol=1e-5)
+
+
 def test_causality_probe(capsys):
     assert_passes(ex.check_causality_probe, probe_allclose, capsys)
     assert_passes(ex.check_causality_probe, probe_max_diff, capsys)
+    assert_passes(ex.check_causality_probe, probe_keyword_ids, capsys)
 
 
 @pytest.mark.parametrize(
@@ -110,6 +119,19 @@ def test_causality_probe(capsys):
 )
 def test_causality_probe_mistakes(wrong, keyword, capsys):
     assert_rejects(ex.check_causality_probe, wrong, keyword, capsys)
+
+
+def probe_changes_from_t_minus_1(model, ids, t):
+    """Learner test: the tokens changed from t - 1 on (off by one)."""
+    changed = ids.clone()
+    changed[:, t - 1 :] = (changed[:, t - 1 :] + 1) % 17
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
+
+
+def test_causality_probe_names_a_change_before_t(capsys):
+    message = rejection(ex.check_causality_probe, probe_changes_from_t_minus_1)
+    assert "只改位置 t 及以后" in message, message
+    assert "位置 2 的词元" in message, message  # t = 3: position t - 1
 
 
 @torch.no_grad()
@@ -170,6 +192,34 @@ def greedy_one_forward_too_many(model, ids, n_new):
         ids = torch.cat([ids, nxt], dim=1)
         logits, _ = model(nxt, caches=caches)
     return ids
+
+
+@torch.no_grad()
+def greedy_fresh_caches(model, ids, n_new):
+    """Learner test: new caches every step, so the cache is never read."""
+    inp = ids
+    for _ in range(n_new):
+        logits, _ = model(inp, caches=model.new_caches())
+        inp = logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, inp], dim=1)
+    return ids
+
+
+@torch.no_grad()
+def greedy_full_ids_into_cache(model, ids, n_new):
+    """Learner test: the whole sequence fed into the same caches every step."""
+    caches = model.new_caches()
+    for _ in range(n_new):
+        logits, _ = model(ids, caches=caches)
+        ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+def test_greedy_with_cache_learner_mistakes(capsys):
+    assert_rejects(ex.check_greedy_with_cache, greedy_fresh_caches, "换了一组空缓存", capsys)
+    message = rejection(ex.check_greedy_with_cache, greedy_full_ids_into_cache)
+    assert "整段 ids 又送进了同一组缓存" in message, message
+    assert "greedy_full_ids_into_cache" in message  # the learner's exception and line
 
 
 def test_greedy_with_cache_mistakes(capsys):

@@ -52,6 +52,9 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 x = x + self.cross_attn(self.norm2(x), memory, memory, memory_mask)
                 return x + self.ffn(self.norm3(x))
             x = self.norm1(x + self.sa(x))
+            if mistake == "norm2_on_residual_only":  # learner test: norm2(x) + cross
+                x = self.norm2(x) + self.cross_attn(x, memory, memory, attn_mask=memory_mask)
+                return self.norm3(x + self.ffn(x))
             if mistake == "cross_on_x":
                 c = self.cross_attn(x, x, x)
             elif mistake == "no_mask":
@@ -134,6 +137,7 @@ def test_decoder_layer_skeleton(capsys):
         ("no_res_cross", "交叉注意力的残差"),
         ("memory_as_query", "查询是解码器的 x"),
         ("norm2_for_ffn", "不一致"),
+        ("norm2_on_residual_only", "norm2 只用在了残差上"),
     ],
 )
 def test_decoder_layer_rejects(mistake, keyword, capsys):
@@ -203,6 +207,12 @@ def make_loss(mistake):
             return torch.tensor(F.cross_entropy(logits.flatten(0, 1), labels.flatten()).item())
         if mistake == "per_token":
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
+        if mistake == "mean_per_sentence":  # learner test
+            per_token = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+            real = (labels != -100).float()
+            return ((per_token * real).sum(1) / real.sum(1)).mean()
+        if mistake == "label_smoothing":  # learner test
+            return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
 
     return loss
@@ -227,6 +237,8 @@ def test_seq2seq_loss_skeleton(capsys):
         ("sum", "不是总和"),
         ("item", "没有梯度"),
         ("per_token", "标量"),
+        ("mean_per_sentence", "先对每句求平均"),
+        ("label_smoothing", "加了标签平滑"),
     ],
 )
 def test_seq2seq_loss_rejects(mistake, keyword, capsys):
@@ -354,8 +366,9 @@ def test_rectangular_mask_skeleton(capsys):
         (lambda L, S: ~rect_arange(L, S), "不能看"),
         (lambda L, S: torch.ones(S, S, dtype=torch.bool).tril()[:L], "左上角"),
         (lambda L, S: torch.ones(L, L, dtype=torch.bool).tril(), "形状不对"),
+        (lambda L, S: torch.arange(S)[None, :] <= torch.arange(L)[:, None] + (L - S), "偏移的符号反了"),
     ],
-    ids=["top-left", "float", "strict", "inverted", "first rows", "square"],
+    ids=["top-left", "float", "strict", "inverted", "first rows", "square", "offset L - S (learner test)"],
 )
 def test_rectangular_mask_rejects(candidate, keyword, capsys):
     assert_rejects(ex.check_rectangular_causal_mask, candidate, keyword, capsys)

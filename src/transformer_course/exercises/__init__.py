@@ -44,9 +44,7 @@ copies the learner's weights into the package module by these names.
 * One module per topic (``attention``, ``heads``, ``norms_ffn``, ``positions``,
   ``blocks_gpt``, ``training``, ``generation_cache``, ``tokenizer``, ``efficient``,
   ``encoder``, ``objective``, ``linear_attention``, ``seq2seq``, ``cached_generation``,
-  ``self_check``); a new topic gets a new module.
-  ``blocks_gpt``, ``training``, ``generation_cache``, ``language_model``); a new
-  topic gets a new module.
+  ``self_check``, ``language_model``); a new topic gets a new module.
   Re-export the checker here and list it in ``__all__``.
 * Write the checker body as ``@checker("中文标题", wants_class=...)`` over
   ``body(candidate) -> detail``: the wrapper (in ``_protocol``) handles skeletons,

@@ -59,7 +59,12 @@ def _attention_variant(
         return None
     d, s = Q.size(-1), K.size(-2)
     raw = Q @ K.transpose(-2, -1)
-    scale = {"no_scale": 1.0, "scale_d": d, "scale_len": math.sqrt(s)}
+    scale = {
+        "no_scale": 1.0,
+        "scale_d": d,
+        "scale_len": math.sqrt(s),
+        "scale_times": 1 / math.sqrt(d),  # multiplied by √d_k
+    }
     scores = raw / scale.get(mistake, math.sqrt(d))
     if mask is not None and mistake != "mask_ignored":
         fill = {"mask_zero": 0.0, "mask_inverted": -1e9}.get(mistake, -math.inf)
@@ -70,6 +75,10 @@ def _attention_variant(
         )
     if mistake == "online_no_rescale":
         return _online_without_rescale(Q, K, V, mask)
+    if mistake == "scores_transposed":  # (L, S) transposed: needs L == S
+        if scores.size(-1) != scores.size(-2):
+            return None
+        scores = scores.transpose(-2, -1)
     dim = -2 if mistake in ("softmax_queries", "softmax_queries_renormed") else -1
     weights = torch.softmax(scores, dim=dim)
     if mistake == "mask_after":
@@ -87,6 +96,10 @@ ATTENTION_HINTS = [
         "no_scale",
     ),
     ("分数除以了 d_k = {d}，应除以 √d_k = {sqrt_d:.3g}。", "scale_d"),
+    (
+        "分数乘了 √d_k，应除以 √d_k：scores = Q @ K.transpose(-2, -1) / √d_k。",
+        "scale_times",
+    ),
     (
         "缩放用了键的个数 S = {s}（√{s}）：应除以向量维度的平方根 √d_k = √{d}"
         "（d_k = Q.size(-1)）。",
@@ -131,6 +144,12 @@ ATTENTION_HINTS = [
         "softmax 沿查询维（dim=-2）做、再把每行除以行和：行和虽然是 1，"
         "权重却不是每个查询自己的 softmax。softmax 应沿键维 dim=-1 做。",
         "softmax_queries_renormed",
+    ),
+    (
+        "把分数矩阵转置了再做 softmax：scores.transpose(-2, -1) 的第 i 行是第 i 个键"
+        "对所有查询的分数，这等于沿查询维做 softmax。不要转置 scores，"
+        "直接 torch.softmax(scores, dim=-1)（每行是一个查询对所有键的分数）。",
+        "scores_transposed",
     ),
 ]
 
@@ -358,6 +377,14 @@ def _check_attention_weights(
         cols = weights.detach().double().sum(-2)
         if torch.allclose(cols, torch.ones_like(cols), atol=1e-4):
             hint = "softmax 的 dim 可能写错了（应为 dim=-1）"
+        elif mask is not None and close(
+            weights, torch.softmax(_scores(Q, K, None), dim=-1) * mask
+        ):
+            hint = (
+                "softmax 之后才把被屏蔽的权重置 0（乘掩码或 masked_fill(…, 0)）："
+                "被屏蔽的权重虽为 0，剩下的却没有重新归一化。应在 softmax 之前"
+                "把被屏蔽的分数填成 -inf：scores.masked_fill(~attn_mask, float('-inf'))"
+            )
         elif mask is None and any(
             close(weights, s) for s in (_scores(Q, K, None), Q @ K.transpose(-2, -1))
         ):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 
@@ -319,28 +320,35 @@ def _gpt_reference(V: int, C: int, E: int, H: int, n_layers: int) -> MiniGPT:
     return MiniGPT(cfg).eval()
 
 
-def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
-    """The package model's pieces, wired with one typical mistake."""
+def _gpt_embeddings(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
+    """The first block's input with one embedding mistake (None: not possible here)."""
     L = idx.size(1)
     tok = ref.tok_emb(idx)
+    if mistake == "tok_scaled":  # as in the original Transformer's embeddings
+        tok = tok * math.sqrt(tok.size(-1))
     pos = ref.pos_emb.embedding.weight
-    if mistake == "no_pos":
-        x = tok
-    elif mistake == "pos_from_1":
-        x = tok + pos[1 : L + 1] if L < pos.size(0) else None
-    elif mistake == "pos_last":
-        x = tok + pos[-L:]
-    else:
-        x = tok + pos[:L]
+    if mistake in ("no_pos", "pos_after_blocks"):
+        return tok
+    if mistake == "pos_from_1":
+        return tok + pos[1 : L + 1] if L < pos.size(0) else None
+    return tok + (pos[-L:] if mistake == "pos_last" else pos[:L])
+
+
+def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
+    """The package model's pieces, wired with one typical mistake."""
+    x = _gpt_embeddings(ref, idx, mistake)
     if x is None:
         return None
-    h = x
-    for block in ref.blocks:
+    h = ref.norm_f(x) if mistake == "norm_f_first" else x
+    blocks = reversed(ref.blocks) if mistake == "blocks_reversed" else ref.blocks
+    for block in blocks:
         if mistake == "no_causal":
             h = _block_variant(block, h, "no_causal")
         else:
             h = block(x if mistake == "same_input" else h)
-    if mistake != "no_norm_f":
+    if mistake == "pos_after_blocks":
+        h = h + ref.pos_emb.embedding.weight[: idx.size(1)]
+    if mistake not in ("no_norm_f", "norm_f_first"):
         h = ref.norm_f(h)
     logits = ref.lm_head(h)
     return torch.softmax(logits, -1) if mistake == "softmax" else logits
@@ -359,6 +367,11 @@ GPT_HINTS = [
     ),
     ("lm_head 之前忘了最后的 norm_f。", "no_norm_f"),
     (
+        "词元嵌入乘了 √d_model（原始 Transformer 的做法）：本书的 GPT 不缩放，"
+        "x = tok_emb(input_ids) + pos_emb(torch.arange(L))。",
+        "tok_scaled",
+    ),
+    (
         "forward 应返回 logits（未经 softmax）：交叉熵和采样都从 logits 出发。",
         "softmax",
     ),
@@ -367,6 +380,20 @@ GPT_HINTS = [
         "same_input",
     ),
     ("注意力没有因果掩码：位置 i 只能看 0..i。", "no_causal"),
+    (
+        "位置嵌入加晚了（在所有块之后）：位置信息要在进入第一个块之前加上，"
+        "x = tok_emb(input_ids) + pos_emb(torch.arange(L))。",
+        "pos_after_blocks",
+    ),
+    (
+        "norm_f 用在了进入块之前：最后的归一化在所有块之后、lm_head 之前，"
+        "lm_head(norm_f(x))。",
+        "norm_f_first",
+    ),
+    (
+        "块的顺序反了：按 self.blocks 的顺序逐个过，for block in self.blocks。",
+        "blocks_reversed",
+    ),
 ]
 
 

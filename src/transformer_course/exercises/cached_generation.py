@@ -62,6 +62,13 @@ class _ExerciseGPT(nn.Module):
         return self.gpt(input_ids)[0]
 
 
+# a mask aligned top-left; with or without a mask for a single new token
+_TOP_LEFT = (
+    "因果掩码对齐到了左上角（新查询 i 只看键 0..i）：新送进的 T 个词元是整段的最后"
+    " T 个位置，查询 i 在整段中的位置是 len(缓存) + i，能看键 0..len(缓存)+i。"
+    "用右下角对齐的 attn_mask = tc.causal_mask(T, len(缓存) + T)。"
+)
+
 # typical mistakes of a cached forward: (hint, mistake)
 _MISTAKES = [
     (
@@ -92,6 +99,8 @@ _MISTAKES = [
         " K、V 算注意力。",
         "cache_not_read",
     ),
+    (_TOP_LEFT, "top_left"),
+    (_TOP_LEFT, "top_left_multi"),
 ]
 
 
@@ -120,8 +129,12 @@ def _cached_variant(
         scores = q @ K.transpose(-2, -1)
         if mistake != "no_scale":
             scores = scores / math.sqrt(q.shape[-1])
+        S = K.shape[-2]
+        mask = causal_mask(T, S)
+        if mistake == "top_left" or (mistake == "top_left_multi" and T > 1):
+            mask = torch.arange(S) <= torch.arange(T)[:, None]  # query i: keys 0..i
         if mistake != "no_mask":
-            scores = scores.masked_fill(~causal_mask(T, K.shape[-2]), float("-inf"))
+            scores = scores.masked_fill(~mask, float("-inf"))
         o = torch.softmax(scores, dim=-1) @ V  # (N, H, T, D)
         x = x + attn.out_proj(o.transpose(1, 2).reshape(N, T, -1))
         x = x + block.ffn(block.norm2(x))

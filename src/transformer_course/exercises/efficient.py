@@ -391,6 +391,11 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
     """sparsemax along the last dim with one typical mistake (for diagnosis)."""
     if mistake == "softmax":
         return torch.softmax(z, dim=-1)
+    if mistake == "sorted_order":  # right values, in the sorted order of zs
+        return _sparsemax_variant(z, "").sort(dim=-1, descending=True).values
+    if mistake == "renormalised":  # the bug left in, the output divided by its sum
+        wrong = _sparsemax_variant(z, "no_one")
+        return wrong / wrong.sum(-1, keepdim=True)
     n = z.size(-1)
     zs = z.sort(dim=-1, descending=mistake != "ascending").values
     ks = torch.arange(1, n + 1, dtype=z.dtype)
@@ -428,6 +433,17 @@ _SPARSEMAX_MISTAKES = [
     (
         "τ 用了全部元素：τ 只由支撑集（前 k 个最大值）决定，(前 k 大之和 − 1)/k。",
         "mean_threshold",
+    ),
+    (
+        "输出是按从大到小排好的顺序：最后一步应对原始的 z 截断，"
+        "torch.clamp(z - tau, min=0)，不是对排序后的 zs（排序只用来求 τ）。",
+        "sorted_order",
+    ),
+    (
+        "输出除以了自己的和：这样每行和虽为 1，错误的 τ 却被掩盖了。"
+        "正确的 τ 下 max(z − τ, 0) 的和本来就是 1，不需要再归一化；"
+        "要改的是支撑集的判据：1 + k·z_(k) > 前 k 大之和。",
+        "renormalised",
     ),
 ]
 
@@ -488,10 +504,14 @@ def _kv_bytes(
         if mistake == "query_heads"
         else (cfg.num_kv_heads or cfg.num_heads)
     )
-    width = cfg.d_model if mistake == "d_model" else kv_heads * cfg.head_dim
+    width = {
+        "d_model": cfg.d_model,
+        "head_dim_d_model": kv_heads * cfg.d_model,
+        "no_kv_heads": cfg.head_dim,
+    }.get(mistake, kv_heads * cfg.head_dim)
     copies = 1 if mistake == "one_copy" else 2
     layers = 1 if mistake == "one_layer" else cfg.num_layers
-    per_element = 1 if mistake == "no_bytes" else nbytes
+    per_element = {"no_bytes": 1, "bits": 8 * nbytes}.get(mistake, nbytes)
     return copies * layers * batch * seq_len * width * per_element
 
 
@@ -508,7 +528,43 @@ _KV_MISTAKES = [
     ),
     ("只算了一层：每一层都有自己的缓存，要乘 num_layers。", "one_layer"),
     ("返回的是元素个数：还要乘每个元素的字节数 bytes_per_element。", "no_bytes"),
+    (
+        "每个头的宽度用了 d_model：一个键值头的宽度是 head_dim = d_model // "
+        "num_heads，每个位置缓存 H_kv × head_dim 个数。",
+        "head_dim_d_model",
+    ),
+    (
+        "漏了键值头数：每个位置每层缓存 H_kv 个头，每个头 head_dim 个数，"
+        "要乘 num_kv_heads（None 时用 num_heads）。",
+        "no_kv_heads",
+    ),
+    (
+        "多乘了 8：这是比特数；本题要字节数，bytes_per_element 已经是每个数的字节数。",
+        "bits",
+    ),
 ]
+
+
+def _kv_bytes_hint(fn, cases: list) -> str | None:
+    """The mistake that reproduces the learner's answer in every case it answers (a
+    single case can match two mistakes, e.g. H_kv = 2 and the factor 2)."""
+    answers = []
+    for _case, cfg, batch, seq_len, nbytes in cases:
+        try:  # diagnosis only: a case the learner's code cannot answer is skipped
+            got = fn(cfg, batch, seq_len, nbytes)
+            got = got.item() if isinstance(got, Tensor) else got
+            answers.append(((cfg, batch, seq_len, nbytes), int(got)))
+        except Exception:
+            continue
+    return next(
+        (
+            h
+            for h, m in _KV_MISTAKES
+            if answers and all(_kv_bytes(*a, m) == got for a, got in answers)
+        ),
+        None,
+    )
+
 
 # a crash where num_kv_heads is None (MHA, Llama): the learner used it as a number
 KV_BYTES_CRASHES = [
@@ -586,14 +642,7 @@ def check_kv_cache_bytes(fn) -> str:
             fail(f"内部错误：公式 {want} 与 MiniGPT 的实际缓存 {real} 字节不符。")
         if got == want:
             continue
-        hint = next(
-            (
-                h
-                for h, m in _KV_MISTAKES
-                if _kv_bytes(cfg, batch, seq_len, nbytes, m) == got
-            ),
-            None,
-        )
+        hint = _kv_bytes_hint(fn, cases)
         fail(
             f"{name} 返回 {got:,} 字节，应为 {want:,}（{case}）。"
             + (f"\n提示：{hint}" if hint else "")
@@ -614,6 +663,8 @@ def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
         mask[:, : prefix + 1] = True
     elif mistake == "minus_one":
         mask[:, : max(prefix - 1, 0)] = True
+    elif mistake == "causal":  # the prefix part left out
+        pass
     elif mistake == "strict":  # diagonal forgotten
         mask = torch.ones(L, L, dtype=torch.bool).tril(-1)
         mask[:, :prefix] = True
@@ -634,6 +685,11 @@ _PREFIX_MISTAKES = [
     ("前缀多开了一列：只打开前 prefix 列（下标 0 … prefix−1）。", "plus_one"),
     ("前缀少开了一列：要打开前 prefix 列（下标 0 … prefix−1）。", "minus_one"),
     ("对角线被屏蔽了：每个位置都可以关注自己（用 tril() 而不是 tril(-1)）。", "strict"),
+    (
+        "这是普通的因果掩码，前缀部分没有处理：前 prefix 个位置要互相都能看到"
+        "（双向），在因果掩码上再打开前 prefix 列：mask[:, :prefix] = True。",
+        "causal",
+    ),
 ]
 
 

@@ -44,10 +44,16 @@ _MISTAKES = [
         "norm_branch",
     ),
     ("两个归一化用反了：自注意力之后是 norm1，前馈网络之后是 norm2。", "swapped_norms"),
+    ("两个子层都用了 norm1：前馈子层之后是 norm2，norm2(A + ffn(A))。", "norm1_twice"),
     (
         "前馈网络的输入用了层输入 X：第二个子层的输入是第一个子层的输出 A，"
         "即 norm2(A + ffn(A))。",
         "ffn_on_x",
+    ),
+    (
+        "前馈子层的残差加的是层输入 X：norm2(X + ffn(A)) 跳过了第一个子层。"
+        "残差应加第二个子层自己的输入 A：norm2(A + ffn(A))。",
+        "ffn_residual_x",
     ),
     (
         "掩码没有传给自注意力：应写 self_attn(X, X, X, attn_mask=attn_mask)。",
@@ -84,6 +90,8 @@ def _encoder_variant(
     n1, n2 = layer.norm1, layer.norm2
     if mistake == "swapped_norms":
         n1, n2 = n2, n1
+    if mistake == "norm1_twice":
+        n2 = n1
     if mistake == "mask_ignored":
         mask = None
     elif mistake == "mask_inverted":
@@ -103,9 +111,9 @@ def _encoder_variant(
     A = n1(sa(X)) if mistake == "no_residual_attn" else n1(X + sa(X))
     if mistake == "no_residual_ffn":
         return n2(ffn(A))
-    if mistake == "ffn_on_x":
-        return n2(A + ffn(X))
-    return n2(A + ffn(A))
+    ffn_in = X if mistake == "ffn_on_x" else A
+    residual = X if mistake == "ffn_residual_x" else A
+    return n2(residual + ffn(ffn_in))
 
 
 def _random_layer(g: torch.Generator, E: int, H: int, d_ff: int) -> _Layer:

@@ -120,9 +120,16 @@ def _generate_mistake(
             off = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
             k = None if top_k is None else top_k + off
             if k is not None and mistake != "no_top_k":
-                vals, _ = torch.topk(logits, max(1, min(k, logits.size(-1))))
-                logits = logits.masked_fill(logits < vals[:, -1:], -math.inf)
+                k = max(1, min(k, logits.size(-1)))
+                if mistake == "k_smallest":  # torch.topk(..., largest=False)
+                    vals, _ = torch.topk(logits, k, largest=False)
+                    logits = logits.masked_fill(logits > vals[:, -1:], -math.inf)
+                else:
+                    vals, _ = torch.topk(logits, k)
+                    logits = logits.masked_fill(logits < vals[:, -1:], -math.inf)
             probs = torch.softmax(logits, -1)
+            if mistake == "logits_as_probs":  # negative logits cut to 0, no softmax
+                probs = logits.clamp(min=0)
             if mistake == "double_softmax":
                 probs = torch.softmax(probs, -1)
             nxt = torch.multinomial(probs, 1, generator=generator)
@@ -154,9 +161,20 @@ GENERATE_HINTS = [
     ),
     ("top_k 没有起作用：应只保留最大的 top_k 个 logits，其余设为 -inf。", "no_top_k"),
     (
+        "top-k 保留的是最小的 k 个：应保留最大的 k 个（torch.topk 默认 largest=True），"
+        "把小于第 k 大的值的 logits 设为 -inf。",
+        "k_smallest",
+    ),
+    (
         "softmax 做了两次：对已经是概率的 probs 再做 softmax 会把分布压平；"
         "只对 logits 做一次 softmax。",
         "double_softmax",
+    ),
+    (
+        "把 logits 直接当成了抽样权重（负数截成 0 后交给 torch.multinomial）："
+        "logits 不是概率，先 probs = torch.softmax(logits, dim=-1)，"
+        "再 torch.multinomial(probs, 1, generator=generator)。",
+        "logits_as_probs",
     ),
 ]
 

@@ -54,6 +54,10 @@ def _mha_variant(
         k_proj = v_proj = q_proj
     if mistake == "kv_swapped":
         k_proj, v_proj = v_proj, k_proj
+    if mistake.startswith("copied_"):  # copied_k_q: K projected with q_proj
+        _, role, source = mistake.split("_")
+        layer = {"q": q_proj, "k": k_proj}[source]
+        k_proj, v_proj = (layer, v_proj) if role == "k" else (k_proj, layer)
     if mistake == "kv_from_q":
         K = V = Q
     H = 1 if mistake == "one_head" else H
@@ -132,6 +136,9 @@ MHA_HINTS = [
         "k_proj 和 v_proj 用反了：键是 k_proj(K)，值是 v_proj(V)。",
         "kv_swapped",
     ),
+    ("键用 q_proj 投影了（复制粘贴？）：应为 k_proj(K)。", "copied_k_q"),
+    ("值用 q_proj 投影了（复制粘贴？）：应为 v_proj(V)。", "copied_v_q"),
+    ("值用 k_proj 投影了（复制粘贴？）：应为 v_proj(V)。", "copied_v_k"),
     (
         "被屏蔽的位置仍有权重：掩码没有起作用（attn_mask 参数被忽略了？）。",
         "mask_ignored",

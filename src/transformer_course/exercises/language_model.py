@@ -40,6 +40,12 @@ _SPLIT_MISTAKES = [
         "的顺序反了。",
         "no_transpose",
     ),
+    (
+        "先 transpose(1, 2) 成 (N, E, T) 再 reshape(N, H, T, D)：转置之后 reshape 按"
+        "「特征 e 的所有位置」连着切，切出的「行」不再是一个位置的特征。"
+        "应先拆最后一维 view(N, T, H, D)，再 transpose(1, 2) 交换位置轴与头轴。",
+        "transpose_first",
+    ),
 ]
 
 
@@ -50,6 +56,8 @@ def _split_variant(t: Tensor, H: int, mistake: str) -> Tensor:
         return t.reshape(N, H, T, D)
     if mistake == "interleaved":
         return t.reshape(N, T, D, H).permute(0, 3, 1, 2)
+    if mistake == "transpose_first":
+        return t.transpose(1, 2).reshape(N, H, T, D)
     return t.reshape(N, T, H, D)  # no_transpose
 
 
@@ -133,6 +141,11 @@ _DROPOUT_MISTAKES = [
         "inverted",
     ),
     ("这是 p·Σa²：漏了放大因子 1/(1-p) 带来的 1/(1-p)。", "p_only"),
+    (
+        "这是 Σa²/(1-p)：漏了因子 p。每一项 a_j·m_j/(1-p) 的方差是 "
+        "a_j²·p(1-p)/(1-p)² = a_j²·p/(1-p)。",
+        "no_p",
+    ),
 ]
 
 
@@ -144,6 +157,7 @@ def _dropout_variant(a: Tensor, p: float, mistake: str) -> Tensor:
         "square_of_sum": p / (1 - p) * s1**2,
         "inverted": (1 - p) / p * s2,
         "p_only": p * s2,
+        "no_p": s2 / (1 - p),
     }[mistake]
 
 

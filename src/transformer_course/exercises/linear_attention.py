@@ -38,13 +38,22 @@ _MISTAKES = [
         "no_den",
     ),
     (
+        "分母用了已见位置的个数 i + 1（求平均）：分母应是 φ(q_i)ᵀ u_i，"
+        "u_i = φ(k_1) + … + φ(k_i) 与状态一起累加，读出时用当前查询 φ(q_i) 点乘它。",
+        "count_den",
+    ),
+    (
+        "分母用了 φ(k_i)ᵀ u_i：分子和分母都用当前查询读出，分母是 φ(q_i)ᵀ u_i。",
+        "den_with_k",
+    ),
+    (
         "输出不是因果的：位置 i 的状态只应累加 j ≤ i 的 φ(k_j) v_jᵀ，"
         "看起来用了整段序列的和。",
         "noncausal",
     ),
     (
-        "先读后更新：位置 i 读出时状态还只含 j < i 的项；应先把 φ(k_i) v_iᵀ "
-        "加进状态、φ(k_i) 加进 u，再读出 o_i。",
+        "先读后更新（用了上一步的状态 S_{{i-1}}）：位置 i 读出时状态还只含 j < i 的项；"
+        "应先把 φ(k_i) v_iᵀ 加进状态、φ(k_i) 加进 u，再读出 o_i。",
         "read_first",
     ),
     (
@@ -78,7 +87,12 @@ def _rnn_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
     num = torch.einsum("nd,nde->ne", pq, state)
     if mistake == "no_den":
         return num
-    return num / (pq * u).sum(-1, keepdim=True)
+    if mistake == "den_with_k":  # normaliser φ(k_i)ᵀ u_i
+        return num / (pk * u).sum(-1, keepdim=True)
+    if mistake == "count_den":  # the mean over the i + 1 positions seen so far
+        return num / torch.arange(1, len(num) + 1, dtype=num.dtype)[:, None]
+    # read_first: position 0 reads an empty state; a guarded 0 / (0 + eps) gives 0
+    return torch.nan_to_num(num / (pq * u).sum(-1, keepdim=True), nan=0.0)
 
 
 @checker("因果线性注意力的 RNN 形式")

@@ -19,6 +19,11 @@ PAD = 0
 _MISTAKES = [
     ("标签平滑没有用上：目标分布应为 q = (1 − ε)·e_y + ε/|V|。", "no_smoothing"),
     (
+        "只留下了正确类别上的 (1 − ε)，漏了均匀的那一份：每个类别（含正确类别）"
+        "还有 ε/|V|，损失里要加上 −(ε/|V|)·Σ_v log p_v。",
+        "no_uniform",
+    ),
+    (
         "平滑的质量只分给了其余 |V| − 1 个类别：本章的定义是 q = (1 − ε)·e_y + ε/|V|，"
         "ε/|V| 也加在正确类别上（与 F.cross_entropy(label_smoothing=ε) 相同）。",
         "smooth_others",
@@ -38,6 +43,11 @@ _MISTAKES = [
         "（它自己做 log_softmax），不要先 softmax。",
         "double_softmax",
     ),
+    (
+        "−Σ q·log p 里的 log p 用成了原始 logits：logits 不是对数概率，"
+        "先做 logp = F.log_softmax(logits, dim=-1)，再算 −(q * logp).sum(-1)。",
+        "raw_logits",
+    ),
 ]
 
 
@@ -46,10 +56,12 @@ def _loss(logits: Tensor, labels: Tensor, eps: float, mistake: str = "") -> Tens
     V = logits.size(-1)
     if mistake == "double_softmax":
         logits = torch.softmax(logits, -1)
-    logp = F.log_softmax(logits, -1)
+    logp = logits if mistake == "raw_logits" else F.log_softmax(logits, -1)
     onehot = F.one_hot(labels, V).to(logp.dtype)
     if mistake == "no_smoothing":
         q = onehot
+    elif mistake == "no_uniform":  # the target's 1 - ε kept, the ε/|V| part dropped
+        q = onehot * (1 - eps)
     elif mistake == "smooth_others":
         q = onehot * (1 - eps) + (1 - onehot) * eps / (V - 1)
     else:

@@ -6,6 +6,7 @@ probe, and greedy decoding through the KV cache (the cache's size is chapter 4's
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -189,8 +190,17 @@ def check_causality_probe(fn: object) -> str:
             (leaky, False, "去掉了掩码的模型"),
         ):
             case = f"{kind}，t = {t}"
-            with torch.no_grad():
-                out = run_learner(fn, model, ids, t, what=name, case=case, first=first)
+            fed: list[Tensor] = []
+            hook = model.register_forward_pre_hook(
+                functools.partial(_keep_input, fed), with_kwargs=True
+            )
+            try:
+                with torch.no_grad():
+                    out = run_learner(
+                        fn, model, ids, t, what=name, case=case, first=first
+                    )
+            finally:
+                hook.remove()
             first = False
             if not isinstance(out, bool | torch.Tensor) or (
                 isinstance(out, Tensor) and out.numel() != 1
@@ -198,6 +208,13 @@ def check_causality_probe(fn: object) -> str:
                 fail(
                     f"{name} 应返回 True 或 False，"
                     f"得到 {type(out).__name__}（{case}）。"
+                )
+            changed = _changed_before(fed, ids, t)
+            if bool(out) != expected and changed is not None:
+                fail(
+                    f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：你改动了位置 "
+                    f"{changed} 的词元，它在 t = {t} 之前。只改位置 t 及以后"
+                    "（ids2[:, t:] = …），位置 < t 的输入保持不变，再比较 [:, :t]。"
                 )
             if bool(out) != expected:
                 why = (
@@ -212,9 +229,44 @@ def check_causality_probe(fn: object) -> str:
     return "因果与不因果的模型、三个 t，判断都对"
 
 
+def _keep_input(fed: list[Tensor], module: object, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook: keep the ids the learner fed the model."""
+    ids = args[0] if args else kwargs.get("input_ids")
+    if isinstance(ids, Tensor):
+        fed.append(ids.detach().clone())
+
+
+def _changed_before(fed: list[Tensor], ids: Tensor, t: int) -> int | None:
+    """The first position ``< t`` where an input the learner fed the model differs
+    from ``ids`` (``None``: every input keeps the first ``t`` tokens)."""
+    for x in fed:
+        if x.shape == ids.shape:
+            diff = (x != ids)[:, :t].any(0).nonzero()
+            if len(diff):
+                return int(diff[0])
+    return None
+
+
+def _counted(make: Callable, made: list[int], *args, **kwargs):
+    """``make(*args, **kwargs)``, noting the call in ``made``."""
+    made.append(1)
+    return make(*args, **kwargs)
+
+
 def _record(seen: list[int], module: object, args: tuple, out: object) -> None:
     """Forward hook: how many tokens the model was fed."""
     seen.append(args[0].shape[1])
+
+
+# a crash of the cached greedy loop: (pattern in "Type: message\nline", hint)
+GREEDY_CACHE_CRASHES = [
+    (
+        r"cached [1-9]\d* \+ new [1-9]\d*\) exceeds context_length",
+        "每一步把整段 ids 又送进了同一组缓存：缓存里已经有前面的位置，再送一遍就"
+        "重复了，位置很快超出 context_length。预填充整段提示之后，每步只送新词元："
+        "model(next_id, caches=caches)。",
+    ),
+]
 
 
 @checker("检验标准 5(b)：用包里的缓存做贪心解码")
@@ -242,18 +294,28 @@ def check_greedy_with_cache(fn: object) -> str:
         prompt = torch.randint(0, V, (2, 5), generator=g)
         seen: list[int] = []
         hook = model.tok_emb.register_forward_hook(functools.partial(_record, seen))
+        made: list[int] = []  # one entry per model.new_caches() call of the learner
+        model.new_caches = functools.partial(_counted, model.new_caches, made)
         case = f"词表 {V}，提示 5 个词元，生成 {n_new} 个"
         try:
             with torch.no_grad():
                 out = run_learner(
-                    fn, model, prompt, n_new, what=name, case=case, first=first
-                )
+                    fn, model, prompt, n_new, what=name, case=case, first=first,
+                    causes=GREEDY_CACHE_CRASHES,
+                )  # fmt: skip
         finally:
             hook.remove()
+            del model.new_caches
         first = False
         got = as_tensor(out, f"{name} 的返回值", case)
         check_shape(got, (2, 5 + n_new), f"{name} 的返回值", case)
         ref = model.generate(prompt, n_new, greedy=True, use_cache=False)
+        if not torch.equal(got, ref) and len(made) > 1:
+            fail(
+                f"{name} 的结果与不用缓存的贪心生成不同（{case}）：model.new_caches() "
+                f"调用了 {len(made)} 次——每一步都换了一组空缓存，前面的位置就丢了，"
+                "新词元只看得见它自己。缓存在循环之前建一次，之后每步传同一个 caches。"
+            )
         if not torch.equal(got, ref):
             fail(
                 f"{name} 的结果与不用缓存的贪心生成不同（{case}）：预填充整段提示后，"

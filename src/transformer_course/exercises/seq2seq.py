@@ -64,6 +64,10 @@ def _decoder_variant(
         x = n1(x + cross_attn(x))
         x = n2(x + self_attn(x))
         return n3(x + layer.ffn(x))
+    if mistake == "norm_before_cross_residual":  # norm2(x) + cross_attn(x)
+        x = n1(x + self_attn(x))
+        x = n2(x) + cross_attn(x)
+        return n3(x + layer.ffn(x))
     res = {m: mistake != f"no_res_{m}" for m in ("self", "cross", "ffn")}
     x = n1((x if res["self"] else 0) + self_attn(x))
     x = n2((x if res["cross"] else 0) + cross_attn(x))
@@ -97,6 +101,12 @@ _DECODER_HINTS = [
         "pre_ln",
     ),
     ("少了掩码自注意力的残差连接：x = norm1(x + self_attn(x))。", "no_res_self"),
+    (
+        "交叉注意力这一步把 norm2 只用在了残差上：你写的是 norm2(x) + cross_attn(…)。"
+        "Post-LN 是先相加再归一化：x = norm2(x + cross_attn(x, memory, memory, "
+        "attn_mask=memory_mask))。",
+        "norm_before_cross_residual",
+    ),
     (
         "少了交叉注意力的残差连接：x = norm2(x + cross_attn(x, memory, …))。",
         "no_res_cross",
@@ -218,6 +228,12 @@ def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) ->
     logits = model(src, dec_in)
     if mistake != "pad_kept":
         labels = labels.masked_fill(labels == _PAD, -100)
+    if mistake == "label_smoothing":
+        return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
+    if mistake == "mean_per_sentence":
+        per_token = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+        real = (labels != -100).sum(1)
+        return (per_token.sum(1) / real).mean()
     if mistake == "softmax_first":
         logits = logits.softmax(-1)
     flat, target = logits.flatten(0, 1), labels.flatten()
@@ -264,6 +280,17 @@ _LOSS_HINTS = [
         "平均时把填充位置也算进了分母：-100 的位置既不计损失、也不计个数"
         "（用默认的 reduction='mean'，不要自己除以 N·L）。",
         "mean_over_all",
+    ),
+    (
+        "先对每句求平均、再对各句求平均：短句的每个词元因此权重更大。"
+        "应对整批所有非填充标签一起求一个平均（F.cross_entropy 的默认 "
+        "reduction='mean'），不要按句子分组。",
+        "mean_per_sentence",
+    ),
+    (
+        "加了标签平滑（label_smoothing）：本练习是普通的交叉熵，"
+        "去掉 label_smoothing 参数（标签平滑是训练时另加的，见 1.12 节）。",
+        "label_smoothing",
     ),
 ]
 
@@ -468,6 +495,11 @@ def check_rectangular_causal_mask(fn: Callable) -> str:
             (
                 torch.arange(S)[None, :] >= torch.arange(L)[:, None] + (S - L),
                 "方向反了：True 应在 i + S - L 及其左边（j <= i + S - L）。",
+            ),
+            (
+                torch.arange(S)[None, :] <= torch.arange(L)[:, None] + (L - S),
+                "偏移的符号反了：你写的是 i + L - S（S > L 时为负，向左上移）；"
+                "新查询在整段的最后，偏移是 S - L ≥ 0：j <= i + S - L。",
             ),
         ]
         hint = next((h for v, h in variants if torch.equal(out, v)), "")
