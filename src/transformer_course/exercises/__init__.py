@@ -71,6 +71,7 @@ from ._protocol import ExerciseError
 from .attention import check_causal_mask, check_self_attention
 from .blocks_gpt import check_gpt, check_transformer_block, copy_parameters
 from .cached_generation import check_cached_forward
+from .derivation_checks import check_padding_mask
 from .efficient import (
     check_grouped_attention,
     check_kv_cache_bytes,
@@ -111,6 +112,7 @@ __all__ = [
     "ExerciseError",
     "check_self_attention",
     "check_causal_mask",
+    "check_padding_mask",
     "check_multi_head_attention",
     "check_layer_norm",
     "check_sinusoidal_encoding",
