@@ -100,8 +100,8 @@ def check_witten_bell(fn: object) -> str:
             if abs(total - 1) > 1e-9:
                 fail(
                     f"{name} 在历史 {h!r} 之后给出的概率之和是 {total:.6f}，不是 1"
-                    f"（{case}）：每一阶都是 (count(h c) + u(h)·p_短) / (count(h) + u(h))，"
-                    "分子和分母里都要有 u(h)。"
+                    f"（{case}）：每一阶都是 (count(h c) + u(h)·p_短)"
+                    " / (count(h) + u(h))，分子和分母里都要有 u(h)。"
                 )
     n = 3
     counts = _counts(train, n)
@@ -126,7 +126,8 @@ def check_witten_bell(fn: object) -> str:
     if abs(mine - ref) > 1e-9 * max(1.0, ref):
         fail(
             f"{name} 给出的是一个分布，但留出文本上的交叉熵是 {mine:.6f} nats/字符，"
-            f"应为 {ref:.6f}：u(h) 是 h 之后出现过的不同字符的个数（len(counts[k][h])），"
-            "不是次数之和；插值从 k = 0（空历史）往长历史走，每一阶的 p_短 是上一阶的结果。"
+            f"应为 {ref:.6f}：u(h) 是 h 之后出现过的不同字符的个数"
+            "（len(counts[k][h])），不是次数之和；插值从 k = 0（空历史）往长历史走，"
+            "每一阶的 p_短 是上一阶的结果。"
         )
     return "四种历史之后都是分布，留出文本上的交叉熵与 tc.char_ngram_loss 相同"
