@@ -3,9 +3,11 @@
 import math
 from collections import Counter
 
+import torch
+
 from transformer_course import exercises as ex
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_passes, assert_rejects, assert_skeleton, rejection
 
 
 def right(counts, history, c, vocab_size):
@@ -125,3 +127,55 @@ def test_a_missing_history_key_is_explained(capsys):
 
 def test_returns_a_number():
     assert math.isclose(right([{"": Counter("aab")}], "", "a", 3), (2 + 2 / 3) / 5)
+
+
+# ---- the bug hunt, graded by its symptom -------------------------------------------
+
+
+def fixed_attention(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ V
+
+
+def softmax_over_queries(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-2) @ V
+
+
+def mask_ignored_and_unscaled(Q, K, V, attn_mask=None):
+    return torch.softmax(Q @ K.transpose(-2, -1), dim=-1) @ V
+
+
+def causal_but_unscaled(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ V
+
+
+def not_yet(Q, K, V, attn_mask=None):
+    pass
+
+
+def test_fixed_attention_passes(capsys):
+    assert_passes(ex.check_leak_fixed, fixed_attention, capsys)
+
+
+def test_leak_skeleton(capsys):
+    assert_skeleton(ex.check_leak_fixed, not_yet, capsys)
+
+
+def test_the_bug_is_reported_by_its_symptom_not_its_line(capsys):
+    for wrong in (softmax_over_queries, mask_ignored_and_unscaled):
+        message = rejection(ex.check_leak_fixed, wrong)
+        assert "症状还在" in message, message
+        assert "dim" not in message and "softmax" not in message, message
+    assert "✓" not in capsys.readouterr().out
+
+
+def test_once_the_symptom_is_gone_the_full_attention_check_grades(capsys):
+    assert_rejects(ex.check_leak_fixed, causal_but_unscaled, "√d_k", capsys)

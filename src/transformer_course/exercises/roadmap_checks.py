@@ -1,17 +1,65 @@
-"""Checkers for chapter 5's own material (the roadmap chapter): the Witten-Bell smoothed
-character n-gram that the chapter's GPT is compared with."""
+"""Checkers for chapter 5's own material (the roadmap chapter): the bug hunt graded by
+its symptom, and the Witten-Bell smoothed character n-gram that the chapter's GPT is
+compared with."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 from collections import Counter, defaultdict
 
 import torch
 
 from ..data import char_ngram_loss
+from ..masks import causal_mask
 from ._protocol import checker, fail, name_of, run_learner, seeded_generator
+from ._report import as_tensor, where_differs
+from .attention import ATTENTION_CRASHES, check_self_attention
 
-__all__ = ["check_witten_bell"]
+__all__ = ["check_leak_fixed", "check_witten_bell"]
+
+
+@checker("找 bug：未来不再泄露")
+def check_leak_fixed(fn: object) -> str:
+    """Grade the fixed attention of the bug hunt by its symptom first: with a causal
+    mask, changing only the last token must leave every earlier position's output
+    unchanged. The message names the symptom, never the line; once the symptom is gone
+    the full :func:`check_self_attention` grades the function (its ``✓`` line is not
+    echoed, its messages are)."""
+    name = name_of(fn)
+    g = seeded_generator(51)
+    L = 6
+    x = torch.randn(2, L, 8, generator=g)
+    changed = x.clone()
+    changed[:, -1] += torch.randn(2, 8, generator=g)
+    outs = []
+    for i, X in enumerate((x, changed)):
+        out = run_learner(
+            fn,
+            X,
+            X,
+            X,
+            causal_mask(L),
+            what=name,
+            case="因果掩码",
+            first=i == 0,
+            causes=ATTENTION_CRASHES,
+        )
+        out = out[0] if isinstance(out, tuple | list) else out
+        outs.append(as_tensor(out, f"{name} 的输出", "因果掩码"))
+    before, after = outs[0][:, : L - 1], outs[1][:, : L - 1]
+    if before.shape != after.shape or not torch.allclose(before, after, atol=1e-6):
+        fail(
+            f"症状还在：只改最后一个词元，前 {L - 1} 个位置的输出也变了"
+            f"（{where_differs(after, before)}）。"
+            "位置 i 的输出只能由位置 ≤ i 的词元决定："
+            "逐行看第 0 行的权重是怎样算出来的，哪一步用到了后面的位置。"
+        )
+    with contextlib.redirect_stdout(io.StringIO()):
+        check_self_attention(fn)
+    return "改最后一个词元不再影响前面的位置，且通过了缩放点积注意力的全部检查"
+
 
 # what a crash in the learner's interpolation most likely means
 WITTEN_BELL_CRASHES = [
