@@ -92,6 +92,7 @@ from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .objective import check_smoothed_loss
 from .positions import check_rope, check_sinusoidal_encoding
 from .predictions import compare_prediction
+from .roadmap_checks import check_leak_fixed, check_witten_bell
 from .self_check import (
     check_causality_probe,
     check_greedy_with_cache,
@@ -152,4 +153,6 @@ __all__ = [
     "check_split_heads",
     "check_dropout_row_sum_variance",
     "check_lm_training",
+    "check_witten_bell",
+    "check_leak_fixed",
 ]

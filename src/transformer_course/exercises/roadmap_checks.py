@@ -1,0 +1,181 @@
+"""Checkers for chapter 5's own material (the roadmap chapter): the bug hunt graded by
+its symptom, and the Witten-Bell smoothed character n-gram that the chapter's GPT is
+compared with."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+from collections import Counter, defaultdict
+
+import torch
+
+from ..data import char_ngram_loss
+from ..masks import causal_mask
+from ._protocol import checker, fail, name_of, run_learner, seeded_generator
+from ._report import as_tensor, where_differs
+from .attention import ATTENTION_CRASHES, check_self_attention
+
+__all__ = ["check_leak_fixed", "check_witten_bell"]
+
+
+@checker("找 bug：未来不再泄露")
+def check_leak_fixed(fn: object) -> str:
+    """Grade the fixed attention of the bug hunt by its symptom first: with a causal
+    mask, changing only the last token must leave every earlier position's output
+    unchanged. The message names the symptom, never the line; once the symptom is gone
+    the full :func:`check_self_attention` grades the function (its ``✓`` line is not
+    echoed, its messages are)."""
+    name = name_of(fn)
+    g = seeded_generator(51)
+    L = 6
+    x = torch.randn(2, L, 8, generator=g)
+    changed = x.clone()
+    changed[:, -1] += torch.randn(2, 8, generator=g)
+    outs = []
+    for i, X in enumerate((x, changed)):
+        out = run_learner(
+            fn,
+            X,
+            X,
+            X,
+            causal_mask(L),
+            what=name,
+            case="因果掩码",
+            first=i == 0,
+            causes=ATTENTION_CRASHES,
+        )
+        out = out[0] if isinstance(out, tuple | list) else out
+        outs.append(as_tensor(out, f"{name} 的输出", "因果掩码"))
+    before, after = outs[0][:, : L - 1], outs[1][:, : L - 1]
+    if before.shape != after.shape or not torch.allclose(before, after, atol=1e-6):
+        fail(
+            f"症状还在：只改最后一个词元，前 {L - 1} 个位置的输出也变了"
+            f"（{where_differs(after, before)}）。"
+            "位置 i 的输出只能由位置 ≤ i 的词元决定："
+            "逐行看第 0 行的权重是怎样算出来的，哪一步用到了后面的位置。"
+        )
+    with contextlib.redirect_stdout(io.StringIO()):
+        check_self_attention(fn)
+    return "改最后一个词元不再影响前面的位置，且通过了缩放点积注意力的全部检查"
+
+
+# what a crash in the learner's interpolation most likely means
+WITTEN_BELL_CRASHES = [
+    (
+        r"ZeroDivisionError",
+        "某段历史在训练文本里没出现过时 count(h) + u(h) = 0：遇到没见过的历史就停下，"
+        "用已经算到的较短历史的概率（更长的历史也不会见过）。",
+    ),
+    (
+        r"KeyError",
+        "counts[k] 里没有这段历史：用 counts[k].get(h) 取，取不到就停下。",
+    ),
+]
+
+
+def _text(g: torch.Generator, alphabet: str, length: int) -> str:
+    """A text with local structure: each character mostly follows its predecessor's
+    favourite, sometimes a random one."""
+    favourite = torch.randperm(len(alphabet), generator=g)
+    ids = [0]
+    for r, u in zip(
+        torch.rand(length - 1, generator=g).tolist(),
+        torch.randint(0, len(alphabet), (length - 1,), generator=g).tolist(),
+        strict=True,
+    ):
+        ids.append(int(favourite[ids[-1]]) if r < 0.7 else u)
+    return "".join(alphabet[i] for i in ids)
+
+
+def _counts(text: str, n: int) -> list[dict[str, Counter]]:
+    """``counts[k][h][c]``: how often ``c`` follows the length-``k`` history ``h``."""
+    counts: list[dict[str, Counter]] = [defaultdict(Counter) for _ in range(n)]
+    for i, c in enumerate(text):
+        for k in range(min(n, i + 1)):
+            counts[k][text[i - k : i]][c] += 1
+    return [dict(level) for level in counts]  # a history not seen is not a key
+
+
+@checker("Witten–Bell 插值")
+def check_witten_bell(fn: object) -> str:
+    """Grade ``fn(counts, history, c, vocab_size) -> float``: ``P(c | history)`` with
+    Witten-Bell interpolation from the uniform distribution over ``vocab_size``
+    characters up to the longest history of ``counts`` (``counts[k]`` maps each seen
+    length-``k`` history to a ``Counter`` of the characters after it). It must be a
+    distribution after every history (seen, partly seen or unseen) and reproduce
+    :func:`~transformer_course.char_ngram_loss` on a held-out text."""
+    name = name_of(fn)
+    g = seeded_generator(50)
+    alphabet, unseen = "abcdef ", "z"  # "z" is in the vocabulary, never in the text
+    vocab = alphabet + unseen
+    train = _text(g, alphabet, 600)
+    held_out = _text(g, alphabet, 200)
+    first = True
+    for n in (1, 3):
+        counts = _counts(train, n)
+        # empty, seen, unseen, and seen at order 1 but not at order 2
+        histories = [""] if n == 1 else ["", held_out[:2], unseen * 2, unseen + "a"]
+        for h in histories:
+            case = f"{n} 元，历史 {h!r}"
+            probs = []
+            for c in vocab:
+                p = run_learner(
+                    fn,
+                    counts,
+                    h,
+                    c,
+                    len(vocab),
+                    what=name,
+                    case=f"{case}，字符 {c!r}",
+                    first=first,
+                    causes=WITTEN_BELL_CRASHES,
+                )
+                first = False
+                try:
+                    p = float(p)
+                except (TypeError, ValueError):
+                    fail(f"{name} 应返回一个概率（float），得到 {type(p).__name__}。")
+                probs.append(p)
+            if probs[-1] <= 0:
+                fail(
+                    f"{name} 给从没出现过的字符 {unseen!r} 的概率是 {probs[-1]:.3g}"
+                    f"（{case}）：插值要从词表上的均匀分布 1/vocab_size 开始，"
+                    "再一阶一阶往长历史走，没见过的字符才不会是 0。"
+                )
+            total = math.fsum(probs)
+            if abs(total - 1) > 1e-9:
+                fail(
+                    f"{name} 在历史 {h!r} 之后给出的概率之和是 {total:.6f}，不是 1"
+                    f"（{case}）：每一阶都是 (count(h c) + u(h)·p_短)"
+                    " / (count(h) + u(h))，分子和分母里都要有 u(h)。"
+                )
+    n = 3
+    counts = _counts(train, n)
+    mine = -math.fsum(
+        math.log(
+            float(
+                run_learner(
+                    fn,
+                    counts,
+                    held_out[max(0, i - n + 1) : i],
+                    held_out[i],
+                    len(vocab),
+                    what=name,
+                    case="留出文本",
+                    causes=WITTEN_BELL_CRASHES,
+                )
+            )
+        )
+        for i in range(1, len(held_out))
+    ) / (len(held_out) - 1)
+    ref = char_ngram_loss(train, held_out, n, len(vocab))
+    if abs(mine - ref) > 1e-9 * max(1.0, ref):
+        fail(
+            f"{name} 给出的是一个分布，但留出文本上的交叉熵是 {mine:.6f} nats/字符，"
+            f"应为 {ref:.6f}：u(h) 是 h 之后出现过的不同字符的个数"
+            "（len(counts[k][h])），不是次数之和；插值从 k = 0（空历史）往长历史走，"
+            "每一阶的 p_短 是上一阶的结果。"
+        )
+    return "四种历史之后都是分布，留出文本上的交叉熵与 tc.char_ngram_loss 相同"

@@ -1,0 +1,181 @@
+"""Chapter 5's own checkers: the Witten-Bell interpolation of the n-gram baseline."""
+
+import math
+from collections import Counter
+
+import torch
+
+from transformer_course import exercises as ex
+
+from .support import assert_passes, assert_rejects, assert_skeleton, rejection
+
+
+def right(counts, history, c, vocab_size):
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        total, types = sum(after.values()), len(after)
+        p = (after[c] + types * p) / (total + types)
+    return p
+
+
+def right_recursive(counts, history, c, vocab_size):
+    """The same model written top-down, as the formula reads."""
+
+    def p(k):
+        if k < 0:
+            return 1.0 / vocab_size
+        after = counts[k].get(history[len(history) - k :]) if k <= len(history) else None
+        if not after:
+            return p(k - 1)
+        n, u = sum(after.values()), len(after)
+        return (after[c] + u * p(k - 1)) / (n + u)
+
+    top = len(counts) - 1
+    while top > len(history) or not counts[top].get(history[len(history) - top :]):
+        if top == 0:
+            return 1.0 / vocab_size
+        top -= 1
+    return p(top)
+
+
+def skeleton(counts, history, c, vocab_size):
+    pass
+
+
+def no_uniform_base(counts, history, c, vocab_size):
+    p = 0.0
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        total, types = sum(after.values()), len(after)
+        p = (after[c] + types * p) / (total + types)
+    return p
+
+
+def escape_missing_in_denominator(counts, history, c, vocab_size):
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        total, types = sum(after.values()), len(after)
+        p = (after[c] + types * p) / total
+    return p
+
+
+def escape_mass_from_token_count(counts, history, c, vocab_size):
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        total = sum(after.values())
+        p = (after[c] + total * p) / (total + total)
+    return p
+
+
+def unseen_history_not_skipped(counts, history, c, vocab_size):
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[len(history) - k :], Counter())
+        total, types = sum(after.values()), len(after)
+        p = (after[c] + types * p) / (total + types)
+    return p
+
+
+def only_longest_history(counts, history, c, vocab_size):
+    for k in reversed(range(min(len(counts), len(history) + 1))):
+        after = counts[k].get(history[len(history) - k :])
+        if after:
+            total, types = sum(after.values()), len(after)
+            return (after[c] + types / vocab_size) / (total + types)
+    return 1 / vocab_size
+
+
+def test_right_implementations_pass(capsys):
+    assert_passes(ex.check_witten_bell, right, capsys)
+    assert_passes(ex.check_witten_bell, right_recursive, capsys)
+
+
+def test_skeleton(capsys):
+    assert_skeleton(ex.check_witten_bell, skeleton, capsys)
+
+
+def test_mistakes_get_their_hint(capsys):
+    assert_rejects(ex.check_witten_bell, no_uniform_base, "均匀分布", capsys)
+    assert_rejects(ex.check_witten_bell, escape_missing_in_denominator, "分母", capsys)
+    assert_rejects(ex.check_witten_bell, escape_mass_from_token_count, "不同字符的个数", capsys)
+    assert_rejects(ex.check_witten_bell, unseen_history_not_skipped, "没见过的历史", capsys)
+    assert_rejects(ex.check_witten_bell, only_longest_history, "交叉熵", capsys)
+
+
+def test_a_missing_history_key_is_explained(capsys):
+    def indexes(counts, history, c, vocab_size):
+        p = 1 / vocab_size
+        for k in range(min(len(counts), len(history) + 1)):
+            after = counts[k][history[len(history) - k :]]
+            total, types = sum(after.values()), len(after)
+            p = (after[c] + types * p) / (total + types)
+        return p
+
+    assert_rejects(ex.check_witten_bell, indexes, "counts[k].get", capsys)
+
+
+def test_returns_a_number():
+    assert math.isclose(right([{"": Counter("aab")}], "", "a", 3), (2 + 2 / 3) / 5)
+
+
+# ---- the bug hunt, graded by its symptom -------------------------------------------
+
+
+def fixed_attention(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ V
+
+
+def softmax_over_queries(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-2) @ V
+
+
+def mask_ignored_and_unscaled(Q, K, V, attn_mask=None):
+    return torch.softmax(Q @ K.transpose(-2, -1), dim=-1) @ V
+
+
+def causal_but_unscaled(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ V
+
+
+def not_yet(Q, K, V, attn_mask=None):
+    pass
+
+
+def test_fixed_attention_passes(capsys):
+    assert_passes(ex.check_leak_fixed, fixed_attention, capsys)
+
+
+def test_leak_skeleton(capsys):
+    assert_skeleton(ex.check_leak_fixed, not_yet, capsys)
+
+
+def test_the_bug_is_reported_by_its_symptom_not_its_line(capsys):
+    for wrong in (softmax_over_queries, mask_ignored_and_unscaled):
+        message = rejection(ex.check_leak_fixed, wrong)
+        assert "症状还在" in message, message
+        assert "dim" not in message and "softmax" not in message, message
+    assert "✓" not in capsys.readouterr().out
+
+
+def test_once_the_symptom_is_gone_the_full_attention_check_grades(capsys):
+    assert_rejects(ex.check_leak_fixed, causal_but_unscaled, "√d_k", capsys)
