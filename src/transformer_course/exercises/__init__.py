@@ -108,12 +108,14 @@ from .seq2seq import (
 )
 from .tokenizer import check_bpe_merge, check_merge_pair, check_pair_counts
 from .training import check_lm_batch, check_train_step
+from .translation_bugs import check_decoder_batch
 
 __all__ = [
     "ExerciseError",
     "check_self_attention",
     "check_causal_mask",
     "check_padding_mask",
+    "check_decoder_batch",
     "check_multi_head_attention",
     "check_layer_norm",
     "check_sinusoidal_encoding",

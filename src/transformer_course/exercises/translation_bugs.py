@@ -1,0 +1,115 @@
+"""Bugs of chapter 1's translation model that training does not reveal: the decoder's
+input and labels built from the target sentence (teacher forcing). With unshifted
+targets the training loss falls to about 0, yet greedy decoding fails: the decoder
+learned to copy its input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ._protocol import checker, fail, name_of, run_learner, seeded_generator
+from ._report import as_tensor, check_shape, first_reproduced, where_differs
+
+_PAD, _BOS, _EOS = 0, 1, 2
+IGNORE = -100  # the label F.cross_entropy skips
+
+# typical mistakes, first match wins: (hint, mistake)
+DECODER_BATCH_HINTS = [
+    (
+        "标签和解码器输入是同一个序列：位置 t 的答案就在它自己的输入里，"
+        "因果掩码又允许它看自己，模型只要照抄，训练损失降到接近 0；"
+        "解码时输入只有 <bos>，它就只会抄出 <bos>。"
+        "输入 tgt[:, :-1]，标签 tgt[:, 1:]。",
+        "copy",
+    ),
+    (
+        "右移的方向反了：解码器输入要以 <bos> 开头（tgt[:, :-1]），"
+        "标签要以第一个词开头、以 <eos> 结尾（tgt[:, 1:]）。",
+        "reversed",
+    ),
+    (
+        "填充位置也当成了要预测的标签：把标签里的 pad_id 换成 -100"
+        "（labels.masked_fill(labels == pad_id, -100)）。",
+        "pad_kept",
+    ),
+    (
+        "输入里的填充也被换掉了：只有标签要换成 -100；"
+        "解码器输入必须是合法的词元编号（-100 查不了嵌入表）。",
+        "input_masked",
+    ),
+]
+
+
+def _batch(g: torch.Generator) -> Tensor:
+    """Targets ``BOS w1 … wn EOS``, right-padded, of several lengths."""
+    lengths = [5, 2, 3]  # words between BOS and EOS
+    tgt = torch.full((3, 7), _PAD, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        tgt[b, 0], tgt[b, n + 1] = _BOS, _EOS
+        tgt[b, 1 : n + 1] = torch.randint(3, 12, (n,), generator=g)
+    return tgt
+
+
+def _batch_variant(tgt: Tensor, pad_id: int, mistake: str) -> tuple[Tensor, Tensor]:
+    """``(decoder input, labels)`` as built right, or with one typical mistake."""
+    dec_in, labels = tgt[:, :-1], tgt[:, 1:]
+    if mistake == "copy":
+        labels = dec_in
+    elif mistake == "reversed":
+        dec_in, labels = labels, dec_in
+    if mistake != "pad_kept":
+        labels = labels.masked_fill(labels == pad_id, IGNORE)
+    if mistake == "input_masked":
+        dec_in = dec_in.masked_fill(dec_in == pad_id, IGNORE)
+    return dec_in, labels
+
+
+def _joined(dec_in: Tensor, labels: Tensor) -> Tensor:
+    return torch.cat([dec_in.flatten(), labels.flatten()]).double()
+
+
+@checker("解码器的输入与标签（教师强制）")
+def check_decoder_batch(fn: Callable) -> str:
+    """Grade ``fn(tgt, pad_id) -> (dec_in, labels)``: ``tgt`` ``(N, T)`` is
+    ``BOS w1 … wn EOS`` right-padded with ``pad_id``; the decoder input is
+    ``tgt[:, :-1]`` and the labels ``tgt[:, 1:]`` with ``pad_id`` replaced by ``-100``.
+    Both ``(N, T-1)`` integer tensors."""
+    name = name_of(fn)
+    g = seeded_generator(41)
+    for i, pad_id in enumerate((_PAD, 12)):
+        case = f"第 {i + 1} 个批次（pad_id = {pad_id}）"
+        tgt = _batch(g)
+        tgt[tgt == _PAD] = pad_id
+        out = run_learner(fn, tgt, pad_id, what=name, case=case, first=i == 0)
+        if not (isinstance(out, tuple | list) and len(out) == 2):
+            fail(
+                f"{name} 应返回两个张量 (dec_in, labels)，"
+                f"得到 {type(out).__name__}（{case}）。"
+            )
+        dec_in, labels = (as_tensor(t, name, case) for t in out)
+        want_in, want_labels = _batch_variant(tgt, pad_id, "right")
+        hint = first_reproduced(
+            _joined(dec_in, labels),
+            DECODER_BATCH_HINTS,
+            lambda m, tgt=tgt, pad_id=pad_id: _joined(*_batch_variant(tgt, pad_id, m)),
+        )
+        if hint:
+            fail(f"{name} 的输出不对（{case}）：{hint}")
+        for got, want, what in (
+            (dec_in, want_in, "dec_in"),
+            (labels, want_labels, "labels"),
+        ):
+            check_shape(got, tuple(want.shape), f"{name} 返回的 {what}")
+            if got.is_floating_point():
+                fail(
+                    f"{name} 返回的 {what} 应是整数（词元编号），"
+                    f"得到 {got.dtype}（{case}）。"
+                )
+            if not torch.equal(got, want):
+                fail(
+                    f"{name} 返回的 {what} 不对（{case}）：{where_differs(got, want)}。"
+                )
+    return "2 个批次；输入以 <bos> 开头、标签右移一位、填充换成 -100"

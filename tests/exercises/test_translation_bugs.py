@@ -1,0 +1,88 @@
+"""The teacher-forcing batch checker of chapter 1's find-the-bug exercise: correct
+variants pass, a skeleton is "尚未实现", each typical mistake gets its own hint."""
+
+import pytest
+import torch
+
+from transformer_course import exercises as ex
+from transformer_course.exercises.translation_bugs import DECODER_BATCH_HINTS
+
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+
+
+def slicing(tgt, pad_id):
+    labels = tgt[:, 1:].clone()
+    labels[labels == pad_id] = -100
+    return tgt[:, :-1], labels
+
+
+def with_where(tgt, pad_id):
+    t = tgt.size(1)
+    dec_in = tgt.narrow(1, 0, t - 1)
+    nxt = tgt.narrow(1, 1, t - 1)
+    return dec_in, torch.where(nxt == pad_id, torch.full_like(nxt, -100), nxt)
+
+
+def skeleton(tgt, pad_id):
+    pass
+
+
+def unshifted(tgt, pad_id):  # the page's bug: the labels are not shifted
+    dec_in = tgt[:, :-1]
+    return dec_in, dec_in.masked_fill(dec_in == pad_id, -100)
+
+
+def reversed_shift(tgt, pad_id):
+    labels = tgt[:, :-1].masked_fill(tgt[:, :-1] == pad_id, -100)
+    return tgt[:, 1:], labels
+
+
+def pad_kept(tgt, pad_id):
+    return tgt[:, :-1], tgt[:, 1:]
+
+
+def input_masked(tgt, pad_id):
+    masked = tgt.masked_fill(tgt == pad_id, -100)
+    return masked[:, :-1], masked[:, 1:]
+
+
+def pad_as_zero(tgt, pad_id):  # always replaces token 0, whatever pad_id is
+    return tgt[:, :-1], tgt[:, 1:].masked_fill(tgt[:, 1:] == 0, -100)
+
+
+def float_labels(tgt, pad_id):
+    dec_in, labels = slicing(tgt, pad_id)
+    return dec_in, labels.float()
+
+
+def one_tensor(tgt, pad_id):
+    return tgt[:, :-1]
+
+
+@pytest.mark.parametrize("fn", [slicing, with_where])
+def test_correct_variants_pass(fn, capsys):
+    assert_passes(ex.check_decoder_batch, fn, capsys)
+
+
+def test_skeleton(capsys):
+    assert_skeleton(ex.check_decoder_batch, skeleton, capsys)
+
+
+REJECTS = [
+    pytest.param(ex.check_decoder_batch, unshifted, "照抄", id="copy"),
+    pytest.param(ex.check_decoder_batch, reversed_shift, "方向反了", id="reversed"),
+    pytest.param(ex.check_decoder_batch, pad_kept, "pad_id 换成 -100", id="pad-kept"),
+    pytest.param(ex.check_decoder_batch, input_masked, "只有标签", id="input-masked"),
+    pytest.param(ex.check_decoder_batch, pad_as_zero, "pad_id 换成 -100", id="pad-id-ignored"),
+    pytest.param(ex.check_decoder_batch, float_labels, "整数", id="float"),
+    pytest.param(ex.check_decoder_batch, one_tensor, "两个张量", id="one-tensor"),
+]
+
+
+@pytest.mark.parametrize("checker, fn, keyword", REJECTS)
+def test_mistakes_get_their_hint(checker, fn, keyword, capsys):
+    assert_rejects(checker, fn, keyword, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    assert_every_hint_reached({"DECODER_BATCH_HINTS": DECODER_BATCH_HINTS}, REJECTS, capsys)
