@@ -29,8 +29,9 @@ __all__ = ["check_kv_cache_in_model", "check_post_ln_block"]
 POST_LN_HINTS = [
     (
         "你的块是 x + LN(F(x))：LayerNorm 放在了子层输出上、残差之内。"
-        "后归一化先加残差、再归一化整个和：LN(x + F(x))，块的输出直接来自 LayerNorm（所以每个词元输出的"
-        "特征之和与输入无关，第 3.3.1 节的预测题）。",
+        "后归一化先加残差、再归一化整个和：LN(x + F(x))，"
+        "块的输出直接来自 LayerNorm（所以每个词元输出的特征之和与输入无关，"
+        "第 3.3.1 节的预测题）。",
         "inner_norm",
     ),
     (
