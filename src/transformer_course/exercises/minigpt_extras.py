@@ -165,22 +165,20 @@ def check_kv_cache_in_model(cls: type) -> str:
         what=f"{name}.update",
         first=True,
     )
-    for attr, hint in [
-        (
-            "offset",
-            "模型从 caches[0].offset 读已经处理过的位置数，位置嵌入从这里接着编号："
-            "加一个 offset 属性（或 property），等于已缓存的位置数。",
-        ),
-        (
-            "window",
-            "模型读 cache.window 判断缓存会不会滚动：不滚动的缓存在 __init__ 里"
-            "写 self.window = None。",
-        ),
-    ]:
-        if not hasattr(caches[0], attr):
+    hints = {
+        "offset": "模型从 caches[0].offset 读已经处理过的位置数，位置嵌入从这里接着"
+        "编号：加一个 offset 属性（或 property），等于已缓存的位置数。",
+        "window": "模型读 cache.window 判断缓存会不会滚动：不滚动的缓存在 __init__ 里"
+        "写 self.window = None。",
+    }
+    for attr, hint in hints.items():
+        if attr not in dir(caches[0]):
             fail(f"{name} 缺少 {attr}：{hint}")
-    if caches[0].offset != 0:
-        fail(f"新建的 {name}() 的 offset 应为 0，得到 {caches[0].offset!r}。")
+    offset = run_learner(
+        getattr, caches[0], "offset", what=f"{name}.offset", first=True
+    )
+    if offset != 0:
+        fail(f"新建的 {name}() 的 offset 应为 0，得到 {offset!r}。")
     chunks = [3, 1, 1, 2, 1, 1]
     with torch.no_grad():
         got = _cached_logits(model, ids, caches, chunks)
