@@ -88,6 +88,7 @@ from .language_model import (
     check_split_heads,
 )
 from .linear_attention import check_rnn_linear_attention
+from .minigpt_extras import check_kv_cache_in_model, check_post_ln_block
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .objective import check_smoothed_loss
 from .positions import check_rope, check_sinusoidal_encoding
@@ -157,4 +158,6 @@ __all__ = [
     "check_lm_training",
     "check_witten_bell",
     "check_leak_fixed",
+    "check_post_ln_block",
+    "check_kv_cache_in_model",
 ]

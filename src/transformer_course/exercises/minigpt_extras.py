@@ -1,0 +1,202 @@
+"""Chapter 3's own build exercises on the MiniGPT: the Post-LN wiring bug
+(:func:`check_post_ln_block`) and the learner's KV cache plugged into ``tc.MiniGPT``
+(:func:`check_kv_cache_in_model`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..blocks import TransformerBlock
+from ..models import GPTConfig, MiniGPT
+from ._protocol import (
+    checker,
+    construct,
+    fail,
+    name_of,
+    randn,
+    run_learner,
+    run_module,
+    seeded_generator,
+)
+from ._report import as_tensor, check_shape, close, first_reproduced, where_differs
+from .blocks_gpt import copy_parameters
+
+__all__ = ["check_kv_cache_in_model", "check_post_ln_block"]
+
+# the Post-LN block
+
+POST_LN_HINTS = [
+    (
+        "你的块是 x + LN(F(x))：LayerNorm 放在了子层输出上、残差之内。"
+        "后归一化先加残差、再归一化整个和：LN(x + F(x))，"
+        "块的输出直接来自 LayerNorm（γ 各分量相同时，每个词元输出的特征之和"
+        "与输入无关：第 3.3.1 节的预测题）。",
+        "inner_norm",
+    ),
+    (
+        "这是前归一化 x + F(LN(x))。本题要后归一化：h = norm1(x + attn(x))，"
+        "输出 norm2(h + ffn(h))。",
+        "pre_ln",
+    ),
+    ("少了残差：应为 LN(x + F(x))，不是 LN(F(x))。", "no_residual"),
+    (
+        "注意力没有因果掩码，位置看得见未来：调用 self.self_attn(x, is_causal=True)。",
+        "no_mask",
+    ),
+]
+
+
+def _post_ln_variant(ref: TransformerBlock, x: Tensor, mistake: str) -> Tensor:
+    """What the block ``ref`` outputs on ``x`` with one typical wiring mistake."""
+
+    def attend(z: Tensor) -> Tensor:
+        return ref.self_attn(z, is_causal=mistake != "no_mask")
+
+    n1, n2, ffn = ref.norm1, ref.norm2, ref.ffn
+    if mistake == "inner_norm":
+        h = x + n1(attend(x))
+        return h + n2(ffn(h))
+    if mistake == "pre_ln":
+        h = x + attend(n1(x))
+        return h + ffn(n2(h))
+    if mistake == "no_residual":
+        return n2(ffn(n1(attend(x))))
+    h = n1(x + attend(x))  # "no_mask": the right wiring, attention not causal
+    return n2(h + ffn(h))
+
+
+@checker("后归一化的 GPT 块", wants_class=True)
+def check_post_ln_block(cls: type) -> str:
+    """Grade ``cls(d_model, num_heads)``: a Post-LN GPT block with the package's
+    names (``norm1``, ``norm2``, ``self_attn``, ``ffn``); ``forward(x)`` is
+    ``h = LN1(x + attn(x))`` (causal), ``LN2(h + ffn(h))``. Checked against
+    ``TransformerBlock.gpt(..., norm_first=False)`` holding the learner's weights, with
+    non-trivial gamma and beta."""
+    name = name_of(cls)
+    g = seeded_generator(31)
+    first = True
+    for E, H, N, T in [(16, 2, 2, 5), (24, 4, 1, 7)]:
+        block = construct(cls, E, H, what=name)
+        ref = TransformerBlock.gpt(E, H, 4 * E, norm_first=False).eval()
+        with torch.no_grad():  # gamma and beta away from 1 and 0
+            for norm in (ref.norm1, ref.norm2):
+                norm.weight.copy_(1 + 0.3 * randn(g, E))
+                norm.bias.copy_(0.3 * randn(g, E))
+        try:
+            copy_parameters(ref, block)
+        except ValueError as err:
+            fail(
+                f"{name} 的参数名与包里的块不一致（{err}）：用 norm1、norm2、"
+                "self_attn（tc.MultiHeadAttention）、"
+                "ffn（tc.FeedForward(E, 4 * E, 'gelu')）。"
+            )
+        block.eval()
+        x = randn(g, N, T, E)
+        case = f"E={E}，H={H}，x 形状 {(N, T, E)}"
+        out = as_tensor(
+            run_module(block, x.clone(), what=name, case=case, first=first), name, case
+        )
+        first = False
+        check_shape(out, (N, T, E), f"{name} 的输出", case)
+        with torch.no_grad():
+            expected = ref(x)
+        if close(out, expected):
+            continue
+        hint = first_reproduced(
+            out, POST_LN_HINTS, lambda m, r=ref, z=x: _post_ln_variant(r, z, m)
+        )
+        fail(
+            f"{name} 的输出不对（{case}）：{where_differs(out, expected)}。"
+            + (
+                hint
+                or "对照第 3.3.1 节：h = norm1(x + attn(x))，输出 norm2(h + ffn(h))。"
+            )
+        )
+    return "两种 (E, H)，γ、β 不是 1 和 0，与包里的后归一化块逐元素一致"
+
+
+# the learner's KV cache inside tc.MiniGPT
+
+
+def _cached_logits(
+    model: MiniGPT, ids: Tensor, caches: list, chunks: list[int]
+) -> Tensor:
+    """The model's logits over ``ids``, fed ``chunks`` positions at a time."""
+    out, start = [], 0
+    for size in chunks:
+        logits, _ = run_learner(
+            model,
+            ids[:, start : start + size],
+            what="model(新位置, caches=你的缓存)",
+            case=f"位置 {start}..{start + size - 1}",
+            caches=caches,
+        )
+        out.append(logits)
+        start += size
+    return torch.cat(out, dim=1)
+
+
+@checker("把 KV 缓存接进 MiniGPT", wants_class=True)
+def check_kv_cache_in_model(cls: type) -> str:
+    """Grade ``cls()`` as the cache of every block of a ``tc.MiniGPT``: besides
+    ``update``/``len`` (the KV-cache exercise) the model reads ``cache.offset`` (the
+    positions seen so far: where the position embedding goes on) and ``cache.window``
+    (``None``: the cache never rolls). Decoding with one cache per block, a few
+    positions at a time, must give the logits of one full forward pass."""
+    name = name_of(cls)
+    model = MiniGPT(
+        GPTConfig(
+            vocab_size=11, context_length=12, d_model=16, num_heads=2, num_layers=2
+        )
+    ).eval()
+    with torch.no_grad():  # logits that differ between positions
+        model.lm_head.weight.normal_(0.0, 0.5)
+    g = seeded_generator(32)
+    ids = torch.randint(0, 11, (2, 9), generator=g)
+    caches = [run_learner(cls, what=f"{name}()", first=True) for _ in model.blocks]
+    if not hasattr(caches[0], "update"):
+        fail(f"{name} 缺少 update(k, v)：收下新位置的键和值，返回全部 (K_all, V_all)。")
+    probe = run_learner(cls, what=f"{name}()")  # a skeleton update stops here
+    run_learner(
+        probe.update,
+        randn(g, 1, 2, 1, 8),
+        randn(g, 1, 2, 1, 8),
+        what=f"{name}.update",
+        first=True,
+    )
+    hints = {
+        "offset": "模型从 caches[0].offset 读已经处理过的位置数，位置嵌入从这里接着"
+        "编号：加一个 offset 属性（或 property），等于已缓存的位置数。",
+        "window": "模型读 cache.window 判断缓存会不会滚动：不滚动的缓存在 __init__ 里"
+        "写 self.window = None。",
+    }
+    for attr, hint in hints.items():
+        if attr not in dir(caches[0]):
+            fail(f"{name} 缺少 {attr}：{hint}")
+    offset = run_learner(
+        getattr, caches[0], "offset", what=f"{name}.offset", first=True
+    )
+    if offset != 0:
+        fail(f"新建的 {name}() 的 offset 应为 0，得到 {offset!r}。")
+    chunks = [3, 1, 1, 2, 1, 1]
+    with torch.no_grad():
+        got = _cached_logits(model, ids, caches, chunks)
+        full, _ = model(ids)
+    for i, cache in enumerate(caches):
+        if len(cache) != ids.size(1) or cache.offset != ids.size(1):
+            fail(
+                f"逐段送完 {ids.size(1)} 个位置后，第 {i} 层缓存的 len = {len(cache)}、"
+                f"offset = {cache.offset!r}，两者都应是 {ids.size(1)}：offset 要随每次 "
+                "update 增加新位置的个数（例如写成 property：return len(self)）。"
+            )
+    if not close(got, full):
+        fail(
+            f"用 {name} 逐段解码的 logits 与一次性前向不同："
+            f"{where_differs(got, full)}。"
+            "先让 tc.exercises.check_kv_cache 通过（旧位置在前、沿 dim=-2 拼接）。"
+        )
+    return (
+        "2 层 MiniGPT，每层一个缓存，按 3、1、1、2、1、1 个位置送入，"
+        "logits 与一次性前向一致"
+    )
