@@ -68,6 +68,7 @@ copies the learner's weights into the package module by these names.
 
 from ._progress import progress
 from ._protocol import ExerciseError
+from .ablations import check_paired_ablation
 from .attention import check_causal_mask, check_self_attention
 from .blocks_gpt import check_gpt, check_transformer_block, copy_parameters
 from .cached_generation import check_cached_forward
@@ -160,4 +161,5 @@ __all__ = [
     "check_leak_fixed",
     "check_post_ln_block",
     "check_kv_cache_in_model",
+    "check_paired_ablation",
 ]

@@ -1,0 +1,170 @@
+"""A paired, multi-seed ablation (chapter 4): run two arms of an experiment on the same
+seeds and state a claim with a threshold that must hold on every seed.
+
+The learner writes ``fn(run, arms, seeds, margin) -> (losses, holds)``:
+
+* ``run(arm, seed) -> float`` trains one model and returns its final loss;
+* every arm is run once on every seed (the same seeds for both arms: paired);
+* ``losses[arm]`` lists the losses in the order of ``seeds``;
+* ``holds`` is ``True`` exactly when, on every seed, the second arm's loss exceeds the
+  first arm's by the relative ``margin``: ``loss_1 > (1 + margin) * loss_0``;
+* fewer than two seeds, or a seed given twice, is a ``ValueError``: one run per arm is
+  not an ablation.
+
+The checker grades it with fake ``run`` functions whose losses it chooses (no training),
+recording every call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ._protocol import checker, fail, name_of, run_learner
+
+__all__ = ["check_paired_ablation"]
+
+# (hint, mistake): what each typical mistake looks like to the checker
+ABLATION_HINTS = [
+    (
+        "每个方案要在每个种子上各跑一次（不多不少）：两层循环，外层方案、内层种子。",
+        "calls",
+    ),
+    (
+        "成对比较：两个方案要用同一组种子，run(arm, seed) 的 seed 直接取自 seeds，"
+        "不要给第二个方案换种子或加偏移。",
+        "unpaired",
+    ),
+    (
+        "losses[arm] 应是按 seeds 的顺序排列的每个种子的损失列表（不要排序、求均值）。",
+        "losses",
+    ),
+    (
+        "判定要逐个种子比较：均值差得再多，只要有一个种子上结论不成立，"
+        "holds 就是 False。",
+        "mean",
+    ),
+    (
+        "阈值是相对的：要求 loss_1 > (1 + margin) * loss_0，不只是 loss_1 > loss_0。",
+        "margin",
+    ),
+    (
+        "方向：holds 说的是第二个方案（arms[1]）的损失比第一个方案（arms[0]）"
+        "高出 margin。",
+        "direction",
+    ),
+    ("holds 应是 Python 的 True 或 False（可以用 all(...) 得到）。", "bool"),
+    (
+        "种子少于 2 个或有重复时应 raise ValueError：一个种子上的差别分不清是设计的作用"
+        "还是运气。",
+        "seeds",
+    ),
+]
+_HINT = {mistake: hint for hint, mistake in ABLATION_HINTS}
+
+
+class _FakeRun:
+    """``run(arm, seed)`` with chosen losses; remembers every call."""
+
+    def __init__(self, table: dict[tuple[str, int], float]) -> None:
+        self.table, self.calls = table, []
+
+    def __call__(self, arm, seed):
+        self.calls.append((arm, seed))
+        return self.table.get((arm, seed), 10.0 + len(self.calls))  # off-plan: distinct
+
+
+def _case(arms, seeds, loss0, loss1) -> _FakeRun:
+    table = {(arms[0], s): a for s, a in zip(seeds, loss0, strict=True)}
+    table.update({(arms[1], s): b for s, b in zip(seeds, loss1, strict=True)})
+    return _FakeRun(table)
+
+
+def _verdict(loss0, loss1, margin, mistake=None) -> bool:
+    """The claim as stated, or as one typical mistake computes it."""
+    if mistake == "direction":
+        loss0, loss1 = loss1, loss0
+    if mistake == "mean":
+        return sum(loss1) / len(loss1) > (1 + margin) * sum(loss0) / len(loss0)
+    if mistake == "margin":  # no margin, or an absolute one: both miss the relative bar
+        return all(b > a for a, b in zip(loss0, loss1, strict=True))
+    return all(b > (1 + margin) * a for a, b in zip(loss0, loss1, strict=True))
+
+
+# (description, arms, seeds, margin, losses of arms[0], losses of arms[1])
+_CASES = [
+    ("第二个方案在 3 个种子上都差 50%", ("scaled", "unscaled"), [7, 3, 11], 0.2,
+     [0.10, 0.20, 0.40], [0.15, 0.30, 0.60]),
+    ("均值差很多，但第 2 个种子上反过来", ("A", "B"), [0, 1, 2, 3], 0.1,
+     [0.1, 0.9, 0.1, 0.1], [1.0, 0.5, 1.0, 1.0]),
+    ("每个种子都更差，但只差 10%，阈值 20%", ("A", "B"), [5, 6], 0.2,
+     [1.0, 2.0], [1.1, 2.2]),
+    ("第二个方案在每个种子上都更好", ("A", "B"), [1, 2, 3], 0.2,
+     [0.6, 0.9, 0.75], [0.2, 0.3, 0.25]),
+]  # fmt: skip
+
+
+@checker("成对的多种子对照实验")
+def check_paired_ablation(fn) -> str:
+    """Grade ``fn(run, arms, seeds, margin) -> (losses, holds)`` (see the module)."""
+    name = name_of(fn)
+    for i, (case, arms, seeds, margin, loss0, loss1) in enumerate(_CASES):
+        run = _case(arms, seeds, loss0, loss1)
+        what = f"{name}(run, {arms}, {seeds}, margin={margin})"
+        out = run_learner(fn, run, arms, list(seeds), margin, what=what, case=case,
+                          first=i == 0)  # fmt: skip
+        expected_calls = [(a, s) for a in arms for s in seeds]
+        if Counter(run.calls) != Counter(expected_calls):
+            seen = {s for _, s in run.calls}
+            key = "unpaired" if seen - set(seeds) else "calls"
+            fail(
+                f"{what} 调用 run 的 (方案, 种子) 是 {run.calls}，"
+                f"应是 {expected_calls} 各一次（{case}）。\n可能的原因：{_HINT[key]}"
+            )
+        if not (isinstance(out, tuple) and len(out) == 2):
+            fail(f"{what} 应返回 (losses, holds) 两个值，得到 {out!r:.80}。")
+        losses, verdict = out
+        want = {arms[0]: loss0, arms[1]: loss1}
+        if (
+            not isinstance(losses, dict)
+            or set(losses) != set(arms)
+            or any([float(x) for x in losses[a]] != want[a] for a in arms)
+        ):
+            fail(
+                f"{what} 返回的 losses 是 {losses!r:.120}，应是 {want}（{case}）。\n"
+                f"可能的原因：{_HINT['losses']}"
+            )
+        if not isinstance(verdict, bool):
+            fail(
+                f"{what} 返回的 holds 是 {type(verdict).__name__}"
+                f"（{verdict!r:.40}）。\n"
+                f"可能的原因：{_HINT['bool']}"
+            )
+        holds = _verdict(loss0, loss1, margin)
+        if verdict != holds:
+            mistake = next(
+                (m for m in ("direction", "margin", "mean")
+                 if _verdict(loss0, loss1, margin, m) == verdict),
+                None,
+            )  # fmt: skip
+            fail(
+                f"{what} 判定 holds = {verdict}，应是 {holds}（{case}）。\n可能的原因："
+                + (
+                    _HINT[mistake]
+                    if mistake
+                    else "对照定义逐个种子检查 loss_1 > (1 + margin) * loss_0。"
+                )
+            )
+    for bad in ([4], [2, 2, 5]):
+        what = f"{name}(run, ('A', 'B'), {bad}, margin=0.1)"
+        run = _FakeRun({})
+        try:
+            fn(run, ("A", "B"), list(bad), 0.1)
+        except ValueError:
+            continue
+        except Exception as err:  # noqa: BLE001 - the learner's crash is the finding
+            fail(
+                f"{what} 抛出了 {type(err).__name__}: {err}，应是 ValueError。\n"
+                f"可能的原因：{_HINT['seeds']}"
+            )
+        fail(f"{what} 没有报错。\n可能的原因：{_HINT['seeds']}")
+    return f"{len(_CASES)} 组成对实验的判定都对，种子少于 2 个或重复时报错"

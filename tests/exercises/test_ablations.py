@@ -1,0 +1,96 @@
+"""The checker of ex 4.12 (a paired, multi-seed ablation with a threshold)."""
+
+import pytest
+
+from transformer_course import exercises as ex
+from transformer_course.exercises.ablations import ABLATION_HINTS
+
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+
+
+def loops(run, arms, seeds, margin):
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise ValueError(f"need at least 2 distinct seeds, got {seeds!r}")
+    losses = {arm: [run(arm, s) for s in seeds] for arm in arms}
+    a, b = arms
+    holds = all(y > (1 + margin) * x for x, y in zip(losses[a], losses[b], strict=True))
+    return losses, holds
+
+
+def seed_major(run, arms, seeds, margin):
+    # seeds in the outer loop, an explicit flag instead of all(...)
+    if len(set(seeds)) < 2 or len(set(seeds)) < len(seeds):
+        raise ValueError(f"seeds {seeds}")
+    losses = {arm: [] for arm in arms}
+    for s in seeds:
+        for arm in arms:
+            losses[arm].append(float(run(arm, s)))
+    holds = True
+    for x, y in zip(*losses.values(), strict=True):
+        if not y - x > margin * x:
+            holds = False
+    return losses, holds
+
+
+def skeleton(run, arms, seeds, margin):
+    pass
+
+
+def mutant(**change):
+    def fn(run, arms, seeds, margin):
+        if change.get("no_raise") is None:
+            if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+                raise change.get("error", ValueError)(f"seeds {seeds!r}")
+        a, b = arms
+        losses = {a: [run(a, s) for s in seeds], b: [run(b, s + change.get("offset", 0)) for s in seeds]}
+        if change.get("twice"):
+            run(a, seeds[0])
+        if change.get("sorted"):
+            losses = {k: sorted(v) for k, v in losses.items()}
+        x, y = losses[a], losses[b]
+        if change.get("swap"):
+            x, y = y, x
+        factor = 1.0 if change.get("no_margin") else 1 + margin
+        if change.get("mean"):
+            holds = sum(y) / len(y) > factor * sum(x) / len(x)
+        else:
+            holds = all(q > factor * p for p, q in zip(x, y, strict=True))
+        if change.get("as_int"):
+            holds = int(holds)
+        return losses, holds
+
+    fn.__name__ = "my_ablation"
+    return fn
+
+
+REJECTS = [
+    pytest.param(ex.check_paired_ablation, mutant(twice=True), "不多不少", id="twice"),
+    pytest.param(ex.check_paired_ablation, mutant(offset=100), "同一组种子", id="unpaired"),
+    pytest.param(ex.check_paired_ablation, mutant(sorted=True), "不要排序", id="sorted"),
+    pytest.param(ex.check_paired_ablation, mutant(mean=True), "逐个种子", id="mean"),
+    pytest.param(ex.check_paired_ablation, mutant(no_margin=True), "相对", id="margin"),
+    pytest.param(ex.check_paired_ablation, mutant(swap=True), "方向", id="direction"),
+    pytest.param(ex.check_paired_ablation, mutant(as_int=True), "True 或 False", id="bool"),
+    pytest.param(ex.check_paired_ablation, mutant(no_raise=True), "没有报错", id="no_raise"),
+    pytest.param(ex.check_paired_ablation, mutant(error=TypeError), "应是 ValueError", id="type"),
+]
+
+
+def test_accepts_correct_versions(capsys):
+    for fn in (loops, seed_major):
+        assert_passes(ex.check_paired_ablation, fn, capsys)
+    assert_skeleton(ex.check_paired_ablation, skeleton, capsys)
+
+
+@pytest.mark.parametrize(("checker", "candidate", "keyword"), REJECTS)
+def test_rejects_mistakes(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    assert_every_hint_reached({"ABLATION_HINTS": ABLATION_HINTS}, REJECTS, capsys)
+
+
+def test_rejects_a_value_that_is_not_a_function():
+    with pytest.raises(ex.ExerciseError, match="函数或类"):
+        ex.check_paired_ablation(loops(lambda a, s: 1.0, ("A", "B"), [1, 2], 0.1))
