@@ -1,6 +1,6 @@
 """The trainer's ``gpu`` preset on a GPU: throughput and MFU with and without ``torch.compile``.
 
-    python -m bench.trainer_mfu                       # needs CUDA; writes bench/results/cuda_trainer.json
+    python -m bench.trainer_mfu                       # needs CUDA; writes bench/results/trainer_mfu/cuda.json
     python -m bench.trainer_mfu --steps 600 --full-run --out /tmp/x
 
 Each mode runs ``python -m transformer_course.train_gpt train --preset gpu`` as a child
@@ -36,7 +36,7 @@ from transformer_course.train_gpt.config import PRESETS
 
 STEP_LINE = re.compile(r"step\s+(\d+) \| loss [\d.]+ \| lr \S+ \| (\d+) ms/step")
 VAL_LINE = re.compile(r"step\s+(\d+) \| val loss ([\d.]+) \(([\d.]+) bits/char\)")
-RESULTS = Path(__file__).parent / "results" / "cuda_trainer.json"
+RESULTS = Path(__file__).parent / "results" / "trainer_mfu" / "cuda.json"  # not results/*.json (make bench's)
 
 
 def bf16_peak(n: int = 8192, repeats: int = 10) -> float:
