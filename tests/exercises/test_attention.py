@@ -76,6 +76,21 @@ def test_self_attention_accepts_a_large_negative_fill(capsys):
     assert_passes(ex.check_self_attention, attention_fill_large_negative, capsys)
 
 
+def output_only(Q, K, V, attn_mask=None):
+    return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0]
+
+
+def test_exercise_1_1_requires_the_weights_too(capsys):
+    # ch01's 1.1 states the (输出, 权重) return; 5.3 allows the output alone, 1.6 and 2.4 do not say
+    with pytest.raises(ex.ExerciseError, match=r"练习 1\.1 要求 output_only 返回 \(输出, 权重\)"):
+        ex.check_self_attention(output_only, exercise="1.1")
+    assert "✓" not in capsys.readouterr().out
+    for number in ("5.3", "1.6", "2.4", None):
+        assert_passes(ex.check_self_attention, output_only, capsys, exercise=number)
+    assert_passes(ex.check_self_attention, attention_as_list, capsys, exercise="1.1")
+    assert_passes(ex.check_self_attention, attention_package, capsys, exercise="1.1")
+
+
 def test_self_attention_skeleton(capsys):
     assert_skeleton(ex.check_self_attention, attention_skeleton, capsys)
 

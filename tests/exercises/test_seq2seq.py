@@ -211,6 +211,9 @@ def make_loss(mistake):
             per_token = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
             real = (labels != -100).float()
             return ((per_token * real).sum(1) / real.sum(1)).mean()
+        if mistake == "sum_over_batch":  # learner test: sum of sentence losses / N
+            total = F.cross_entropy(logits.transpose(1, 2), labels, reduction="sum")
+            return total / tgt.size(0)
         if mistake == "label_smoothing":  # learner test
             return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
@@ -239,6 +242,7 @@ def test_seq2seq_loss_skeleton(capsys):
         ("per_token", "标量"),
         ("mean_per_sentence", "先对每句求平均"),
         ("label_smoothing", "加了标签平滑"),
+        ("sum_over_batch", "总和除以了批大小 N"),
     ],
 )
 def test_seq2seq_loss_rejects(mistake, keyword, capsys):

@@ -215,14 +215,20 @@ def _attention_cases(
     return cases
 
 
+# exercises whose text asks for ``(输出, 权重)`` (ch01 1.1); elsewhere the output
+# alone is fine
+_RETURNS_WEIGHTS = frozenset({"1.1"})
+
+
 @checker("缩放点积注意力")
-def check_self_attention(fn: Callable) -> str:
+def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
     """Grade ``fn(Q, K, V, attn_mask=None)``: scaled dot-product attention.
 
     Q ``(..., L, D)``, K and V ``(..., S, D)`` (3-D and 4-D inputs); ``mask`` is bool,
     broadcastable to ``(..., L, S)``, ``True`` = may attend. ``fn`` returns the output
-    ``(..., L, D)`` or ``(output, weights)`` with weights ``(..., L, S)``. Compared with
-    :func:`transformer_course.scaled_dot_product_attention`.
+    ``(..., L, D)`` or ``(output, weights)`` with weights ``(..., L, S)``; the exercises
+    in ``_RETURNS_WEIGHTS`` state the pair, so there the output alone is a mistake.
+    Compared with :func:`transformer_course.scaled_dot_product_attention`.
     """
     name = name_of(fn)
     for i, (case, Q, K, V, mask) in enumerate(_attention_cases(seeded_generator(1))):
@@ -231,6 +237,12 @@ def check_self_attention(fn: Callable) -> str:
             fn, *args, what=name, case=case, first=i == 0, causes=ATTENTION_CRASHES
         )
         ref_out, ref_w = scaled_dot_product_attention(Q, K, V, mask)
+        if exercise in _RETURNS_WEIGHTS and not isinstance(out, (tuple, list)):
+            fail(
+                f"练习 {exercise} 要求 {name} 返回 (输出, 权重) 两个值，它只返回了一个"
+                f"（{type(out).__name__}）：把 softmax 得到的权重 (…, L, S) 也返回，"
+                "最后一行写成 return 输出, 权重。"
+            )
         out, weights = _attention_outputs(fn, out, ref_out, ref_w, case)
         _check_attention_output_shape(fn, out, ref_out, ref_w, case)
         if weights is not None:

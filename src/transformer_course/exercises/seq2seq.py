@@ -237,10 +237,11 @@ def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) ->
     if mistake == "softmax_first":
         logits = logits.softmax(-1)
     flat, target = logits.flatten(0, 1), labels.flatten()
-    if mistake == "sum":
-        return F.cross_entropy(flat, target, reduction="sum")
-    if mistake == "mean_over_all":
-        return F.cross_entropy(flat, target, reduction="sum") / target.numel()
+    # the sum over the real labels, divided by something other than their number
+    divisor = {"sum": 1, "mean_over_all": target.numel()}
+    divisor["mean_over_batch"] = tgt.size(0)
+    if mistake in divisor:
+        return F.cross_entropy(flat, target, reduction="sum") / divisor[mistake]
     return F.cross_entropy(flat, target)
 
 
@@ -280,6 +281,11 @@ _LOSS_HINTS = [
         "平均时把填充位置也算进了分母：-100 的位置既不计损失、也不计个数"
         "（用默认的 reduction='mean'，不要自己除以 N·L）。",
         "mean_over_all",
+    ),
+    (
+        "总和除以了批大小 N（每句的损失之和）：分母应是非填充标签的个数，"
+        "用 F.cross_entropy 默认的 reduction='mean'，不要自己除以 tgt.size(0)。",
+        "mean_over_batch",
     ),
     (
         "先对每句求平均、再对各句求平均：短句的每个词元因此权重更大。"
