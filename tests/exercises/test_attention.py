@@ -240,6 +240,15 @@ def online_nan_on_masked_first_block(Q, K, V, attn_mask=None, block=4):
     return acc / total
 
 
+def weights_transposed_when_square(Q, K, V, attn_mask=None):
+    """Learner test: weights.mT @ V, which only runs when L == S."""
+    scores = Q @ K.mT / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return (weights.mT if Q.size(-2) == K.size(-2) else weights) @ V
+
+
 def no_transpose(Q, K, V, attn_mask=None):
     scores = Q @ K / math.sqrt(Q.size(-1))  # forgot the transpose
     return torch.softmax(scores, -1) @ V
@@ -323,6 +332,7 @@ REJECTS = [
     check(scale_by_length, "键的个数", "divided by the root of the key count"),
     check(softmax_over_queries, "softmax 的 dim 可能写错了", "softmax over queries"),
     check(weights_times_keys, "应是 V，不是 K", "weights times K"),
+    check(weights_transposed_when_square, "乘 V 之前把权重转置了", "weights transposed"),
     check(scale_after_softmax, "缩放放错了位置", "scaled after the softmax"),
     check(softmax_over_queries_renormalised, "再把每行除以行和", "softmax over queries, rows renormalised"),
     check(mask_inverted, "掩码方向可能反了", "mask inverted (-1e9)"),

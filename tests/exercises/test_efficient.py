@@ -339,6 +339,11 @@ def kv_bytes_head_dim_d_model(cfg, batch, seq_len, bytes_per_element=4):
     return 2 * cfg.num_layers * batch * seq_len * heads * cfg.d_model * bytes_per_element
 
 
+def kv_bytes_fixed_4(cfg, batch, seq_len, bytes_per_element=4):
+    """Learner test: the argument ignored, 4 bytes written in."""
+    return kv_bytes(cfg, batch, seq_len, 4)
+
+
 def kv_bytes_in_bits(cfg, batch, seq_len, bytes_per_element=4):
     """Learner test: bits, not bytes."""
     return 8 * kv_bytes(cfg, batch, seq_len, bytes_per_element)
@@ -371,6 +376,7 @@ def test_kv_cache_bytes_skeleton(capsys):
         (kv_bytes_no_none, "None"),
         (kv_bytes_head_dim_d_model, "每个头的宽度用了 d_model"),
         (kv_bytes_in_bits, "比特数"),
+        (kv_bytes_fixed_4, "不要写死 4"),
         (kv_bytes_no_kv_heads, "漏了键值头数"),
     ],
 )

@@ -51,6 +51,10 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 x = x + self.sa(self.norm1(x))
                 x = x + self.cross_attn(self.norm2(x), memory, memory, memory_mask)
                 return x + self.ffn(self.norm3(x))
+            if mistake == "norm_on_sublayer":  # learner test: x + norm(sublayer(x))
+                x = x + self.norm1(self.sa(x))
+                x = x + self.norm2(self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return x + self.norm3(self.ffn(x))
             x = self.norm1(x + self.sa(x))
             if mistake == "norm2_on_residual_only":  # learner test: norm2(x) + cross
                 x = self.norm2(x) + self.cross_attn(x, memory, memory, attn_mask=memory_mask)
@@ -138,6 +142,7 @@ def test_decoder_layer_skeleton(capsys):
         ("memory_as_query", "查询是解码器的 x"),
         ("norm2_for_ffn", "不一致"),
         ("norm2_on_residual_only", "norm2 只用在了残差上"),
+        ("norm_on_sublayer", "归一化只用在了子层的输出上"),
     ],
 )
 def test_decoder_layer_rejects(mistake, keyword, capsys):

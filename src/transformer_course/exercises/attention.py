@@ -51,6 +51,15 @@ def _online_without_rescale(
     return acc / total
 
 
+def _transposed_variant(scores: Tensor, V: Tensor, mistake: str) -> Tensor | None:
+    """The (L, S) scores or weights transposed before use: only runs when L == S."""
+    if scores.size(-1) != scores.size(-2):
+        return None
+    if mistake == "scores_transposed":
+        return torch.softmax(scores.transpose(-2, -1), dim=-1) @ V
+    return torch.softmax(scores, dim=-1).transpose(-2, -1) @ V  # weights_transposed
+
+
 def _attention_variant(
     Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None, mistake: str
 ) -> Tensor | None:
@@ -75,10 +84,8 @@ def _attention_variant(
         )
     if mistake == "online_no_rescale":
         return _online_without_rescale(Q, K, V, mask)
-    if mistake == "scores_transposed":  # (L, S) transposed: needs L == S
-        if scores.size(-1) != scores.size(-2):
-            return None
-        scores = scores.transpose(-2, -1)
+    if mistake in ("scores_transposed", "weights_transposed"):
+        return _transposed_variant(scores, V, mistake)
     dim = -2 if mistake in ("softmax_queries", "softmax_queries_renormed") else -1
     weights = torch.softmax(scores, dim=dim)
     if mistake == "mask_after":
@@ -150,6 +157,12 @@ ATTENTION_HINTS = [
         "对所有查询的分数，这等于沿查询维做 softmax。不要转置 scores，"
         "直接 torch.softmax(scores, dim=-1)（每行是一个查询对所有键的分数）。",
         "scores_transposed",
+    ),
+    (
+        "乘 V 之前把权重转置了（weights.transpose(-2, -1) @ V）：权重 (…, L, S) 的"
+        "第 i 行是查询 i 对各个键的权重，直接 weights @ V；L = S 时形状对得上，"
+        "结果却是按键汇总的。",
+        "weights_transposed",
     ),
 ]
 

@@ -618,7 +618,7 @@ def _kv_bytes(
     }.get(mistake, kv_heads * cfg.head_dim)
     copies = 1 if mistake == "one_copy" else 2
     layers = 1 if mistake == "one_layer" else cfg.num_layers
-    per_element = {"no_bytes": 1, "bits": 8 * nbytes}.get(mistake, nbytes)
+    per_element = {"no_bytes": 1, "bits": 8 * nbytes, "fixed_4": 4}.get(mistake, nbytes)
     return copies * layers * batch * seq_len * width * per_element
 
 
@@ -648,6 +648,12 @@ _KV_MISTAKES = [
     (
         "多乘了 8：这是比特数；本题要字节数，bytes_per_element 已经是每个数的字节数。",
         "bits",
+    ),
+    (
+        "每个元素总按 4 字节算了：要乘的是参数 bytes_per_element"
+        "（默认 4，bf16 时是 2），"
+        "不要写死 4。",
+        "fixed_4",
     ),
 ]
 

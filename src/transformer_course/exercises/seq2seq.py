@@ -64,6 +64,10 @@ def _decoder_variant(
         x = n1(x + cross_attn(x))
         x = n2(x + self_attn(x))
         return n3(x + layer.ffn(x))
+    if mistake == "norm_on_sublayer":  # x + norm(sublayer(x)) in all three steps
+        x = x + n1(self_attn(x))
+        x = x + n2(cross_attn(x))
+        return x + n3(layer.ffn(x))
     if mistake == "norm_before_cross_residual":  # norm2(x) + cross_attn(x)
         x = n1(x + self_attn(x))
         x = n2(x) + cross_attn(x)
@@ -99,6 +103,12 @@ _DECODER_HINTS = [
         "这是 Pre-LN（x + 子层(norm(x))）；本章的模型是 Post-LN："
         "x = norm1(x + self_attn(x))，依此类推。",
         "pre_ln",
+    ),
+    (
+        "归一化只用在了子层的输出上（x + norm1(self_attn(x))），残差绕过了它。"
+        "Post-LN 是先相加、再对和做归一化：x = norm1(x + self_attn(x))，"
+        "另两步同样是 norm2(x + …)、norm3(x + …)。",
+        "norm_on_sublayer",
     ),
     ("少了掩码自注意力的残差连接：x = norm1(x + self_attn(x))。", "no_res_self"),
     (
