@@ -233,6 +233,37 @@ def sparsemax_ranks_from_zero(z):  # learner test: arange(0, n) in the support t
     return torch.clamp(z - tau, min=0)
 
 
+def _sparsemax_support(z, criterion):
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = criterion(k, zs, cs).sum(-1, keepdim=True).clamp(min=1)
+    return torch.clamp(z - (cs.gather(-1, support - 1) - 1) / support, min=0)
+
+
+def sparsemax_no_k(z):  # learner test: 1 + z_(k) > cumsum, the rank k left out
+    return _sparsemax_support(z, lambda k, zs, cs: 1 + zs > cs)
+
+
+def sparsemax_no_one(z):  # k·z_(k) > cumsum, the 1 left out
+    return _sparsemax_support(z, lambda k, zs, cs: k * zs > cs)
+
+
+def sparsemax_sum_shifted(z):  # learner test: gathers cs at k, not k - 1
+    zs = z.sort(dim=-1, descending=True).values
+    n = z.size(-1)
+    cs = zs.cumsum(-1)
+    support = (1 + torch.arange(1, n + 1, dtype=z.dtype) * zs > cs).sum(-1, keepdim=True)
+    return torch.clamp(z - (cs.gather(-1, support.clamp(max=n - 1)) - 1) / support, min=0)
+
+
+def sparsemax_tau_without_minus_one(z):  # learner test
+    zs = z.sort(dim=-1, descending=True).values
+    cs = zs.cumsum(-1)
+    support = (1 + torch.arange(1, z.size(-1) + 1, dtype=z.dtype) * zs > cs).sum(-1, keepdim=True)
+    return torch.clamp(z - cs.gather(-1, support - 1) / support, min=0)
+
+
 def sparsemax_one_row_only(z):  # learner test: right for a vector, int() of a count
     zs = z.sort(descending=True).values
     k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
@@ -296,6 +327,10 @@ def test_sparsemax_skeleton(capsys):
         (sparsemax_no_clamp, "截断"),
         (sparsemax_k_from_zero, "k 从 1 数起"),
         (sparsemax_ranks_from_zero, "名次 k 从 0 数起了"),
+        (sparsemax_no_k, "判据少了名次 k"),
+        (sparsemax_sum_shifted, "不是 cs[k]"),
+        (sparsemax_tau_without_minus_one, "τ 少了 −1"),
+        (sparsemax_no_one, "判据少了 1"),
         (sparsemax_one_row_only, "一维输入通过了，有多行的输入出错"),
         (sparsemax_softmax, "softmax 的结果"),
         (sparsemax_ascending, "从大到小"),

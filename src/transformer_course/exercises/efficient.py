@@ -488,8 +488,10 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
         :n
     ]
     cs = zs.cumsum(-1)
-    if mistake == "no_one":  # support test without the 1
-        support = ks * zs > cs - 1e-12
+    if mistake == "no_one":  # support test without the 1 (the page's bug)
+        support = ks * zs > cs
+    elif mistake == "no_k":  # support test without the rank k
+        support = 1 + zs > cs
     else:
         support = 1 + ks * zs > cs
     k = support.sum(-1, keepdim=True).clamp(min=1)
@@ -497,6 +499,10 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
         tau = (cs.gather(-1, k - 1) - 1) / (k - 1).clamp(min=1)
     elif mistake == "mean_threshold":  # tau = mean of all entries - 1/n
         tau = (cs[..., -1:] - 1) / n
+    elif mistake == "sum_shifted":  # cs[k] where cs[k - 1] is the sum of the top k
+        tau = (cs.gather(-1, k.clamp(max=n - 1)) - 1) / k
+    elif mistake == "no_minus_one":
+        tau = cs.gather(-1, k - 1) / k
     else:
         tau = (cs.gather(-1, k - 1) - 1) / k
     out = z - tau
@@ -522,6 +528,17 @@ _SPARSEMAX_MISTAKES = [
         "支撑集的判据少了 1：应为 1 + k·z_(k) > 前 k 大之和。",
         "no_one",
     ),
+    (
+        "支撑集的判据少了名次 k：应为 1 + k·z_(k) > 前 k 大之和，不是 1 + z_(k) > "
+        "前 k 大之和（k = torch.arange(1, n + 1)）。",
+        "no_k",
+    ),
+    (
+        "τ 用错了前 k 大之和：cs = zs.cumsum(-1) 的下标从 0 开始，前 k 个之和是 "
+        "cs[k − 1]（cs.gather(-1, k - 1)），不是 cs[k]。",
+        "sum_shifted",
+    ),
+    ("τ 少了 −1：τ = (前 k 大之和 − 1) / k。", "no_minus_one"),
     ("排序方向反了：z 要从大到小排序（descending=True）。", "ascending"),
     (
         "τ 用了全部元素：τ 只由支撑集（前 k 个最大值）决定，(前 k 大之和 − 1)/k。",
@@ -539,6 +556,29 @@ _SPARSEMAX_MISTAKES = [
         "renormalised",
     ),
 ]
+
+
+def _sparsemax_hint(fn, inputs: list[Tensor]) -> str | None:
+    """The mistake that reproduces the learner's output on every input it answers (one
+    input can match two mistakes: on [1.0, 0.8, 0.1] a criterion without the 1,
+    without k, or with k from 0 all keep a single element)."""
+    answers = []
+    for z in inputs:
+        try:  # diagnosis only: an input the learner's code cannot answer is skipped
+            out = fn(z.clone())
+        except Exception:
+            continue
+        if isinstance(out, Tensor) and out.shape == z.shape:
+            answers.append((z, out.detach()))
+    return next(
+        (
+            hint
+            for hint, mistake in _SPARSEMAX_MISTAKES
+            if answers
+            and all(close(out, _sparsemax_variant(z, mistake)) for z, out in answers)
+        ),
+        None,
+    )
 
 
 # a crash on the first input with rows, after the 1-D inputs passed
@@ -584,9 +624,7 @@ def check_sparsemax(fn) -> str:
         ref = sparsemax(z)
         if close(out, ref):
             continue
-        hint = first_reproduced(
-            out, _SPARSEMAX_MISTAKES, functools.partial(_sparsemax_variant, z)
-        )
+        hint = _sparsemax_hint(fn, [z.double() for _, z in cases])
         if hint is None and not torch.allclose(
             out.double().sum(-1), torch.ones(()).double()
         ):

@@ -91,8 +91,9 @@ def _interpolate(
         if not after:
             break
         seen = sum(after.values())
-        u = seen if mistake == "u_total" else len(after)
-        p = (after[c] + u * p) / (seen + u)
+        u = {"u_total": seen, "u_one": 1}.get(mistake, len(after))
+        shorter = 1.0 / vocab_size if mistake == "uniform_escape" else p
+        p = (after[c] + u * shorter) / (seen + u)
     return p
 
 
@@ -107,6 +108,16 @@ _WITTEN_BELL_HINTS = [
         "u(h) 是 h 之后出现过的不同字符的个数 len(counts[k][h])，不是次数之和 "
         "sum(counts[k][h].values())。",
         "u_total",
+    ),
+    (
+        "u(h) 写成了 1（加一平滑）：u(h) 是 h 之后出现过的不同字符的个数 "
+        "len(counts[k][h])。",
+        "u_one",
+    ),
+    (
+        "每一阶都退回到均匀分布 1/vocab_size：p_短 应是上一阶（短一个字符的历史）"
+        "算出的概率，插值从 k = 0 一阶一阶往长历史走。",
+        "uniform_escape",
     ),
 ]
 
