@@ -63,7 +63,31 @@ def mutant(**change):
     return fn
 
 
+def _paired(run, arms, seeds):
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds {seeds!r}")
+    return {arm: [run(arm, s) for s in seeds] for arm in arms}
+
+
+def additive_margin(run, arms, seeds, margin):  # learner test: an absolute margin
+    losses = _paired(run, arms, seeds)
+    return losses, all(y > x + margin for x, y in zip(*losses.values(), strict=True))
+
+
+def at_least(run, arms, seeds, margin):  # learner test: >= where the claim says "more than"
+    losses = _paired(run, arms, seeds)
+    return losses, all(y >= (1 + margin) * x for x, y in zip(*losses.values(), strict=True))
+
+
+def any_seed(run, arms, seeds, margin):
+    losses = _paired(run, arms, seeds)
+    return losses, any(y > (1 + margin) * x for x, y in zip(*losses.values(), strict=True))
+
+
 REJECTS = [
+    pytest.param(ex.check_paired_ablation, additive_margin, "不是绝对的差", id="absolute"),
+    pytest.param(ex.check_paired_ablation, at_least, "你用的是 >=", id="ge"),
+    pytest.param(ex.check_paired_ablation, any_seed, "用了 any", id="any"),
     pytest.param(ex.check_paired_ablation, mutant(twice=True), "不多不少", id="twice"),
     pytest.param(ex.check_paired_ablation, mutant(offset=100), "同一组种子", id="unpaired"),
     pytest.param(ex.check_paired_ablation, mutant(sorted=True), "不要排序", id="sorted"),
@@ -94,3 +118,13 @@ def test_every_hint_is_reached(capsys):
 def test_rejects_a_value_that_is_not_a_function():
     with pytest.raises(ex.ExerciseError, match="函数或类"):
         ex.check_paired_ablation(loops(lambda a, s: 1.0, ("A", "B"), [1, 2], 0.1))
+
+
+def test_the_cases_tell_every_wrong_verdict_apart():
+    from transformer_course.exercises import ablations
+
+    vectors = {
+        mistake: tuple(ablations._verdict(c[4], c[5], c[3], mistake) for c in ablations._CASES)
+        for mistake in (None, *ablations._VERDICT_MISTAKES)
+    }
+    assert len(set(vectors.values())) == len(vectors), vectors

@@ -76,6 +76,21 @@ def test_self_attention_accepts_a_large_negative_fill(capsys):
     assert_passes(ex.check_self_attention, attention_fill_large_negative, capsys)
 
 
+def output_only(Q, K, V, attn_mask=None):
+    return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0]
+
+
+def test_exercise_1_1_requires_the_weights_too(capsys):
+    # ch01's 1.1 states the (输出, 权重) return; 5.3 allows the output alone, 1.6 and 2.4 do not say
+    with pytest.raises(ex.ExerciseError, match=r"练习 1\.1 要求 output_only 返回 \(输出, 权重\)"):
+        ex.check_self_attention(output_only, exercise="1.1")
+    assert "✓" not in capsys.readouterr().out
+    for number in ("5.3", "1.6", "2.4", None):
+        assert_passes(ex.check_self_attention, output_only, capsys, exercise=number)
+    assert_passes(ex.check_self_attention, attention_as_list, capsys, exercise="1.1")
+    assert_passes(ex.check_self_attention, attention_package, capsys, exercise="1.1")
+
+
 def test_self_attention_skeleton(capsys):
     assert_skeleton(ex.check_self_attention, attention_skeleton, capsys)
 
@@ -225,6 +240,15 @@ def online_nan_on_masked_first_block(Q, K, V, attn_mask=None, block=4):
     return acc / total
 
 
+def weights_transposed_when_square(Q, K, V, attn_mask=None):
+    """Learner test: weights.mT @ V, which only runs when L == S."""
+    scores = Q @ K.mT / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return (weights.mT if Q.size(-2) == K.size(-2) else weights) @ V
+
+
 def no_transpose(Q, K, V, attn_mask=None):
     scores = Q @ K / math.sqrt(Q.size(-1))  # forgot the transpose
     return torch.softmax(scores, -1) @ V
@@ -308,6 +332,7 @@ REJECTS = [
     check(scale_by_length, "键的个数", "divided by the root of the key count"),
     check(softmax_over_queries, "softmax 的 dim 可能写错了", "softmax over queries"),
     check(weights_times_keys, "应是 V，不是 K", "weights times K"),
+    check(weights_transposed_when_square, "乘 V 之前把权重转置了", "weights transposed"),
     check(scale_after_softmax, "缩放放错了位置", "scaled after the softmax"),
     check(softmax_over_queries_renormalised, "再把每行除以行和", "softmax over queries, rows renormalised"),
     check(mask_inverted, "掩码方向可能反了", "mask inverted (-1e9)"),

@@ -100,6 +100,13 @@ class ResidualFromNorm(Block):
         return h + self.ffn(h)
 
 
+class ResidualFromNorm1Only(Block):  # learner test: the attention residual adds norm1(x)
+    def forward(self, x):
+        h = self.norm1(x)
+        x = self.attn(h) + h
+        return self.ffn(self.norm2(x)) + x
+
+
 class Parallel(Block):
     def forward(self, x):
         return x + self.attn(self.norm1(x)) + self.ffn(self.norm2(x))
@@ -193,6 +200,7 @@ BLOCK_REJECTS = [
     block_check(NoCausalMask, "因果掩码", "no causal mask"),
     block_check(InvertedMask, "方向", "causal mask inverted"),
     block_check(ResidualFromNorm, "归一化之前的 x", "residual from the normalised x"),
+    block_check(ResidualFromNorm1Only, "注意力子层的残差加在了 norm1(x) 上", "residual adds norm1(x)"),
     block_check(Parallel, "串行", "parallel sublayers"),
     block_check(Norm1Twice, "用了两次 norm1", "norm1 used twice"),
     block_check(NoNorm2, "忘了 norm2", "no norm2"),

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
@@ -85,11 +86,68 @@ def gqa_grouped_shape(q, k, v):  # forgets to merge the groups back
     return w @ v.unsqueeze(2)
 
 
+def gqa_loop_views(q, k, v):  # learner test: one head at a time, k[:, h // G] is a view
+    G = q.size(1) // k.size(1)
+    heads = []
+    for h in range(q.size(1)):
+        w = torch.softmax(q[:, h] @ k[:, h // G].mT * q.size(-1) ** -0.5, -1)
+        heads.append(w @ v[:, h // G])
+    return torch.stack(heads, 1)
+
+
+def gqa_fold_then_sdpa(q, k, v):  # learner test: the grouping by hand, then PyTorch's kernel
+    N, H, L, D = q.shape
+    qf = q.reshape(N, k.size(1), (H // k.size(1)) * L, D)
+    return F.scaled_dot_product_attention(qf, k, v).view(N, H, L, D)
+
+
+def gqa_expand_views(q, k, v):  # learner test: expand is a view, but matmul then copies it
+    N, H, L, D = q.shape
+    Hkv = k.size(1)
+    ke = k[:, :, None].expand(N, Hkv, H // Hkv, *k.shape[2:])
+    ve = v[:, :, None].expand(N, Hkv, H // Hkv, *v.shape[2:])
+    w = (q.view(N, Hkv, H // Hkv, L, D) @ ke.mT / math.sqrt(D)).softmax(-1)
+    return (w @ ve).view(N, H, L, D)
+
+
+def gqa_reference_call(q, k, v):  # learner test: the checker's reference itself
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+def _gqa_folded(q, k, v, scale):
+    N, H, L, D = q.shape
+    Hkv = k.size(1)
+    qg = q.reshape(N, Hkv, H // Hkv * L, D)
+    return torch.softmax(qg @ k.mT / scale, dim=-1) @ v, (N, Hkv, H // Hkv, L, D)
+
+
+def gqa_scale_by_keys(q, k, v):  # learner test: √S instead of √D
+    out, _ = _gqa_folded(q, k, v, math.sqrt(k.size(2)))
+    return out.view(q.shape)
+
+
+def gqa_scale_by_group(q, k, v):
+    out, _ = _gqa_folded(q, k, v, math.sqrt(q.size(-1) * q.size(1) // k.size(1)))
+    return out.view(q.shape)
+
+
+def gqa_softmax_over_queries(q, k, v):  # the output check comes before the copy check
+    N, H, L, D = q.shape
+    Hkv = k.size(1)
+    w = torch.softmax(q.view(N, Hkv, H // Hkv, L, D) @ k.unsqueeze(2).mT / math.sqrt(D), dim=-2)
+    return (w @ v.unsqueeze(2)).reshape(N, H, L, D)
+
+
+def gqa_groups_transposed(q, k, v):  # learner test: transpose(2, 3) before the final reshape
+    out, (N, Hkv, G, L, D) = _gqa_folded(q, k, v, math.sqrt(q.size(-1)))
+    return out.view(N, Hkv, G, L, D).transpose(2, 3).reshape(N, G * Hkv, L, D)
+
+
 def gqa_skeleton(q, k, v):
     pass
 
 
-@pytest.mark.parametrize("fn", [gqa_five_dims, gqa_merged_rows, gqa_einsum])
+@pytest.mark.parametrize("fn", [gqa_merged_rows, gqa_einsum, gqa_loop_views, gqa_fold_then_sdpa])
 def test_grouped_attention_accepts(fn, capsys):
     assert_passes(ex.check_grouped_attention, fn, capsys)
 
@@ -106,10 +164,28 @@ def test_grouped_attention_skeleton(capsys):
         (gqa_modulo, "h % H_kv"),
         (gqa_unscaled, "√D"),
         (gqa_grouped_shape, "reshape 回 (N, H, L, D)"),
+        (gqa_five_dims, "矩阵乘法沿组的维度广播 k、v"),
+        (gqa_expand_views, "矩阵乘法沿组的维度广播 k、v"),
+        (gqa_reference_call, "检查器用来比较的参考实现"),
+        (gqa_scale_by_keys, "√S"),
+        (gqa_groups_transposed, "不要先 transpose(2, 3)"),
     ],
 )
 def test_grouped_attention_rejects(fn, keyword, capsys):
     assert_rejects(ex.check_grouped_attention, fn, keyword, capsys)
+
+
+GQA_REJECTS = [
+    pytest.param(ex.check_grouped_attention, fn, None, id=fn.__name__)
+    for fn in (gqa_modulo, gqa_unscaled, gqa_scale_by_group, gqa_softmax_over_queries,
+               gqa_scale_by_keys, gqa_groups_transposed)
+]  # fmt: skip
+
+
+def test_grouped_attention_hints_all_reached(capsys):
+    from transformer_course.exercises import efficient
+
+    assert_every_hint_reached({"_GQA_MISTAKES": efficient._GQA_MISTAKES}, GQA_REJECTS, capsys)
 
 
 # sparsemax
@@ -145,6 +221,55 @@ def sparsemax_k_from_zero(z):
     cs = zs.cumsum(-1)
     support = (1 + k * zs > cs).sum(-1, keepdim=True)
     tau = (cs.gather(-1, support - 1) - 1) / (support - 1).clamp(min=1)
+    return torch.clamp(z - tau, min=0)
+
+
+def sparsemax_ranks_from_zero(z):  # learner test: arange(0, n) in the support test
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(0, z.size(-1), dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = (1 + k * zs > cs).sum(-1, keepdim=True).clamp(min=1)
+    tau = (cs.gather(-1, support - 1) - 1) / support
+    return torch.clamp(z - tau, min=0)
+
+
+def _sparsemax_support(z, criterion):
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = criterion(k, zs, cs).sum(-1, keepdim=True).clamp(min=1)
+    return torch.clamp(z - (cs.gather(-1, support - 1) - 1) / support, min=0)
+
+
+def sparsemax_no_k(z):  # learner test: 1 + z_(k) > cumsum, the rank k left out
+    return _sparsemax_support(z, lambda k, zs, cs: 1 + zs > cs)
+
+
+def sparsemax_no_one(z):  # k·z_(k) > cumsum, the 1 left out
+    return _sparsemax_support(z, lambda k, zs, cs: k * zs > cs)
+
+
+def sparsemax_sum_shifted(z):  # learner test: gathers cs at k, not k - 1
+    zs = z.sort(dim=-1, descending=True).values
+    n = z.size(-1)
+    cs = zs.cumsum(-1)
+    support = (1 + torch.arange(1, n + 1, dtype=z.dtype) * zs > cs).sum(-1, keepdim=True)
+    return torch.clamp(z - (cs.gather(-1, support.clamp(max=n - 1)) - 1) / support, min=0)
+
+
+def sparsemax_tau_without_minus_one(z):  # learner test
+    zs = z.sort(dim=-1, descending=True).values
+    cs = zs.cumsum(-1)
+    support = (1 + torch.arange(1, z.size(-1) + 1, dtype=z.dtype) * zs > cs).sum(-1, keepdim=True)
+    return torch.clamp(z - cs.gather(-1, support - 1) / support, min=0)
+
+
+def sparsemax_one_row_only(z):  # learner test: right for a vector, int() of a count
+    zs = z.sort(descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = int((1 + k * zs > cs).sum())
+    tau = (cs[..., support - 1] - 1) / support
     return torch.clamp(z - tau, min=0)
 
 
@@ -201,6 +326,12 @@ def test_sparsemax_skeleton(capsys):
     [
         (sparsemax_no_clamp, "截断"),
         (sparsemax_k_from_zero, "k 从 1 数起"),
+        (sparsemax_ranks_from_zero, "名次 k 从 0 数起了"),
+        (sparsemax_no_k, "判据少了名次 k"),
+        (sparsemax_sum_shifted, "不是 cs[k]"),
+        (sparsemax_tau_without_minus_one, "τ 少了 −1"),
+        (sparsemax_no_one, "判据少了 1"),
+        (sparsemax_one_row_only, "一维输入通过了，有多行的输入出错"),
         (sparsemax_softmax, "softmax 的结果"),
         (sparsemax_ascending, "从大到小"),
         (sparsemax_output_sorted, "排好的顺序"),
@@ -243,6 +374,11 @@ def kv_bytes_head_dim_d_model(cfg, batch, seq_len, bytes_per_element=4):
     return 2 * cfg.num_layers * batch * seq_len * heads * cfg.d_model * bytes_per_element
 
 
+def kv_bytes_fixed_4(cfg, batch, seq_len, bytes_per_element=4):
+    """Learner test: the argument ignored, 4 bytes written in."""
+    return kv_bytes(cfg, batch, seq_len, 4)
+
+
 def kv_bytes_in_bits(cfg, batch, seq_len, bytes_per_element=4):
     """Learner test: bits, not bytes."""
     return 8 * kv_bytes(cfg, batch, seq_len, bytes_per_element)
@@ -275,6 +411,7 @@ def test_kv_cache_bytes_skeleton(capsys):
         (kv_bytes_no_none, "None"),
         (kv_bytes_head_dim_d_model, "每个头的宽度用了 d_model"),
         (kv_bytes_in_bits, "比特数"),
+        (kv_bytes_fixed_4, "不要写死 4"),
         (kv_bytes_no_kv_heads, "漏了键值头数"),
     ],
 )
@@ -322,6 +459,27 @@ def prefix_plain_causal(L, prefix):
     return tc.causal_mask(L)
 
 
+def prefix_transposed(L, prefix):
+    """Learner test: upper triangle plus the prefix block (rows and columns swapped)."""
+    mask = torch.ones(L, L, dtype=torch.bool).triu()
+    mask[:prefix, :prefix] = True
+    return mask
+
+
+def prefix_zero_means_all(L, prefix):
+    """Learner test: `prefix or L` opens the whole sequence when prefix = 0."""
+    mask = tc.causal_mask(L).clone()
+    mask[: prefix or L, : prefix or L] = True
+    return mask
+
+
+def prefix_future_after_prefix(L, prefix):  # no hint of its own: the fallback names the future
+    mask = tc.causal_mask(L).clone()
+    mask[:, :prefix] = True
+    mask[prefix:, -1] = True
+    return mask
+
+
 def prefix_skeleton(L, prefix):
     pass
 
@@ -343,6 +501,9 @@ def test_prefix_lm_mask_skeleton(capsys):
         (prefix_float, "布尔"),
         (prefix_off_by_one, "多开了一列"),
         (prefix_plain_causal, "普通的因果掩码"),
+        (prefix_transposed, "掩码转置了"),
+        (prefix_zero_means_all, "prefix = 0 时没有前缀"),
+        (prefix_future_after_prefix, "前缀之后的键 j 被更早的位置 i < j 看到了"),
     ],
 )
 def test_prefix_lm_mask_rejects(fn, keyword, capsys):
@@ -491,6 +652,49 @@ def streaming_unscaled(Q, blocks):
     return _streaming_with(Q, blocks, scale=False)
 
 
+def streaming_mask_after_exp(Q, blocks):  # learner test: the running max includes masked scores
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = Q @ K.mT / math.sqrt(Q.size(-1))
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix, p = torch.exp(c - c_new), torch.exp(s - c_new) * mask
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
+def streaming_scale_by_dv(Q, blocks):  # learner test: √D_v where √D belongs
+    c, ell, o = None, None, None
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(V.size(-1))).masked_fill(~mask, -math.inf)
+        m = s.amax(-1, keepdim=True)
+        c_new = m if c is None else torch.maximum(c, m)
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        p = torch.exp(s - c_safe)
+        if c is None:
+            ell, o = p.sum(-1, keepdim=True), p @ V
+        else:
+            fix = torch.exp(c - c_safe)
+            ell, o = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V
+        c = c_new
+    return o / ell
+
+
+def streaming_peek_dropped(Q, blocks):  # learner test: next() to learn D_v, that block never used
+    it = iter(blocks)
+    _, V0, _ = next(it)
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), torch.zeros(Q.shape[:-1] + (V0.size(-1),))
+    del V0
+    for K, V, mask in it:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
 def streaming_len(Q, blocks):  # treats the stream as a list
     n = len(blocks)
     return Q[..., :n]
@@ -509,6 +713,12 @@ STREAMING_REJECTS = [
     pytest.param(ex.check_streaming_attention, streaming_inverted, "方向反了", id="inverted"),
     pytest.param(ex.check_streaming_attention, streaming_unscaled, "√D", id="unscaled"),
     pytest.param(ex.check_streaming_attention, streaming_len, "迭代器", id="len"),
+    pytest.param(ex.check_streaming_attention, streaming_mask_after_exp, "先屏蔽再取最大值",
+                 id="mask_after_exp"),
+    pytest.param(ex.check_streaming_attention, streaming_scale_by_dv, "用的是 √D_v",
+                 id="scale_dv"),
+    pytest.param(ex.check_streaming_attention, streaming_peek_dropped, "第 1 块没有算进结果",
+                 id="peek_dropped"),
 ]  # fmt: skip
 
 

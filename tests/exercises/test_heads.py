@@ -255,6 +255,13 @@ class WithDropout(MHA):
         return self.drop(super().attend(q, k, v, attn_mask))
 
 
+class MaskTransposedWhenSquare(MHA):  # learner test: attn_mask.T when L == S
+    def attend(self, q, k, v, attn_mask):
+        if attn_mask is not None and q.size(2) == k.size(2):
+            attn_mask = attn_mask.transpose(-2, -1)
+        return super().attend(q, k, v, attn_mask)
+
+
 class ThreeValues(MHA):
     def forward(self, Q, K, V, attn_mask=None):
         return Q, K, V
@@ -289,6 +296,7 @@ REJECTS = [
     check(OtherNames, "缺少属性 q_proj", "other names"),
     check(WithDropout, "dropout", "dropout"),
     check(ThreeValues, "torch.Tensor", "three values"),
+    check(MaskTransposedWhenSquare, "掩码转置了", "mask transposed"),
 ]
 
 

@@ -68,6 +68,12 @@ def split_wrong_swap(t, H):  # positions reversed: a hand-made mistake without a
     return split_view_transpose(t, H).flip(2)
 
 
+def split_view_then_reshape(t, H):
+    """Learner test: E is split first, then reshape (not transpose) tries to swap T and H."""
+    N, T, E = t.shape
+    return t.view(N, T, H, E // H).reshape(N, H, T, E // H)
+
+
 def split_skeleton(t, H):
     pass
 
@@ -87,6 +93,8 @@ def test_split_heads_accepts(fn, capsys):
         (split_no_transpose, "没有 transpose(1, 2)"),
         (split_transpose_then_reshape, "先 transpose(1, 2) 成 (N, E, T)"),
         (split_wrong_swap, "第 h 个头的第 i 行应是位置 i"),
+        (split_view_then_reshape, "先 view(N, T, H, D) 再 reshape(N, H, T, D) 也一样"),
+        (split_view_then_reshape, "用 transpose(1, 2)（不是 reshape）交换"),
     ],
 )
 def test_split_heads_rejects(fn, keyword, capsys):

@@ -89,6 +89,15 @@ def read_first_guarded(q, k, v):
     return torch.stack(out)
 
 
+def read_first_tiny_start(q, k, v):
+    """Learner test: read before the update, S and u started at 1e-9 (position 0 gives ones)."""
+    S, u, out = torch.full((q.size(1), v.size(1)), 1e-9), torch.full((q.size(1),), 1e-9), []
+    for i in range(q.size(0)):
+        out.append(phi(q[i]) @ S / (phi(q[i]) @ u))
+        S, u = S + torch.outer(phi(k[i]), v[i]), u + phi(k[i])
+    return torch.stack(out)
+
+
 def mean_instead_of_normaliser(q, k, v):
     """Learner test: divided by the number of positions seen, not φ(q_i)ᵀ u_i."""
     S, out = torch.zeros(q.size(1), v.size(1)), []
@@ -126,6 +135,7 @@ def relu_with_eps(q, k, v):
         (read_first_guarded, "S_{i-1}"),
         (mean_instead_of_normaliser, "已见位置的个数 i + 1"),
         (denominator_with_key, "分母用了 φ(k_i)ᵀ u_i"),
+        (read_first_tiny_start, "先读后更新"),
     ],
     ids=[
         "no phi",
@@ -140,6 +150,7 @@ def relu_with_eps(q, k, v):
         "read before update, eps-guarded",
         "mean over positions",
         "denominator with the key",
+        "read before update, tiny start",
     ],
 )
 def test_rnn_linear_attention_rejects(fn, keyword, capsys):

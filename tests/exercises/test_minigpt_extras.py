@@ -33,6 +33,12 @@ def post_ln_block(mistake=None):
                 return x + self.ffn(self.norm2(x))
             if mistake == "no_residual":
                 return self.norm2(self.ffn(self.norm1(attn(x))))
+            if mistake == "ffn_unfixed":  # learner test: only the first sublayer fixed
+                h = self.norm1(x + attn(x))
+                return h + self.norm2(self.ffn(h))
+            if mistake == "attn_unfixed":
+                h = x + self.norm1(attn(x))
+                return self.norm2(h + self.ffn(h))
             if mistake == "beta_twice":  # no hint for this one: the generic message
                 h = self.norm1(x + attn(x)) + self.norm1.bias
                 return self.norm2(h + self.ffn(h))
@@ -167,6 +173,8 @@ BLOCK_REJECTS = [
         ("pre_ln", "前归一化"),
         ("no_residual", "少了残差"),
         ("no_mask", "因果掩码"),
+        ("ffn_unfixed", "只改好了注意力这一层"),
+        ("attn_unfixed", "只改好了 FFN 这一层"),
         ("beta_twice", "对照第 3.3.1 节"),
     ]
 ]

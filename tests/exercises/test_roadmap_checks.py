@@ -96,6 +96,39 @@ def only_longest_history(counts, history, c, vocab_size):
     return 1 / vocab_size
 
 
+def first_k_characters(counts, history, c, vocab_size):
+    """Learner test: the order-k history taken from the front of ``history``."""
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[:k])
+        if not after:
+            break
+        total, types = sum(after.values()), len(after)
+        p = (after[c] + types * p) / (total + types)
+    return p
+
+
+def add_one_escape(counts, history, c, vocab_size):  # learner test: u(h) = 1
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        p = (after[c] + p) / (sum(after.values()) + 1)
+    return p
+
+
+def escape_to_uniform(counts, history, c, vocab_size):  # learner test: p_短 = 1/V at every order
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        total, types = sum(after.values()), len(after)
+        p = (after[c] + types / vocab_size) / (total + types)
+    return p
+
+
 def test_right_implementations_pass(capsys):
     assert_passes(ex.check_witten_bell, right, capsys)
     assert_passes(ex.check_witten_bell, right_recursive, capsys)
@@ -111,6 +144,11 @@ def test_mistakes_get_their_hint(capsys):
     assert_rejects(ex.check_witten_bell, escape_mass_from_token_count, "不同字符的个数", capsys)
     assert_rejects(ex.check_witten_bell, unseen_history_not_skipped, "没见过的历史", capsys)
     assert_rejects(ex.check_witten_bell, only_longest_history, "交叉熵", capsys)
+    assert_rejects(ex.check_witten_bell, first_k_characters, "最近 k 个字符 history[-k:]", capsys)
+    assert_rejects(ex.check_witten_bell, add_one_escape, "u(h) 写成了 1", capsys)
+    assert_rejects(ex.check_witten_bell, escape_to_uniform, "每一阶都退回到均匀分布", capsys)
+    message = rejection(ex.check_witten_bell, first_k_characters)
+    assert "history[:k]" in message and "不同字符的个数" not in message, message
 
 
 def test_a_missing_history_key_is_explained(capsys):

@@ -61,6 +61,13 @@ def jacobian_einsum(p):
     return torch.einsum("...i,ij->...ij", p, eye) - torch.einsum("...i,...j->...ij", p, p)
 
 
+def jacobian_flattened_outer(p):
+    """Learner test: torch.outer on the flattened batch, the first block kept for every row."""
+    n = p.size(-1)
+    outer = torch.outer(p.reshape(-1), p.reshape(-1))[:n, :n]
+    return torch.diag_embed(p) - outer.expand(*p.shape, n)
+
+
 def test_softmax_jacobian(capsys):
     assert_passes(ex.check_softmax_jacobian, jacobian_outer, capsys)
     assert_passes(ex.check_softmax_jacobian, jacobian_einsum, capsys)
@@ -74,6 +81,7 @@ def test_softmax_jacobian(capsys):
         (lambda p: torch.diag_embed(p - p * p), "只减了对角线"),
         (lambda p: p.unsqueeze(-1) * p.unsqueeze(-2) - torch.diag_embed(p), "符号反了"),
         (lambda p: torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-1), "δ_ij"),
+        (jacobian_flattened_outer, "一维的 p 对了，批量的错了"),
     ],
 )
 def test_softmax_jacobian_mistakes(wrong, keyword, capsys):

@@ -51,6 +51,10 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 x = x + self.sa(self.norm1(x))
                 x = x + self.cross_attn(self.norm2(x), memory, memory, memory_mask)
                 return x + self.ffn(self.norm3(x))
+            if mistake == "norm_on_sublayer":  # learner test: x + norm(sublayer(x))
+                x = x + self.norm1(self.sa(x))
+                x = x + self.norm2(self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return x + self.norm3(self.ffn(x))
             x = self.norm1(x + self.sa(x))
             if mistake == "norm2_on_residual_only":  # learner test: norm2(x) + cross
                 x = self.norm2(x) + self.cross_attn(x, memory, memory, attn_mask=memory_mask)
@@ -138,6 +142,7 @@ def test_decoder_layer_skeleton(capsys):
         ("memory_as_query", "查询是解码器的 x"),
         ("norm2_for_ffn", "不一致"),
         ("norm2_on_residual_only", "norm2 只用在了残差上"),
+        ("norm_on_sublayer", "归一化只用在了子层的输出上"),
     ],
 )
 def test_decoder_layer_rejects(mistake, keyword, capsys):
@@ -211,6 +216,9 @@ def make_loss(mistake):
             per_token = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
             real = (labels != -100).float()
             return ((per_token * real).sum(1) / real.sum(1)).mean()
+        if mistake == "sum_over_batch":  # learner test: sum of sentence losses / N
+            total = F.cross_entropy(logits.transpose(1, 2), labels, reduction="sum")
+            return total / tgt.size(0)
         if mistake == "label_smoothing":  # learner test
             return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
@@ -239,6 +247,7 @@ def test_seq2seq_loss_skeleton(capsys):
         ("per_token", "标量"),
         ("mean_per_sentence", "先对每句求平均"),
         ("label_smoothing", "加了标签平滑"),
+        ("sum_over_batch", "总和除以了批大小 N"),
     ],
 )
 def test_seq2seq_loss_rejects(mistake, keyword, capsys):

@@ -234,7 +234,7 @@ def step_sorted(ids, new_id):
     counts = Counter(zip(ids, ids[1:], strict=False))
     best = max(counts.values())
     pair = sorted(p for p, n in counts.items() if n == best)[0]
-    return list(pair), merge_recursive(ids, pair, new_id)
+    return pair, merge_recursive(ids, pair, new_id)
 
 
 @pytest.mark.parametrize("fn", [step_min, step_sorted])
@@ -267,6 +267,12 @@ def step_no_skip(ids, new_id):
     return pair, merge_no_skip(ids, pair, new_id)
 
 
+def step_list_pair(ids, new_id):
+    """The right pair as a list: the page's next cell compares it with tc.BPETokenizer's tuples and fails."""
+    pair, new_ids = step_min(ids, new_id)
+    return list(pair), new_ids
+
+
 def step_one_value(ids, new_id):
     return step_min(ids, new_id)[1]
 
@@ -278,6 +284,7 @@ def step_one_value(ids, new_id):
         (step_least_frequent, "出现次数最多"),
         (step_no_skip, "i\\+2"),
         (step_one_value, r"\(pair, new_ids\)"),
+        (step_list_pair, "pair 是 list.*应是元组"),
     ],
 )
 def test_bpe_merge_rejects_typical_mistakes(fn, keyword, capsys):

@@ -46,6 +46,16 @@ def input_masked(tgt, pad_id):
     return masked[:, :-1], masked[:, 1:]
 
 
+def input_shifted(tgt, pad_id):  # learner test: labels right, the input shifted as well
+    labels = tgt[:, 1:]
+    return tgt[:, 1:], labels.masked_fill(labels == pad_id, -100)
+
+
+def mask_from_input(tgt, pad_id):  # learner test: -100 where the decoder input is padding
+    dec_in, labels = tgt[:, :-1], tgt[:, 1:]
+    return dec_in, labels.masked_fill(dec_in == pad_id, -100)
+
+
 def pad_as_zero(tgt, pad_id):  # always replaces token 0, whatever pad_id is
     return tgt[:, :-1], tgt[:, 1:].masked_fill(tgt[:, 1:] == 0, -100)
 
@@ -75,6 +85,8 @@ REJECTS = [
     pytest.param(ex.check_decoder_batch, input_masked, "只有标签", id="input-masked"),
     pytest.param(ex.check_decoder_batch, pad_as_zero, "pad_id 换成 -100", id="pad-id-ignored"),
     pytest.param(ex.check_decoder_batch, float_labels, "整数", id="float"),
+    pytest.param(ex.check_decoder_batch, input_shifted, "解码器输入却也右移了", id="input-shifted"),
+    pytest.param(ex.check_decoder_batch, mask_from_input, "-100 放错了位置", id="mask-from-input"),
     pytest.param(ex.check_decoder_batch, one_tensor, "两个张量", id="one-tensor"),
 ]
 

@@ -5,6 +5,7 @@ learner's own line."""
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import os
 import re
@@ -79,9 +80,14 @@ def checker(title: str, wants_class: bool = False) -> Callable:
     """Turn ``body(candidate) -> detail`` into a checker with the common protocol:
     ``check(candidate, *, solution=False, exercise=None)``. With ``exercise`` (the
     book's exercise number, e.g. ``"5.3"``) the outcome of a learner's call is kept for
-    :func:`~transformer_course.exercises.progress`."""
+    :func:`~transformer_course.exercises.progress`. A ``body`` that takes an
+    ``exercise`` keyword also receives the number, for a rule only that exercise
+    states."""
 
-    def decorate(body: Callable[[object], str]) -> Callable[..., None]:
+    def decorate(body: Callable[..., str]) -> Callable[..., None]:
+        # a body with an ``exercise`` parameter grades the rules one exercise states
+        by_exercise = "exercise" in inspect.signature(body).parameters
+
         @functools.wraps(body)
         def check(
             candidate: object, *, solution: bool = False, exercise: str | None = None
@@ -106,7 +112,11 @@ def checker(title: str, wants_class: bool = False) -> Callable:
                 )
             try:
                 with isolated_rng():
-                    detail = body(candidate)
+                    detail = (
+                        body(candidate, exercise=exercise)
+                        if by_exercise
+                        else body(candidate)
+                    )
             except Skeleton as skel:
                 if solution:
                     raise ExerciseError(

@@ -26,7 +26,8 @@ __all__ = ["check_paired_ablation"]
 # (hint, mistake): what each typical mistake looks like to the checker
 ABLATION_HINTS = [
     (
-        "每个方案要在每个种子上各跑一次（不多不少）：两层循环，外层方案、内层种子。",
+        "每个方案要在每个种子上各跑一次（不多不少，先后顺序不限）：例如两层循环，"
+        "一层方案、一层种子。",
         "calls",
     ),
     (
@@ -46,6 +47,21 @@ ABLATION_HINTS = [
     (
         "阈值是相对的：要求 loss_1 > (1 + margin) * loss_0，不只是 loss_1 > loss_0。",
         "margin",
+    ),
+    (
+        "margin 是相对的比例，不是绝对的差：要求 loss_1 > (1 + margin) * loss_0，"
+        "不是 loss_1 > loss_0 + margin（损失约为 5 时差 0.3 就够了，约为 0.1 时差 0.05 "
+        "也不够）。",
+        "absolute",
+    ),
+    (
+        "比较要严格：「高出 margin 以上」是 loss_1 > (1 + margin) * loss_0，正好等于"
+        "阈值时结论不成立；你用的是 >=。",
+        "ge",
+    ),
+    (
+        "用了 any：要每个种子上都成立（all），只在一个种子上成立的结论不算数。",
+        "any",
     ),
     (
         "方向：holds 说的是第二个方案（arms[1]）的损失比第一个方案（arms[0]）"
@@ -85,9 +101,20 @@ def _verdict(loss0, loss1, margin, mistake=None) -> bool:
         loss0, loss1 = loss1, loss0
     if mistake == "mean":
         return sum(loss1) / len(loss1) > (1 + margin) * sum(loss0) / len(loss0)
-    if mistake == "margin":  # no margin, or an absolute one: both miss the relative bar
-        return all(b > a for a, b in zip(loss0, loss1, strict=True))
-    return all(b > (1 + margin) * a for a, b in zip(loss0, loss1, strict=True))
+    pairs = list(zip(loss0, loss1, strict=True))
+    if mistake == "margin":  # no margin
+        return all(b > a for a, b in pairs)
+    if mistake == "absolute":
+        return all(b > a + margin for a, b in pairs)
+    if mistake == "ge":
+        return all(b >= (1 + margin) * a for a, b in pairs)
+    if mistake == "any":
+        return any(b > (1 + margin) * a for a, b in pairs)
+    return all(b > (1 + margin) * a for a, b in pairs)
+
+
+# the wrong verdicts a learner's holds is compared with, over all the cases at once
+_VERDICT_MISTAKES = ("direction", "margin", "absolute", "ge", "mean", "any")
 
 
 # (description, arms, seeds, margin, losses of arms[0], losses of arms[1])
@@ -100,6 +127,12 @@ _CASES = [
      [1.0, 2.0], [1.1, 2.2]),
     ("第二个方案在每个种子上都更好", ("A", "B"), [1, 2, 3], 0.2,
      [0.6, 0.9, 0.75], [0.2, 0.3, 0.25]),
+    ("每个种子上正好高出 50%（二进制下精确相等），阈值 50%", ("A", "B"), [8, 9], 0.5,
+     [1.0, 2.0], [1.5, 3.0]),
+    ("损失约为 5，每个种子高出 0.3，不到 10%", ("A", "B"), [3, 4], 0.1,
+     [5.0, 6.0], [5.3, 6.3]),
+    ("只在一个种子上更差", ("A", "B"), [1, 2], 0.2,
+     [1.0, 1.0], [1.5, 0.1]),
 ]  # fmt: skip
 
 
@@ -107,6 +140,7 @@ _CASES = [
 def check_paired_ablation(fn) -> str:
     """Grade ``fn(run, arms, seeds, margin) -> (losses, holds)`` (see the module)."""
     name = name_of(fn)
+    verdicts = []
     for i, (case, arms, seeds, margin, loss0, loss1) in enumerate(_CASES):
         run = _case(arms, seeds, loss0, loss1)
         what = f"{name}(run, {arms}, {seeds}, margin={margin})"
@@ -139,21 +173,27 @@ def check_paired_ablation(fn) -> str:
                 f"（{verdict!r:.40}）。\n"
                 f"可能的原因：{_HINT['bool']}"
             )
-        holds = _verdict(loss0, loss1, margin)
-        if verdict != holds:
-            mistake = next(
-                (m for m in ("direction", "margin", "mean")
-                 if _verdict(loss0, loss1, margin, m) == verdict),
-                None,
-            )  # fmt: skip
-            fail(
-                f"{what} 判定 holds = {verdict}，应是 {holds}（{case}）。\n可能的原因："
-                + (
-                    _HINT[mistake]
-                    if mistake
-                    else "对照定义逐个种子检查 loss_1 > (1 + margin) * loss_0。"
-                )
+        verdicts.append(verdict)
+    right = [_verdict(c[4], c[5], c[3]) for c in _CASES]
+    if verdicts != right:
+        i = next(
+            i for i, (a, b) in enumerate(zip(verdicts, right, strict=True)) if a != b
+        )
+        case, arms, seeds, margin = _CASES[i][:4]
+        mistake = next(
+            (m for m in _VERDICT_MISTAKES
+             if [_verdict(c[4], c[5], c[3], m) for c in _CASES] == verdicts),
+            None,
+        )  # fmt: skip
+        fail(
+            f"{name}(run, {arms}, {seeds}, margin={margin}) 判定 holds = "
+            f"{verdicts[i]}，应是 {right[i]}（{case}）。\n可能的原因："
+            + (
+                _HINT[mistake]
+                if mistake
+                else "对照定义逐个种子检查 loss_1 > (1 + margin) * loss_0。"
             )
+        )
     for bad in ([4], [2, 2, 5]):
         what = f"{name}(run, ('A', 'B'), {bad}, margin=0.1)"
         run = _FakeRun({})

@@ -51,6 +51,15 @@ def _online_without_rescale(
     return acc / total
 
 
+def _transposed_variant(scores: Tensor, V: Tensor, mistake: str) -> Tensor | None:
+    """The (L, S) scores or weights transposed before use: only runs when L == S."""
+    if scores.size(-1) != scores.size(-2):
+        return None
+    if mistake == "scores_transposed":
+        return torch.softmax(scores.transpose(-2, -1), dim=-1) @ V
+    return torch.softmax(scores, dim=-1).transpose(-2, -1) @ V  # weights_transposed
+
+
 def _attention_variant(
     Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None, mistake: str
 ) -> Tensor | None:
@@ -75,10 +84,8 @@ def _attention_variant(
         )
     if mistake == "online_no_rescale":
         return _online_without_rescale(Q, K, V, mask)
-    if mistake == "scores_transposed":  # (L, S) transposed: needs L == S
-        if scores.size(-1) != scores.size(-2):
-            return None
-        scores = scores.transpose(-2, -1)
+    if mistake in ("scores_transposed", "weights_transposed"):
+        return _transposed_variant(scores, V, mistake)
     dim = -2 if mistake in ("softmax_queries", "softmax_queries_renormed") else -1
     weights = torch.softmax(scores, dim=dim)
     if mistake == "mask_after":
@@ -151,6 +158,12 @@ ATTENTION_HINTS = [
         "直接 torch.softmax(scores, dim=-1)（每行是一个查询对所有键的分数）。",
         "scores_transposed",
     ),
+    (
+        "乘 V 之前把权重转置了（weights.transpose(-2, -1) @ V）：权重 (…, L, S) 的"
+        "第 i 行是查询 i 对各个键的权重，直接 weights @ V；L = S 时形状对得上，"
+        "结果却是按键汇总的。",
+        "weights_transposed",
+    ),
 ]
 
 # crashes: (pattern in "Type: message\nline", hint), before the general causes
@@ -215,14 +228,20 @@ def _attention_cases(
     return cases
 
 
+# exercises whose text asks for ``(输出, 权重)`` (ch01 1.1); elsewhere the output
+# alone is fine
+_RETURNS_WEIGHTS = frozenset({"1.1"})
+
+
 @checker("缩放点积注意力")
-def check_self_attention(fn: Callable) -> str:
+def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
     """Grade ``fn(Q, K, V, attn_mask=None)``: scaled dot-product attention.
 
     Q ``(..., L, D)``, K and V ``(..., S, D)`` (3-D and 4-D inputs); ``mask`` is bool,
     broadcastable to ``(..., L, S)``, ``True`` = may attend. ``fn`` returns the output
-    ``(..., L, D)`` or ``(output, weights)`` with weights ``(..., L, S)``. Compared with
-    :func:`transformer_course.scaled_dot_product_attention`.
+    ``(..., L, D)`` or ``(output, weights)`` with weights ``(..., L, S)``; the exercises
+    in ``_RETURNS_WEIGHTS`` state the pair, so there the output alone is a mistake.
+    Compared with :func:`transformer_course.scaled_dot_product_attention`.
     """
     name = name_of(fn)
     for i, (case, Q, K, V, mask) in enumerate(_attention_cases(seeded_generator(1))):
@@ -231,6 +250,12 @@ def check_self_attention(fn: Callable) -> str:
             fn, *args, what=name, case=case, first=i == 0, causes=ATTENTION_CRASHES
         )
         ref_out, ref_w = scaled_dot_product_attention(Q, K, V, mask)
+        if exercise in _RETURNS_WEIGHTS and not isinstance(out, (tuple, list)):
+            fail(
+                f"练习 {exercise} 要求 {name} 返回 (输出, 权重) 两个值，它只返回了一个"
+                f"（{type(out).__name__}）：把 softmax 得到的权重 (…, L, S) 也返回，"
+                "最后一行写成 return 输出, 权重。"
+            )
         out, weights = _attention_outputs(fn, out, ref_out, ref_w, case)
         _check_attention_output_shape(fn, out, ref_out, ref_w, case)
         if weights is not None:

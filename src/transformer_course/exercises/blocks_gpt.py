@@ -158,6 +158,7 @@ _RESIDUAL_MISTAKES = (
     "no_res_ffn",
     "no_res",
     "res_from_norm",
+    "res_from_norm1",
     "parallel",
 )
 
@@ -181,9 +182,11 @@ def _residual_variant(
         return ffn(norm2(x + attn(norm1(x))))
     if mistake == "no_res":
         return ffn(norm2(attn(norm1(x))))
-    if mistake == "res_from_norm":
+    if mistake in ("res_from_norm", "res_from_norm1"):
         h = norm1(x)
         x = h + attn(h)
+        if mistake == "res_from_norm1":  # only the attention sublayer's residual
+            return x + ffn(norm2(x))
         h = norm2(x)
         return h + ffn(h)
     return x + attn(norm1(x)) + ffn(norm2(x))  # "parallel"
@@ -211,6 +214,12 @@ BLOCK_HINTS = [
         "残差要加在归一化之前的 x 上：x + self_attn(norm1(x))，"
         "不是 norm1(x) + self_attn(norm1(x))。",
         "res_from_norm",
+    ),
+    (
+        "注意力子层的残差加在了 norm1(x) 上：你写的是 h = norm1(x)，x = h + "
+        "self_attn(h)。残差要加在归一化之前的 x 上：x = x + self_attn(norm1(x))"
+        "（FFN 子层你写对了）。",
+        "res_from_norm1",
     ),
     (
         "两个子层是串行的：FFN 的输入是加过注意力残差之后的 x，"

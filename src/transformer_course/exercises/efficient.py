@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from ..masks import causal_mask
 from ..models import GPTConfig, MiniGPT
@@ -96,12 +98,15 @@ def _streaming_variant(
     fully masked leading blocks, so the mistake is not confused with that one."""
     D = q.size(-1)
     scale = 1.0 if mistake == "noscale" else 1 / math.sqrt(D)
+    if mistake == "scale_dv":
+        scale = 1 / math.sqrt(v.size(-1))
     if mistake == "inverted":
         mask = ~mask
     c = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
     ell = torch.zeros_like(c)
     o = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype)
-    for start in range(0, k.size(-2), b):
+    first = b if mistake == "first_block_dropped" else 0
+    for start in range(first, k.size(-2), b):
         s = (q @ k[..., start : start + b, :].mT) * scale
         s = s.masked_fill(~mask[..., start : start + b], -math.inf)
         c_new = torch.maximum(c, s.amax(-1, keepdim=True))
@@ -129,6 +134,16 @@ _STREAMING_MISTAKES = [
         "分母 ℓ 校正了，分子 o 没有：o 也要乘同一个校正因子 exp(c_旧 − c_新)。",
         "o_not_rescaled",
     ),
+    (
+        "缩放因子用的是 √D_v（V 的最后一维）：应除以 √D，D 是 Q 和 K 的最后一维，"
+        "这里 D ≠ D_v。",
+        "scale_dv",
+    ),
+    (
+        "第 1 块没有算进结果：先用 next(blocks) 取出的那一块也要参与更新 (c, ℓ, o)，"
+        "迭代器交出的块不会再来第二次。",
+        "first_block_dropped",
+    ),
 ]
 
 _LEADING_MASKED = (
@@ -141,6 +156,9 @@ _NONFINITE_HINTS = {
     "left_pad": _LEADING_MASKED,
     "row_starts": _LEADING_MASKED,
     "none": "exp 溢出了：先减去目前为止的最大分数 c，再取 exp。",
+    "loud_masked": "被屏蔽的键分数比可见的键高 100 以上时，若最大值 c 把它们也算进去，"
+    "可见键的 exp(s − c) 全部下溢成 0，ℓ = 0，结果成了 0/0 = NaN。先屏蔽再取最大值："
+    "masked_fill(~mask_j, −∞) 之后再 amax 和 exp，不要在 exp 之后才乘掩码。",
 }
 
 
@@ -156,6 +174,9 @@ def _streaming_mask(
         mask[1, :, :40] = False
     elif kind == "none":
         mask = torch.ones(L, S, dtype=torch.bool)
+    elif kind == "loud_masked":  # a third of the keys masked, the same for every row
+        mask = torch.rand(1, S, generator=g) < 0.7
+        mask[:, 0] = True
     else:  # row r sees keys from a random start on (its first blocks all masked)
         starts = torch.randint(0, 6 * b, (*batch, L, 1), generator=g)
         mask = torch.arange(S) >= starts
@@ -196,6 +217,8 @@ def check_streaming_attention(fn) -> str:
         ("Q (2, 2, 5, 6)，D_v=3，S=300，每块 8 个（最后一块 4 个）；"
          "每行前面若干块全被屏蔽，掩码 (N, H, L, S)",
          (2, 2), 5, 6, 3, 300, 8, "row_starts", 1.0),
+        ("被屏蔽的键分数比可见的键高 100 以上，掩码 (1, S)",
+         (2,), 3, 4, 4, 256, 4, "loud_masked", 1.0),
     ]  # fmt: skip
     peak = 0
     for i, (case, batch, L, D, Dv, S, b, kind, scale) in enumerate(cases):
@@ -203,6 +226,11 @@ def check_streaming_attention(fn) -> str:
         k = randn(g, *batch, S, D, scale=scale)
         v = randn(g, *batch, S, Dv)
         mask = _streaming_mask(kind, batch, L, S, b, g)
+        if (
+            kind == "loud_masked"
+        ):  # q > 1 and masked keys 100·(1, …, 1): scores ≥ 100·D/√D
+            q = q.abs() + 1
+            k[..., ~mask[0], :] = 100.0
         lead = math.prod(batch)
         # one block plus O(L·D) state, with room to spare; anything that grows with S
         # (a concatenation, the full score matrix, a list of all the blocks) is larger
@@ -266,32 +294,60 @@ def check_streaming_attention(fn) -> str:
 # ---------------------------------------------------------------------------
 
 _COPYING = {"repeat_interleave", "repeat", "tile"}
+_MATMULS = {"matmul", "__matmul__", "bmm"}
 
 
 class _CopyWatch(TorchFunctionMode):
-    """Records the learner's calls that copy the key-value heads H/H_kv times: a
-    ``repeat``-like call, or any new (not stride-0) tensor holding (S, D) rows for all
-    H query heads."""
+    """What the learner's torch calls do with the key-value heads: a ``repeat``-like
+    call, the reference itself (``F.scaled_dot_product_attention(enable_gqa=True)``),
+    and, with :class:`_CopyFinder`, every tensor that torch materialises holding more
+    than the ``H_kv`` given copies of the (S, D) rows, inside torch's own functions too
+    (a broadcasting ``matmul`` expands and clones its operand)."""
 
-    def __init__(self, copy_numel: int, S: int, D: int) -> None:
+    def __init__(self, kv_numel: int, S: int, D: int) -> None:
         super().__init__()
-        self.copy_numel, self.S, self.D = copy_numel, S, D
+        self.kv_numel, self.S, self.D = kv_numel, S, D
         self.calls: list[str] = []
+        self.reference = False
+        self.current = ""  # the learner's torch call now running
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", str(func))
         if name in _COPYING:
             self.calls.append(name)
-        elif (
+        if name == "scaled_dot_product_attention" and (kwargs or {}).get("enable_gqa"):
+            self.reference = True
+        self.current = name
+        return func(*args, **(kwargs or {}))
+
+
+class _CopyFinder(TorchDispatchMode):
+    """Records, for :class:`_CopyWatch`, each new tensor (not a view of an input) whose
+    last two dims are (S, D) or (D, S) and that has more elements than k itself."""
+
+    def __init__(self, watch: _CopyWatch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        w = self.watch
+        if (
             isinstance(out, Tensor)
-            and out.numel() == self.copy_numel
+            and out.numel() > w.kv_numel
             and out.dim() >= 2
-            and tuple(out.shape[-2:]) in ((self.S, self.D), (self.D, self.S))
-            and out._base is None  # a new tensor, not a view of one
-            and 0 not in out.stride()
+            and tuple(out.shape[-2:]) in ((w.S, w.D), (w.D, w.S))
         ):
-            self.calls.append(f"{name}（得到形状 {tuple(out.shape)} 的新张量）")
+            inputs = {
+                t.untyped_storage().data_ptr()
+                for t in tree_leaves((args, kwargs))
+                if isinstance(t, Tensor)
+            }
+            if out.untyped_storage().data_ptr() not in inputs:
+                op = func.overloadpacket.__name__
+                w.calls.append(
+                    f"{w.current}（其中 {op} 得到形状 {tuple(out.shape)} 的新张量）"
+                )
         return out
 
 
@@ -306,11 +362,18 @@ def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
         kv_of = torch.arange(H) // G
     k, v = k[:, kv_of], v[:, kv_of]
     s = q @ k.mT
-    s = {"noscale": s, "groupscale": s / math.sqrt(D * G)}.get(
-        mistake, s / math.sqrt(D)
-    )
+    s = {
+        "noscale": s,
+        "groupscale": s / math.sqrt(D * G),
+        "scale_s": s / math.sqrt(k.size(2)),
+    }.get(mistake, s / math.sqrt(D))
     w = torch.softmax(s, dim=-2 if mistake == "dim" else -1)
-    return w @ v
+    out = w @ v
+    if (
+        mistake == "groups_transposed"
+    ):  # (N, H_kv, G, L, D) -> transpose(2, 3) -> reshape
+        return out.view(N, Hkv, G, L, D).transpose(2, 3).reshape(N, H, L, D)
+    return out
 
 
 _GQA_MISTAKES = [
@@ -323,6 +386,13 @@ _GQA_MISTAKES = [
     ("分数没有除以 √D（D 是每个头的维度）。", "noscale"),
     ("缩放多乘了组大小：分数应除以 √D，不是 √(D·G)。", "groupscale"),
     ("softmax 的 dim 写错了：应在键的维度（最后一维）上归一化。", "dim"),
+    ("分数除以的是 √S（键的个数）：应除以 √D，D 是每个头的维度。", "scale_s"),
+    (
+        "合并各组时先交换了 G 和 L：(N, H_kv, G, L, D) 直接 reshape(N, H, L, D) "
+        "就对（H_kv 与 G 相邻，合起来正是 H，头 h = 组·G + 组内序号），"
+        "不要先 transpose(2, 3)。",
+        "groups_transposed",
+    ),
 ]
 
 
@@ -331,9 +401,10 @@ def check_grouped_attention(fn) -> str:
     """Grade ``fn(q, k, v)``: q ``(N, H, L, D)``, k and v ``(N, H_kv, S, D)`` with
     ``H`` a multiple of ``H_kv``; returns ``(N, H, L, D)``, query head ``h`` attending
     with key-value head ``h // (H // H_kv)``, scaled by ``1/√D``, no mask. Compared with
-    ``F.scaled_dot_product_attention(..., enable_gqa=True)``; a call of
-    ``repeat_interleave``/``repeat``/``tile``, or any new tensor that holds the keys
-    or values once per query head, fails."""
+    ``F.scaled_dot_product_attention(..., enable_gqa=True)``; calling that reference, a
+    call of ``repeat_interleave``/``repeat``/``tile``, or any new tensor holding more
+    than ``H_kv`` copies of the keys or values (also one made inside a broadcasting
+    ``matmul``) fails."""
     name = name_of(fn)
     g = seeded_generator(41)
     # (description, N, H, H_kv, L, S, D): L, S, D distinct so a copy is recognisable
@@ -345,12 +416,19 @@ def check_grouped_attention(fn) -> str:
     ]
     for i, (case, N, H, Hkv, L, S, D) in enumerate(cases):
         q, k, v = randn(g, N, H, L, D), randn(g, N, Hkv, S, D), randn(g, N, Hkv, S, D)
-        watch = _CopyWatch(N * H * S * D, S, D) if Hkv < H else None
+        watch = _CopyWatch(k.numel(), S, D) if Hkv < H else None
         if watch is None:
             out = run_learner(fn, q, k, v, what=name, case=case, first=i == 0)
         else:
-            with watch:
+            with watch, _CopyFinder(watch):
                 out = run_learner(fn, q, k, v, what=name, case=case, first=i == 0)
+            if watch.reference:
+                fail(
+                    f"{name} 调用了 F.scaled_dot_product_attention(..., "
+                    f"enable_gqa=True)（{case}）：那正是检查器用来比较的参考实现，分组由它替你做了。"
+                    "练习要你自己写出分组：把 q 变形为 (N, H_kv, G·L, D)，与 k、v 做"
+                    "矩阵乘法。"
+                )
         out = as_tensor(out, f"{name} 的输出", case)
         check_shape(
             out,
@@ -372,12 +450,20 @@ def check_grouped_attention(fn) -> str:
                 + (f"\n提示：{hint}" if hint else "")
             )
         if watch is not None and watch.calls:
+            broadcast = any(c.split("（")[0] in _MATMULS for c in watch.calls)
             fail(
                 f"{name} 的结果正确，但把键值头复制成了 H 份（{case}：调用了 "
-                f"{', '.join(dict.fromkeys(watch.calls))}）。练习要求不复制："
-                "把 q 变形为 (N, H_kv, G·L, D)（或 (N, H_kv, G, L, D)，给 k、v "
-                "加一个大小为 1 的维度让矩阵乘法广播），每组 G 个查询头直接与同一份 "
-                "k、v 相乘。"
+                f"{', '.join(dict.fromkeys(watch.calls))}）。"
+                + (
+                    "矩阵乘法沿组的维度广播 k、v 时（k.unsqueeze(2) 或 expand），"
+                    "PyTorch 先把它们展开再复制成 G 份，才能交给批量矩阵乘法：这就是 "
+                    "H 份键值。"
+                    if broadcast
+                    else ""
+                )
+                + "练习要求不复制：把 G 并进查询的行，q.reshape(N, H_kv, G·L, D) "
+                "@ k.mT，再乘 v，最后 reshape 回 (N, H, L, D)；k、v 不加维度，也就"
+                "不用广播。"
             )
     return f"{len(cases)} 种形状，含 MQA 与 G=1，未复制键值头"
 
@@ -398,10 +484,14 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
         return wrong / wrong.sum(-1, keepdim=True)
     n = z.size(-1)
     zs = z.sort(dim=-1, descending=mistake != "ascending").values
-    ks = torch.arange(1, n + 1, dtype=z.dtype)
+    ks = torch.arange(0 if mistake == "ranks_from_zero" else 1, n + 1, dtype=z.dtype)[
+        :n
+    ]
     cs = zs.cumsum(-1)
-    if mistake == "no_one":  # support test without the 1
-        support = ks * zs > cs - 1e-12
+    if mistake == "no_one":  # support test without the 1 (the page's bug)
+        support = ks * zs > cs
+    elif mistake == "no_k":  # support test without the rank k
+        support = 1 + zs > cs
     else:
         support = 1 + ks * zs > cs
     k = support.sum(-1, keepdim=True).clamp(min=1)
@@ -409,6 +499,10 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
         tau = (cs.gather(-1, k - 1) - 1) / (k - 1).clamp(min=1)
     elif mistake == "mean_threshold":  # tau = mean of all entries - 1/n
         tau = (cs[..., -1:] - 1) / n
+    elif mistake == "sum_shifted":  # cs[k] where cs[k - 1] is the sum of the top k
+        tau = (cs.gather(-1, k.clamp(max=n - 1)) - 1) / k
+    elif mistake == "no_minus_one":
+        tau = cs.gather(-1, k - 1) / k
     else:
         tau = (cs.gather(-1, k - 1) - 1) / k
     out = z - tau
@@ -426,9 +520,25 @@ _SPARSEMAX_MISTAKES = [
         "k_zero_based",
     ),
     (
+        "判据里的名次 k 从 0 数起了（torch.arange(0, n)）：第 k 大的元素名次是 "
+        "k = 1, 2, …, n，用 torch.arange(1, n + 1)，判据 1 + k·z_(k) > 前 k 大之和。",
+        "ranks_from_zero",
+    ),
+    (
         "支撑集的判据少了 1：应为 1 + k·z_(k) > 前 k 大之和。",
         "no_one",
     ),
+    (
+        "支撑集的判据少了名次 k：应为 1 + k·z_(k) > 前 k 大之和，不是 1 + z_(k) > "
+        "前 k 大之和（k = torch.arange(1, n + 1)）。",
+        "no_k",
+    ),
+    (
+        "τ 用错了前 k 大之和：cs = zs.cumsum(-1) 的下标从 0 开始，前 k 个之和是 "
+        "cs[k − 1]（cs.gather(-1, k - 1)），不是 cs[k]。",
+        "sum_shifted",
+    ),
+    ("τ 少了 −1：τ = (前 k 大之和 − 1) / k。", "no_minus_one"),
     ("排序方向反了：z 要从大到小排序（descending=True）。", "ascending"),
     (
         "τ 用了全部元素：τ 只由支撑集（前 k 个最大值）决定，(前 k 大之和 − 1)/k。",
@@ -444,6 +554,40 @@ _SPARSEMAX_MISTAKES = [
         "正确的 τ 下 max(z − τ, 0) 的和本来就是 1，不需要再归一化；"
         "要改的是支撑集的判据：1 + k·z_(k) > 前 k 大之和。",
         "renormalised",
+    ),
+]
+
+
+def _sparsemax_hint(fn, inputs: list[Tensor]) -> str | None:
+    """The mistake that reproduces the learner's output on every input it answers (one
+    input can match two mistakes: on [1.0, 0.8, 0.1] a criterion without the 1,
+    without k, or with k from 0 all keep a single element)."""
+    answers = []
+    for z in inputs:
+        try:  # diagnosis only: an input the learner's code cannot answer is skipped
+            out = fn(z.clone())
+        except Exception:
+            continue
+        if isinstance(out, Tensor) and out.shape == z.shape:
+            answers.append((z, out.detach()))
+    return next(
+        (
+            hint
+            for hint, mistake in _SPARSEMAX_MISTAKES
+            if answers
+            and all(close(out, _sparsemax_variant(z, mistake)) for z, out in answers)
+        ),
+        None,
+    )
+
+
+# a crash on the first input with rows, after the 1-D inputs passed
+_BATCHED_CRASHES = [
+    (
+        r"size|shape|dimension|Scalar|only one element|broadcast",
+        "一维输入通过了，有多行的输入出错：每一步都要沿最后一维、对每一行分别做"
+        "（sort(dim=-1)、cumsum(-1)、sum(-1, keepdim=True)、gather(-1, …)），不要用"
+        " int(...)、.item() 或不带 dim 的 sum 把支撑集大小归成一个数。",
     ),
 ]
 
@@ -467,7 +611,10 @@ def check_sparsemax(fn) -> str:
     ]
     for i, (case, z) in enumerate(cases):
         z = z.double()
-        out = run_learner(fn, z, what=name, case=case, first=i == 0)
+        out = run_learner(
+            fn, z, what=name, case=case, first=i == 0,
+            causes=_BATCHED_CRASHES if z.dim() > 1 else (),
+        )  # fmt: skip
         out = as_tensor(out, f"{name} 的输出", case)
         check_shape(
             out, z.shape, f"{name} 的输出", case, " sparsemax 逐元素输出，与 z 同形。"
@@ -477,9 +624,7 @@ def check_sparsemax(fn) -> str:
         ref = sparsemax(z)
         if close(out, ref):
             continue
-        hint = first_reproduced(
-            out, _SPARSEMAX_MISTAKES, functools.partial(_sparsemax_variant, z)
-        )
+        hint = _sparsemax_hint(fn, [z.double() for _, z in cases])
         if hint is None and not torch.allclose(
             out.double().sum(-1), torch.ones(()).double()
         ):
@@ -511,7 +656,7 @@ def _kv_bytes(
     }.get(mistake, kv_heads * cfg.head_dim)
     copies = 1 if mistake == "one_copy" else 2
     layers = 1 if mistake == "one_layer" else cfg.num_layers
-    per_element = {"no_bytes": 1, "bits": 8 * nbytes}.get(mistake, nbytes)
+    per_element = {"no_bytes": 1, "bits": 8 * nbytes, "fixed_4": 4}.get(mistake, nbytes)
     return copies * layers * batch * seq_len * width * per_element
 
 
@@ -541,6 +686,12 @@ _KV_MISTAKES = [
     (
         "多乘了 8：这是比特数；本题要字节数，bytes_per_element 已经是每个数的字节数。",
         "bits",
+    ),
+    (
+        "每个元素总按 4 字节算了：要乘的是参数 bytes_per_element"
+        "（默认 4，bf16 时是 2），"
+        "不要写死 4。",
+        "fixed_4",
     ),
 ]
 
@@ -668,10 +819,14 @@ def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
     elif mistake == "strict":  # diagonal forgotten
         mask = torch.ones(L, L, dtype=torch.bool).tril(-1)
         mask[:, :prefix] = True
+    elif mistake == "zero_means_all" and prefix == 0:  # e.g. mask[:prefix or L, ...]
+        mask[:] = True
     else:
         mask[:, :prefix] = True
     if mistake == "inverted":
         mask = ~mask
+    if mistake == "transposed":  # row = key, column = query
+        mask = mask.T
     return mask
 
 
@@ -689,6 +844,16 @@ _PREFIX_MISTAKES = [
         "这是普通的因果掩码，前缀部分没有处理：前 prefix 个位置要互相都能看到"
         "（双向），在因果掩码上再打开前 prefix 列：mask[:, :prefix] = True。",
         "causal",
+    ),
+    (
+        "掩码转置了：行 i 是查询、列 j 是键，mask[i, j] = True 表示位置 i 可以看 j；"
+        "前缀之后应是下三角（j ≤ i，tril），你的是上三角（triu）。",
+        "transposed",
+    ),
+    (
+        "prefix = 0 时没有前缀，掩码就是普通的因果掩码；你的代码在 prefix = 0 时把整个"
+        "序列都打开了（例如 prefix or L 这样的写法）。",
+        "zero_means_all",
     ),
 ]
 
@@ -721,7 +886,10 @@ def check_prefix_lm_mask(fn) -> str:
             None,
         )
         if hint is None and bool((out & ~want)[:, prefix:].any()):
-            hint = "前缀之后的位置看到了未来：前缀之后仍是因果的。"
+            hint = (
+                "前缀之后的键 j 被更早的位置 i < j 看到了（看见了未来）："
+                "前缀之后仍是因果的，mask[i, j] 只在 j ≤ i 或 j < prefix 时为 True。"
+            )
         bad = (out != want).nonzero()[0].tolist()
         fail(
             f"{name}({L}, {prefix}) 不对：例如 (i, j) = ({bad[0]}, {bad[1]}) 应为 "

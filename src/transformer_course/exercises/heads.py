@@ -47,7 +47,10 @@ def _mha_variant(
 ) -> Tensor | None:
     """What multi-head attention with the learner's four layers outputs with one of
     :data:`MHA_HINTS`' mistakes."""
-    if mistake.startswith("mask_") and mask is None:
+    square = mask is not None and mask.size(-1) == mask.size(-2)
+    if mistake.startswith("mask_") and (
+        mask is None or (mistake == "mask_transposed" and not square)
+    ):
         return None
     q_proj, k_proj, v_proj, out_proj = layers
     if mistake == "q_proj_for_all":
@@ -60,6 +63,8 @@ def _mha_variant(
         k_proj, v_proj = (layer, v_proj) if role == "k" else (k_proj, layer)
     if mistake == "kv_from_q":
         K = V = Q
+    if mistake == "mask_transposed":  # (L, S) read as (S, L): needs L == S
+        mask = mask.transpose(-2, -1)
     H = 1 if mistake == "one_head" else H
     N, L, E = Q.shape
     D = E // H
@@ -142,6 +147,12 @@ MHA_HINTS = [
     (
         "被屏蔽的位置仍有权重：掩码没有起作用（attn_mask 参数被忽略了？）。",
         "mask_ignored",
+    ),
+    (
+        "掩码转置了：attn_mask[i, j] 说的是查询 i 能否看键 j（形状 (L, S)），"
+        "你用的是 attn_mask.T（因果掩码转置后成了只看自己和之后的位置）。"
+        "原样传给每个头：(L, S) 会自动广播到 (N, H, L, S)。",
+        "mask_transposed",
     ),
 ]
 

@@ -24,10 +24,13 @@ from ._report import as_tensor, check_float, check_shape, close, first_reproduce
 
 _SPLIT_MISTAKES = [
     (
-        "直接 view(N, H, T, D) 没有先拆 E：第 h 个头的第 i 行不再是位置 i，而是位置 "
-        "(h·T + i)·D / E 的一段特征。因果掩码按行下标屏蔽，于是许多位置的输出读到了它"
-        "自己之后的字符——模型看见了未来（训练损失在这些位置接近 0，生成却一塌糊涂）。"
-        "应先 view(N, T, H, D) 再交换位置轴与头轴。",
+        "结果等于把 t 直接 view/reshape 成 (N, H, T, D)：view 和 reshape 只按内存顺序"
+        "重新划分形状，不会交换轴，所以先 view(N, T, H, D) 再 reshape(N, H, T, D) "
+        "也一样。第 h 个头的第 i 行因此不再是位置 i，而是位置 (h·T + i)·D / E 的"
+        "一段特征。"
+        "因果掩码按行下标屏蔽，于是许多位置的输出读到了它自己之后的字符——模型看见了未来"
+        "（训练损失在这些位置接近 0，生成却一塌糊涂）。应先 view(N, T, H, D)，再用 "
+        "transpose(1, 2)（不是 reshape）交换位置轴与头轴。",
         "view",
     ),
     (

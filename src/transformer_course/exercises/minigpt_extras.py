@@ -39,6 +39,16 @@ POST_LN_HINTS = [
         "输出 norm2(h + ffn(h))。",
         "pre_ln",
     ),
+    (
+        "只改好了注意力这一层：h = norm1(x + attn(x)) 对了，FFN 这一层还是 "
+        "h + norm2(ffn(h))。两个子层都要先加残差再归一化：输出 norm2(h + ffn(h))。",
+        "ffn_unfixed",
+    ),
+    (
+        "只改好了 FFN 这一层：输出 norm2(h + ffn(h)) 对了，注意力这一层还是 "
+        "x + norm1(attn(x))。两个子层都要先加残差再归一化：h = norm1(x + attn(x))。",
+        "attn_unfixed",
+    ),
     ("少了残差：应为 LN(x + F(x))，不是 LN(F(x))。", "no_residual"),
     (
         "注意力没有因果掩码，位置看得见未来：调用 self.self_attn(x, is_causal=True)。",
@@ -62,6 +72,12 @@ def _post_ln_variant(ref: TransformerBlock, x: Tensor, mistake: str) -> Tensor:
         return h + ffn(n2(h))
     if mistake == "no_residual":
         return n2(ffn(n1(attend(x))))
+    if mistake == "ffn_unfixed":
+        h = n1(x + attend(x))
+        return h + n2(ffn(h))
+    if mistake == "attn_unfixed":
+        h = x + n1(attend(x))
+        return n2(h + ffn(h))
     h = n1(x + attend(x))  # "no_mask": the right wiring, attention not causal
     return n2(h + ffn(h))
 

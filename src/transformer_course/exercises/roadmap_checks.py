@@ -75,6 +75,53 @@ WITTEN_BELL_CRASHES = [
 ]
 
 
+def _interpolate(
+    counts: list[dict[str, Counter]],
+    history: str,
+    c: str,
+    vocab_size: int,
+    mistake: str,
+) -> float:
+    """``P(c | history)`` as a learner with ``mistake`` computes it (the right recursion
+    is :func:`~transformer_course.char_ngram_loss`'s)."""
+    p = 1.0 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        h = history[:k] if mistake == "first_k" else history[len(history) - k :]
+        after = counts[k].get(h)
+        if not after:
+            break
+        seen = sum(after.values())
+        u = {"u_total": seen, "u_one": 1}.get(mistake, len(after))
+        shorter = 1.0 / vocab_size if mistake == "uniform_escape" else p
+        p = (after[c] + u * shorter) / (seen + u)
+    return p
+
+
+# (hint, mistake of _interpolate) for a distribution with the wrong held-out loss
+_WITTEN_BELL_HINTS = [
+    (
+        "k 阶的历史 h_k 是紧挨着 c 的最近 k 个字符 history[-k:]（k = 0 时是空串），"
+        "你取的是最前面的 k 个 history[:k]。",
+        "first_k",
+    ),
+    (
+        "u(h) 是 h 之后出现过的不同字符的个数 len(counts[k][h])，不是次数之和 "
+        "sum(counts[k][h].values())。",
+        "u_total",
+    ),
+    (
+        "u(h) 写成了 1（加一平滑）：u(h) 是 h 之后出现过的不同字符的个数 "
+        "len(counts[k][h])。",
+        "u_one",
+    ),
+    (
+        "每一阶都退回到均匀分布 1/vocab_size：p_短 应是上一阶（短一个字符的历史）"
+        "算出的概率，插值从 k = 0 一阶一阶往长历史走。",
+        "uniform_escape",
+    ),
+]
+
+
 def _text(g: torch.Generator, alphabet: str, length: int) -> str:
     """A text with local structure: each character mostly follows its predecessor's
     favourite, sometimes a random one."""
@@ -153,29 +200,36 @@ def check_witten_bell(fn: object) -> str:
                 )
     n = 3
     counts = _counts(train, n)
-    mine = -math.fsum(
-        math.log(
-            float(
-                run_learner(
-                    fn,
-                    counts,
-                    held_out[max(0, i - n + 1) : i],
-                    held_out[i],
-                    len(vocab),
-                    what=name,
-                    case="留出文本",
-                    causes=WITTEN_BELL_CRASHES,
-                )
+    steps = [
+        (counts, held_out[max(0, i - n + 1) : i], held_out[i], len(vocab))
+        for i in range(1, len(held_out))
+    ]
+    mine = [
+        float(
+            run_learner(
+                fn, *step, what=name, case="留出文本", causes=WITTEN_BELL_CRASHES
             )
         )
-        for i in range(1, len(held_out))
-    ) / (len(held_out) - 1)
+        for step in steps
+    ]
+    loss = -math.fsum(map(math.log, mine)) / len(steps)
     ref = char_ngram_loss(train, held_out, n, len(vocab))
-    if abs(mine - ref) > 1e-9 * max(1.0, ref):
+    if abs(loss - ref) > 1e-9 * max(1.0, ref):
+        hint = next(
+            (
+                hint
+                for hint, mistake in _WITTEN_BELL_HINTS
+                if all(
+                    math.isclose(p, _interpolate(*step, mistake), rel_tol=1e-9)
+                    for p, step in zip(mine, steps, strict=True)
+                )
+            ),
+            "逐阶对照 (count(h c) + u(h)·p_短) / (count(h) + u(h))：u(h) 是 h 之后"
+            "出现过的不同字符的个数，h_k 是最近的 k 个字符，插值从 k = 0 往长历史走，"
+            "每一阶的 p_短 是上一阶的结果。",
+        )
         fail(
-            f"{name} 给出的是一个分布，但留出文本上的交叉熵是 {mine:.6f} nats/字符，"
-            f"应为 {ref:.6f}：u(h) 是 h 之后出现过的不同字符的个数"
-            "（len(counts[k][h])），不是次数之和；插值从 k = 0（空历史）往长历史走，"
-            "每一阶的 p_短 是上一阶的结果。"
+            f"{name} 给出的是一个分布，但留出文本上的交叉熵是 {loss:.6f} nats/字符，"
+            f"应为 {ref:.6f}。{hint}"
         )
     return "四种历史之后都是分布，留出文本上的交叉熵与 tc.char_ngram_loss 相同"

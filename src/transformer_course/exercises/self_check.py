@@ -152,6 +152,12 @@ def check_softmax_jacobian(fn: object) -> str:
                 hint = "只减了对角线上的 p_i²：−p pᵀ 是整个外积 p_i p_j。"
             elif close(got, p[..., :, None] * p[..., None, :] - torch.diag_embed(p)):
                 hint = "符号反了：应是 diag(p) − p pᵀ。"
+            elif p.dim() > 1:  # the 1-D p (the first case) passed
+                hint = (
+                    "一维的 p 对了，批量的错了：每一行要用它自己的外积 "
+                    "p.unsqueeze(-1) * p.unsqueeze(-2)（形状 (…, L, L)）；torch.outer "
+                    "只接受一维，把批量拉平后再做外积会把不同行的 p 乘在一起。"
+                )
             else:
                 hint = "∂p_i/∂z_j = p_i(δ_ij − p_j)，写成矩阵是 diag(p) − p pᵀ。"
             fail(

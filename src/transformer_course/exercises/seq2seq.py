@@ -64,6 +64,10 @@ def _decoder_variant(
         x = n1(x + cross_attn(x))
         x = n2(x + self_attn(x))
         return n3(x + layer.ffn(x))
+    if mistake == "norm_on_sublayer":  # x + norm(sublayer(x)) in all three steps
+        x = x + n1(self_attn(x))
+        x = x + n2(cross_attn(x))
+        return x + n3(layer.ffn(x))
     if mistake == "norm_before_cross_residual":  # norm2(x) + cross_attn(x)
         x = n1(x + self_attn(x))
         x = n2(x) + cross_attn(x)
@@ -99,6 +103,12 @@ _DECODER_HINTS = [
         "这是 Pre-LN（x + 子层(norm(x))）；本章的模型是 Post-LN："
         "x = norm1(x + self_attn(x))，依此类推。",
         "pre_ln",
+    ),
+    (
+        "归一化只用在了子层的输出上（x + norm1(self_attn(x))），残差绕过了它。"
+        "Post-LN 是先相加、再对和做归一化：x = norm1(x + self_attn(x))，"
+        "另两步同样是 norm2(x + …)、norm3(x + …)。",
+        "norm_on_sublayer",
     ),
     ("少了掩码自注意力的残差连接：x = norm1(x + self_attn(x))。", "no_res_self"),
     (
@@ -237,10 +247,11 @@ def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) ->
     if mistake == "softmax_first":
         logits = logits.softmax(-1)
     flat, target = logits.flatten(0, 1), labels.flatten()
-    if mistake == "sum":
-        return F.cross_entropy(flat, target, reduction="sum")
-    if mistake == "mean_over_all":
-        return F.cross_entropy(flat, target, reduction="sum") / target.numel()
+    # the sum over the real labels, divided by something other than their number
+    divisor = {"sum": 1, "mean_over_all": target.numel()}
+    divisor["mean_over_batch"] = tgt.size(0)
+    if mistake in divisor:
+        return F.cross_entropy(flat, target, reduction="sum") / divisor[mistake]
     return F.cross_entropy(flat, target)
 
 
@@ -280,6 +291,11 @@ _LOSS_HINTS = [
         "平均时把填充位置也算进了分母：-100 的位置既不计损失、也不计个数"
         "（用默认的 reduction='mean'，不要自己除以 N·L）。",
         "mean_over_all",
+    ),
+    (
+        "总和除以了批大小 N（每句的损失之和）：分母应是非填充标签的个数，"
+        "用 F.cross_entropy 默认的 reduction='mean'，不要自己除以 tgt.size(0)。",
+        "mean_over_batch",
     ),
     (
         "先对每句求平均、再对各句求平均：短句的每个词元因此权重更大。"

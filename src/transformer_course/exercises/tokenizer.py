@@ -248,7 +248,14 @@ def check_bpe_merge(fn: Callable) -> str:
         _check_unchanged(name, arg, ids)
         if not (isinstance(out, Sequence) and len(out) == 2):
             fail(f"{name} 应返回 (pair, new_ids) 两项，得到 {out!r:.80}")
-        _diagnose_choice(name, tuple(out[0]), ids)
+        if not isinstance(out[0], tuple):
+            fail(
+                f"{name} 返回的 pair 是 {type(out[0]).__name__} {out[0]!r:.40}，"
+                "应是元组 (a, b)：tc.BPETokenizer.merges 里的合并都是元组，下一格把你的"
+                "合并与它逐个比较，"
+                "[a, b] == (a, b) 为 False。用 tuple(...) 或直接返回 counts 的键。"
+            )
+        _diagnose_choice(name, out[0], ids)
         runs.append(((ids, _best_pair(ids), _NEW), _as_list(name, out[1])))
     _explain(name, runs, merge_pair, _merge_variants, _MERGE_RULE)
     return f"{len(cases)} 个序列，含出现次数并列的对和重叠的 [7, 7, 7, 7]"

@@ -40,6 +40,17 @@ DECODER_BATCH_HINTS = [
         "解码器输入必须是合法的词元编号（-100 查不了嵌入表）。",
         "input_masked",
     ),
+    (
+        "标签对了，解码器输入却也右移了：输入应以 <bos> 开头，是 tgt[:, :-1]，"
+        "不是 tgt[:, 1:]（那样位置 t 的输入就是它要预测的答案）。",
+        "input_shifted",
+    ),
+    (
+        "-100 放错了位置：你按解码器输入里的填充去换标签，两者错开一位，"
+        "输入是 <eos> 的那个位置的标签是填充，却没有被换掉。要看标签自己："
+        "labels.masked_fill(labels == pad_id, -100)。",
+        "mask_from_input",
+    ),
 ]
 
 
@@ -60,7 +71,11 @@ def _batch_variant(tgt: Tensor, pad_id: int, mistake: str) -> tuple[Tensor, Tens
         labels = dec_in
     elif mistake == "reversed":
         dec_in, labels = labels, dec_in
-    if mistake != "pad_kept":
+    if mistake == "input_shifted":
+        dec_in = tgt[:, 1:]
+    if mistake == "mask_from_input":
+        labels = labels.masked_fill(dec_in == pad_id, IGNORE)
+    elif mistake != "pad_kept":
         labels = labels.masked_fill(labels == pad_id, IGNORE)
     if mistake == "input_masked":
         dec_in = dec_in.masked_fill(dec_in == pad_id, IGNORE)
