@@ -176,6 +176,17 @@ def test_check_mask_names_bad_float_values(bad):
     tc.masks.check_mask(torch.full((3, 5), -float("inf")), (3, 5))  # -inf is what an additive mask is for
 
 
+@pytest.mark.parametrize(("first", "second"), [(float("nan"), float("inf")), (float("inf"), float("nan"))])
+def test_check_mask_names_the_first_bad_value_in_row_major_order(first, second):
+    mask = torch.zeros(3, 5)
+    mask[1, 2], mask[2, 0] = first, second
+    with pytest.raises(ValueError, match=rf"^float mask holds {first} at 2 position\(s\)"):
+        tc.masks.check_mask(mask, (3, 5))
+    mask[2, 0] = 0.0  # a single bad value
+    with pytest.raises(ValueError, match=rf"^float mask holds {first} at 1 position\(s\)"):
+        tc.masks.check_mask(mask, (3, 5))
+
+
 def brute_force_causal(L, S, window):
     """Query i sits at position S - L + i; it sees key j iff j <= S - L + i and (window) S - L + i - j < window."""
     return torch.tensor(

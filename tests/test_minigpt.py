@@ -80,6 +80,13 @@ def test_bias_false_removes_every_bias(norm_first):
     assert tc.count_parameters(model) == tc.gpt_parameter_count(model.cfg)
 
 
+@pytest.mark.parametrize("activation", tc.ACTIVATIONS)
+def test_activation_reaches_every_block(activation):
+    model = tiny_gpt(activation=activation)
+    assert [block.ffn.activation for block in model.blocks] == [activation] * 2
+    assert tc.count_parameters(model) == tc.gpt_parameter_count(model.cfg)  # the gated ones add w3
+
+
 def test_models_run_on_the_meta_device_for_shapes():
     with torch.device("meta"):
         gpt = tc.MiniGPT(tc.GPTConfig(vocab_size=20, context_length=16, d_model=16, num_heads=4, num_layers=2))

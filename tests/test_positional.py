@@ -201,6 +201,20 @@ def test_rope_grows_its_table_by_doubling_when_a_position_lies_past_it():
     torch.testing.assert_close(rope.sin, angles.sin().float())
 
 
+def test_rope_default_table_holds_positions_0_to_4095():
+    rope = tc.RotaryEmbedding(8)
+    assert rope.max_len == 4096 and rope.cos.shape == rope.sin.shape == (4096, 4)
+    rope(torch.zeros(1, 1, 8), offset=4095)  # the last row: read from the table, no growth
+    assert rope.max_len == 4096
+
+
+def test_rope_grown_table_stays_on_the_module_device():
+    rope = tc.RotaryEmbedding(8, max_len=4).to("meta")  # meta: shapes only, and no silent move to the CPU
+    out = rope(torch.empty(2, 3, 8, device="meta"), offset=10)  # positions 10..12: the table grows to 13
+    assert rope.max_len == 13 and rope.cos.device.type == rope.sin.device.type == "meta"
+    assert out.device.type == "meta" and out.shape == (2, 3, 8)
+
+
 def test_build_positional_passes_max_len_and_base_through_and_defaults_to_base_10000():
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     sinusoidal = tc.build_positional("sinusoidal", 8, 20, base=100.0)

@@ -9,6 +9,7 @@ from torch import nn
 
 import transformer_course as tc
 from transformer_course import notebook as nb
+from transformer_course.models import TiedLMHead
 
 
 def test_transformer_config_defaults_are_the_base_model_of_the_paper():
@@ -158,6 +159,22 @@ def test_greedy_decode_matches_argmax_recomputation():
         done |= ys[:, t] == 2
 
 
+@pytest.mark.parametrize("layers", [1, 3])
+def test_cached_decoding_equals_uncached_decoding(layers):
+    """Feeding the target one token at a time through the caches (one per decoder layer; the positions
+    continue from the caches' offset) gives the states of the full causal pass."""
+    model = tiny_transformer(num_decoder_layers=layers)
+    src, tgt = torch.randint(1, 11, (2, 6)), torch.randint(1, 13, (2, 5))
+    src[1, 4:] = 0
+    src_mask = model.src_mask(src)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt, memory, src_mask)
+        caches = [tc.KVCache() for _ in range(layers)]
+        steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, caches=caches) for t in range(5)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
 def _brute_force_greedy(model, src, bos_id, eos_id, max_len, fill):
     """Greedy decoding without a cache: the whole target is re-run through forward at every step."""
     ys = torch.full((src.size(0), 1), bos_id)
@@ -201,6 +218,37 @@ def test_weight_sharing_options():
     assert isinstance(plain.encoder_norm_f, nn.Identity) and isinstance(plain.decoder_norm_f, nn.Identity)
     assert plain.lm_head.bias is None and plain.src_tok_emb is not plain.tgt_tok_emb
     assert tc.count_parameters(plain) == tc.transformer_parameter_count(plain.cfg)
+
+
+def test_tied_lm_head_has_a_bias_by_default_and_none_with_bias_false():
+    emb = nn.Embedding(13, 16)
+    assert TiedLMHead(emb).bias.shape == (13,) and TiedLMHead(emb, bias=False).bias is None
+    tied = tiny_transformer(tie_weights=True, bias=False)  # the config's bias reaches the tied head
+    assert tied.lm_head.weight is tied.tgt_tok_emb.weight and tied.lm_head.bias is None
+    assert tc.count_parameters(tied) == tc.transformer_parameter_count(tied.cfg)
+
+
+def test_bias_false_removes_the_beta_of_every_norm_final_norms_included():
+    model = tiny_transformer(bias=False)  # final_norm=True (default)
+    norms = [m for m in model.modules() if isinstance(m, tc.LayerNorm)]
+    assert len(norms) == 2 * 2 + 2 * 3 + 2 and all(norm.bias is None for norm in norms)
+    assert model.encoder_norm_f in norms and model.decoder_norm_f in norms
+
+
+def test_rmsnorm_reaches_every_layer_and_the_final_norms():
+    model = tiny_transformer(norm="rmsnorm")  # bias=True: the linear layers' flag; RMSNorm has no beta
+    norms = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1].startswith("norm")]
+    assert len(norms) == 2 * 2 + 2 * 3 and all(isinstance(norm, tc.RMSNorm) for norm in norms)
+    assert isinstance(model.encoder_norm_f, tc.RMSNorm) and isinstance(model.decoder_norm_f, tc.RMSNorm)
+    assert not any(isinstance(m, tc.LayerNorm) for m in model.modules())
+
+
+def test_token_embeddings_start_with_std_d_model_to_the_minus_half():
+    """N(0, 1/d_model), so that sqrt(d_model) times a row has unit variance; with 24 000 samples per
+    table the sample std has a relative standard error of 0.5%: the 3% band is six of them."""
+    model = tiny_transformer(src_vocab_size=375, tgt_vocab_size=375, d_model=64)
+    for emb in (model.src_tok_emb, model.tgt_tok_emb):
+        assert abs(emb.weight.std().item() * 64**0.5 - 1) < 0.03
 
 
 def test_transformer_rejects_bad_ids_naming_the_argument_and_value():
