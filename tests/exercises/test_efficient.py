@@ -374,6 +374,14 @@ def kv_bytes_head_dim_d_model(cfg, batch, seq_len, bytes_per_element=4):
     return 2 * cfg.num_layers * batch * seq_len * heads * cfg.d_model * bytes_per_element
 
 
+def kv_bytes_head_dim_over_kv_heads(cfg, batch, seq_len, bytes_per_element=4):
+    """Learner test: head_dim taken as d_model // num_kv_heads (same value as num_heads
+    heads); the hint must name this route too, not only num_heads."""
+    heads = cfg.num_kv_heads or cfg.num_heads
+    head_dim = cfg.d_model // heads
+    return 2 * cfg.num_layers * batch * seq_len * heads * head_dim * bytes_per_element
+
+
 def kv_bytes_fixed_4(cfg, batch, seq_len, bytes_per_element=4):
     """Learner test: the argument ignored, 4 bytes written in."""
     return kv_bytes(cfg, batch, seq_len, 4)
@@ -408,6 +416,7 @@ def test_kv_cache_bytes_skeleton(capsys):
     [
         (kv_bytes_one_copy, "两份"),
         (kv_bytes_query_heads, "num_kv_heads"),
+        (kv_bytes_head_dim_over_kv_heads, "d_model // num_kv_heads"),
         (kv_bytes_no_none, "None"),
         (kv_bytes_head_dim_d_model, "每个头的宽度用了 d_model"),
         (kv_bytes_in_bits, "比特数"),

@@ -644,11 +644,7 @@ def check_sparsemax(fn) -> str:
 def _kv_bytes(
     cfg: GPTConfig, batch: int, seq_len: int, nbytes: int, mistake: str = ""
 ) -> int:
-    kv_heads = (
-        cfg.num_heads
-        if mistake == "query_heads"
-        else (cfg.num_kv_heads or cfg.num_heads)
-    )
+    kv_heads = cfg.num_kv_heads or cfg.num_heads
     width = {
         "d_model": cfg.d_model,
         "head_dim_d_model": kv_heads * cfg.d_model,
@@ -663,12 +659,11 @@ def _kv_bytes(
 _KV_MISTAKES = [
     ("只算了一份：每层要缓存键和值两份（因子 2）。", "one_copy"),
     (
-        "用了查询头数 num_heads：缓存的是键值头，个数是 num_kv_heads"
-        "（None 时才等于 num_heads）。",
-        "query_heads",
-    ),
-    (
-        "每个位置缓存的宽度用了 d_model：应为 H_kv × head_dim（GQA 时小于 d_model）。",
+        # H × head_dim, d_model and H_kv × (d_model // H_kv) are the same number
+        "每个位置每层缓存的宽度算成了 d_model：可能用了查询头数 num_heads，"
+        "或把 head_dim 算成了 d_model // num_kv_heads。缓存的是 num_kv_heads 个"
+        "键值头（None 时才等于 num_heads），每个头宽 head_dim = d_model // "
+        "num_heads，共 H_kv × head_dim 个数（GQA 时小于 d_model）。",
         "d_model",
     ),
     ("只算了一层：每一层都有自己的缓存，要乘 num_layers。", "one_layer"),
