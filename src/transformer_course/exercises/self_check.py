@@ -204,7 +204,14 @@ def check_causality_probe(fn: object) -> str:
             try:
                 with torch.no_grad():
                     out = run_learner(
-                        fn, model, given, t, what=name, case=case, first=first
+                        fn,
+                        model,
+                        given,
+                        t,
+                        what=name,
+                        case=case,
+                        first=first,
+                        copy_inputs=False,
                     )
             finally:
                 hook.remove()
