@@ -356,6 +356,12 @@ def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
     N, H, L, D = q.shape
     Hkv = k.size(1)
     G = H // Hkv
+    if mistake in ("q_transposed", "q_transposed_back"):  # (N, L, H, D) rows regrouped
+        rows = q.transpose(1, 2).reshape(N, Hkv, G * L, D)
+        out = torch.softmax(rows @ k.mT / math.sqrt(D), dim=-1) @ v
+        if mistake == "q_transposed":
+            return out.reshape(N, H, L, D)
+        return out.reshape(N, L, H, D).transpose(1, 2)
     if mistake == "modulo":  # query head h uses key-value head h % H_kv
         kv_of = torch.arange(H) % Hkv
     else:
@@ -382,6 +388,16 @@ _GQA_MISTAKES = [
         "约定是相邻的 G = H/H_kv 个查询头共享一组，即查询头 h 用键值头 h // G："
         "把 q 变形为 (N, H_kv, G, L, D)，不是 (N, G, H_kv, L, D)。",
         "modulo",
+    ),
+    *(
+        (
+            "变形 q 之前先交换了 H 和 L（q.transpose(1, 2) 再 reshape）：这样 "
+            "(N, H_kv, G·L, D) 的一组行里混进了别的组的查询头，它们用错了键值头。"
+            "q 本来就是 (N, H, L, D)，相邻 G 个头连在一起：直接 "
+            "q.reshape(N, H_kv, G·L, D)，不要先 transpose。",
+            mistake,
+        )
+        for mistake in ("q_transposed_back", "q_transposed")
     ),
     ("分数没有除以 √D（D 是每个头的维度）。", "noscale"),
     ("缩放多乘了组大小：分数应除以 √D，不是 √(D·G)。", "groupscale"),
