@@ -368,14 +368,13 @@ def _finite_fill(
     if len(visible) == 0 or float(weights[row][visible[0, 0]]) <= 0:
         return None
     j = int(visible[0, 0])
-    fill = math.log(float(weights[idx]) / float(weights[row][j])) + float(scores[row][j])
+    ratio = float(weights[idx]) / float(weights[row][j])
+    fill = math.log(ratio) + float(scores[row][j])
     filled = torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
     return fill if close(weights.double(), filled) else None
 
 
-def _leak_hint(
-    weights: Tensor, Q: Tensor, K: Tensor, mask: Tensor, idx: tuple
-) -> str:
+def _leak_hint(weights: Tensor, Q: Tensor, K: Tensor, mask: Tensor, idx: tuple) -> str:
     """Why masked keys still get weight: a fill of 0, a finite fill too small, or
     the mask not applied."""
     fill = _finite_fill(weights, Q, K, mask, idx)
