@@ -180,6 +180,20 @@ def mask_zeroed_after_softmax_with_weights(Q, K, V, attn_mask=None):
     return w @ V, w
 
 
+def masked_fill_value(value):
+    """Learner test (2.4 find-the-bug, weights returned): the masked scores filled
+    with ``value`` instead of -inf."""
+
+    def attention(Q, K, V, attn_mask=None):
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, value)
+        w = torch.softmax(scores, -1)
+        return w @ V, w
+
+    return attention
+
+
 def scale_multiplied(Q, K, V, attn_mask=None):
     scores = Q @ K.transpose(-2, -1) * math.sqrt(Q.size(-1))
     if attn_mask is not None:
@@ -338,6 +352,8 @@ REJECTS = [
     check(mask_inverted, "掩码方向可能反了", "mask inverted (-1e9)"),
     check(mask_ignored, "掩码没有起作用", "mask argument ignored"),
     check(masked_to_zero, "填成了 0", "masked scores set to 0"),
+    check(masked_fill_value(0.0), "填 0 不行", "masked scores set to 0, weights returned"),
+    check(masked_fill_value(-10.0), "有限值（约 -10）", "masked scores filled with -10"),
     check(mask_after_softmax, "softmax 之后才乘掩码", "mask applied after softmax"),
     check(mask_zeroed_after_softmax_with_weights, "softmax 之后才把被屏蔽的权重置 0", "weights zeroed after softmax"),
     check(scores_transposed, "把分数矩阵转置了", "score matrix transposed"),

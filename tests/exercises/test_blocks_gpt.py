@@ -112,6 +112,22 @@ class Parallel(Block):
         return x + self.attn(self.norm1(x)) + self.ffn(self.norm2(x))
 
 
+class FFNFromNormedInput(Block):
+    """Learner test (5.7): the FFN fed norm2(h), h = norm1(x) from before the attention."""
+
+    def forward(self, x):
+        h = self.norm1(x)
+        x = x + self.attn(h)
+        return x + self.ffn(self.norm2(h))
+
+
+class FFNFromH(Block):  # learner test: the FFN fed h = norm1(x) itself
+    def forward(self, x):
+        h = self.norm1(x)
+        x = x + self.attn(h)
+        return x + self.ffn(h)
+
+
 class Norm1Twice(Block):
     def forward(self, x):
         x = x + self.attn(self.norm1(x))
@@ -202,6 +218,8 @@ BLOCK_REJECTS = [
     block_check(ResidualFromNorm, "归一化之前的 x", "residual from the normalised x"),
     block_check(ResidualFromNorm1Only, "注意力子层的残差加在了 norm1(x) 上", "residual adds norm1(x)"),
     block_check(Parallel, "串行", "parallel sublayers"),
+    block_check(FFNFromNormedInput, "FFN 的输入用了注意力之前的 h", "FFN fed norm2(h)"),
+    block_check(FFNFromH, "FFN 的输入用了注意力之前的 h", "FFN fed h"),
     block_check(Norm1Twice, "用了两次 norm1", "norm1 used twice"),
     block_check(NoNorm2, "忘了 norm2", "no norm2"),
     block_check(NoNorms, "没有用 norm1 和 norm2", "no norms"),

@@ -143,6 +143,21 @@ def gqa_groups_transposed(q, k, v):  # learner test: transpose(2, 3) before the 
     return out.view(N, Hkv, G, L, D).transpose(2, 3).reshape(N, G * Hkv, L, D)
 
 
+def gqa_q_transposed(back):
+    """Learner test: q.transpose(1, 2) before the reshape into groups (rows of other
+    groups' heads mixed in); ``back``: the output transposed back the same way."""
+
+    def gqa(q, k, v):
+        N, H, L, D = q.shape
+        Hkv = k.size(1)
+        rows = q.transpose(1, 2).reshape(N, Hkv, H // Hkv * L, D)
+        out = (rows @ k.transpose(-2, -1) / math.sqrt(D)).softmax(-1) @ v
+        return out.reshape(N, L, H, D).transpose(1, 2) if back else out.reshape(N, H, L, D)
+
+    gqa.__name__ = f"gqa_q_transposed_{'back' if back else 'once'}"
+    return gqa
+
+
 def gqa_skeleton(q, k, v):
     pass
 
@@ -169,6 +184,8 @@ def test_grouped_attention_skeleton(capsys):
         (gqa_reference_call, "检查器用来比较的参考实现"),
         (gqa_scale_by_keys, "√S"),
         (gqa_groups_transposed, "不要先 transpose(2, 3)"),
+        (gqa_q_transposed(back=True), "变形 q 之前先交换了 H 和 L"),
+        (gqa_q_transposed(back=False), "变形 q 之前先交换了 H 和 L"),
     ],
 )
 def test_grouped_attention_rejects(fn, keyword, capsys):
@@ -178,7 +195,8 @@ def test_grouped_attention_rejects(fn, keyword, capsys):
 GQA_REJECTS = [
     pytest.param(ex.check_grouped_attention, fn, None, id=fn.__name__)
     for fn in (gqa_modulo, gqa_unscaled, gqa_scale_by_group, gqa_softmax_over_queries,
-               gqa_scale_by_keys, gqa_groups_transposed)
+               gqa_scale_by_keys, gqa_groups_transposed, gqa_q_transposed(back=True),
+               gqa_q_transposed(back=False))
 ]  # fmt: skip
 
 
@@ -374,6 +392,14 @@ def kv_bytes_head_dim_d_model(cfg, batch, seq_len, bytes_per_element=4):
     return 2 * cfg.num_layers * batch * seq_len * heads * cfg.d_model * bytes_per_element
 
 
+def kv_bytes_head_dim_over_kv_heads(cfg, batch, seq_len, bytes_per_element=4):
+    """Learner test: head_dim taken as d_model // num_kv_heads (same value as num_heads
+    heads); the hint must name this route too, not only num_heads."""
+    heads = cfg.num_kv_heads or cfg.num_heads
+    head_dim = cfg.d_model // heads
+    return 2 * cfg.num_layers * batch * seq_len * heads * head_dim * bytes_per_element
+
+
 def kv_bytes_fixed_4(cfg, batch, seq_len, bytes_per_element=4):
     """Learner test: the argument ignored, 4 bytes written in."""
     return kv_bytes(cfg, batch, seq_len, 4)
@@ -408,6 +434,7 @@ def test_kv_cache_bytes_skeleton(capsys):
     [
         (kv_bytes_one_copy, "两份"),
         (kv_bytes_query_heads, "num_kv_heads"),
+        (kv_bytes_head_dim_over_kv_heads, "d_model // num_kv_heads"),
         (kv_bytes_no_none, "None"),
         (kv_bytes_head_dim_d_model, "每个头的宽度用了 d_model"),
         (kv_bytes_in_bits, "比特数"),

@@ -102,6 +102,22 @@ def generate_keeping_smallest(model, idx, max_new_tokens, context_length, top_k=
     return idx
 
 
+def generate_topk_positions(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """Learner test (5.14): sampled among torch.topk's values, the place in that list
+    (0..k-1) kept as the token, never mapped back through the indices."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -context_length:])[:, -1, :]
+        if generator is None:
+            nxt = logits.argmax(dim=-1, keepdim=True)
+        elif top_k is None:
+            nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+        else:
+            v, _ = torch.topk(logits, top_k)
+            nxt = torch.multinomial(F.softmax(v, dim=-1), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
 def generate_skeleton(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
     pass
 
@@ -135,6 +151,7 @@ GENERATE_REJECTS = [
     pytest.param(ex.check_generate, make_generate("no_keepdim"), "v[:, [-1]]", id="top-k threshold without keepdim"),
     pytest.param(ex.check_generate, make_generate("unpack"), "不是 (logits, loss) 元组", id="unpacks model(x)"),
     pytest.param(ex.check_generate, make_generate("sample_logits"), "非负", id="multinomial on logits"),
+    pytest.param(ex.check_generate, generate_topk_positions, "映射回词表", id="top-k index not mapped back"),
     pytest.param(
         ex.check_generate, generate_from_clamped_logits, "直接当成了抽样权重", id="multinomial on clamped logits"
     ),

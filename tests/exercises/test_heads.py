@@ -153,6 +153,14 @@ class SoftmaxOverQueries(MHA):
         return (s if attn_mask is None else s.masked_fill(~attn_mask, NEG)).softmax(-2) @ v
 
 
+class SoftmaxOverHeads(MHA):
+    """Learner test (3.4): softmax(1) on the (N, H, L, S) scores, masked with -1e9."""
+
+    def attend(self, q, k, v, attn_mask):
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d)
+        return (s if attn_mask is None else s.masked_fill(~attn_mask, -1e9)).softmax(1) @ v
+
+
 class NoOutProj(MHA):
     def forward(self, Q, K, V, attn_mask=None):
         q, k, v = self.split(self.q_proj(Q)), self.split(self.k_proj(K)), self.split(self.v_proj(V))
@@ -279,6 +287,7 @@ REJECTS = [
     check(NoScale, "没有除以 √d_k", "missing scale"),
     check(ScaleByModel, "√d_model", "scaled by d_model"),
     check(SoftmaxOverQueries, "softmax 的 dim", "softmax over queries"),
+    check(SoftmaxOverHeads, "softmax 在头的维度上做了", "softmax over heads"),
     check(NoOutProj, "输出投影", "no output projection"),
     check(KVFromQuery, "K 和 V 都用 Q 算了", "K and V from Q"),
     check(QProjForAll, "也用 q_proj 投影了", "q_proj used for K and V"),

@@ -129,6 +129,19 @@ def test_causality_probe_mistakes(wrong, keyword, capsys):
     assert_rejects(ex.check_causality_probe, wrong, keyword, capsys)
 
 
+def probe_in_place(model, input_ids, t):
+    """Learner test: right answer, but the caller's input_ids edited in place (no
+    clone)."""
+    before = model(input_ids)[0]
+    ids = input_ids
+    ids[:, t:] = (ids[:, t:] + 1) % 17
+    return torch.allclose(before[:, :t], model(ids)[0][:, :t], atol=1e-5)
+
+
+def test_causality_probe_in_place_edit(capsys):
+    assert_rejects(ex.check_causality_probe, probe_in_place, "原地改动", capsys)
+
+
 def probe_changes_from_t_minus_1(model, ids, t):
     """Learner test: the tokens changed from t - 1 on (off by one)."""
     changed = ids.clone()

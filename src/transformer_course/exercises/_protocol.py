@@ -216,12 +216,15 @@ def run_learner(
     case: str = "",
     first: bool = False,
     causes: Sequence[tuple[str, str]] = (),
+    copy_inputs: bool = True,
     **kwargs,
 ):
     """Call the learner's ``fn``; a crash becomes an :class:`ExerciseError` naming the
-    inputs; ``NotImplementedError`` (or ``None`` from a ``first`` call) a skeleton."""
+    inputs; ``NotImplementedError`` (or ``None`` from a ``first`` call) a skeleton.
+    ``copy_inputs=False``: the caller passes its own copies, to see in-place edits."""
     # the learner's code may change its inputs in place: it gets copies
-    args = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+    if copy_inputs:
+        args = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
     try:
         out = fn(*args, **kwargs)
     except NotImplementedError:

@@ -357,6 +357,39 @@ def _attention_hint(
     )
 
 
+def _finite_fill(
+    weights: Tensor, Q: Tensor, K: Tensor, mask: Tensor, idx: tuple
+) -> float | None:
+    """The finite fill value whose softmax reproduces ``weights`` (estimated from the
+    leaked weight at ``idx`` and a visible key of its row), or None."""
+    scores = _scores(Q, K, None).double().expand(weights.shape)
+    row = idx[:-1]
+    visible = mask.expand(weights.shape)[row].nonzero()
+    if len(visible) == 0 or float(weights[row][visible[0, 0]]) <= 0:
+        return None
+    j = int(visible[0, 0])
+    ratio = float(weights[idx]) / float(weights[row][j])
+    fill = math.log(ratio) + float(scores[row][j])
+    filled = torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
+    return fill if close(weights.double(), filled) else None
+
+
+def _leak_hint(weights: Tensor, Q: Tensor, K: Tensor, mask: Tensor, idx: tuple) -> str:
+    """Why masked keys still get weight: a fill of 0, a finite fill too small, or
+    the mask not applied."""
+    fill = _finite_fill(weights, Q, K, mask, idx)
+    if fill is not None and abs(fill) > 0.5:
+        return (
+            f"被屏蔽的分数像是填成了有限值（约 {fill:.3g}）：有限的数不够小，"
+            "经 softmax 后仍留下权重，尤其当其他分数也不大时。应填 -inf："
+            "scores.masked_fill(~attn_mask, float('-inf'))。"
+        )
+    return (
+        "屏蔽没有生效：应在 softmax 之前把掩码为 False 的分数填成 -inf"
+        "（填 0 不行，0 分经 softmax 后仍有权重）。"
+    )
+
+
 def _check_attention_weights(
     fn: Callable,
     weights: Tensor,
@@ -389,10 +422,7 @@ def _check_attention_weights(
                     "应写 masked_fill(~attn_mask, -inf)。"
                 )
             else:
-                why = (
-                    "屏蔽没有生效：应在 softmax 之前把掩码为 False 的分数填成 -inf"
-                    "（填 0 不行，0 分经 softmax 后仍有权重）。"
-                )
+                why = _leak_hint(weights.detach(), Q, K, mask, idx)
             fail(
                 f"被屏蔽的位置仍有权重（{case}）：例如位置 {idx} 的掩码为 False，"
                 f"权重却是 {weights[idx].item():.3g}。{why}"

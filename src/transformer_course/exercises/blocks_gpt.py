@@ -160,6 +160,8 @@ _RESIDUAL_MISTAKES = (
     "res_from_norm",
     "res_from_norm1",
     "parallel",
+    "ffn_from_h",
+    "ffn_from_h_no_norm2",
 )
 
 
@@ -189,6 +191,10 @@ def _residual_variant(
             return x + ffn(norm2(x))
         h = norm2(x)
         return h + ffn(h)
+    if mistake in ("ffn_from_h", "ffn_from_h_no_norm2"):  # FFN fed the old h = norm1(x)
+        h = norm1(x)
+        x = x + attn(h)
+        return x + ffn(h if mistake == "ffn_from_h_no_norm2" else norm2(h))
     return x + attn(norm1(x)) + ffn(norm2(x))  # "parallel"
 
 
@@ -225,6 +231,15 @@ BLOCK_HINTS = [
         "两个子层是串行的：FFN 的输入是加过注意力残差之后的 x，"
         "不是原来的 x（x + self_attn(…) + ffn(…) 是并行块）。",
         "parallel",
+    ),
+    *(
+        (
+            "FFN 的输入用了注意力之前的 h = norm1(x)：FFN 要读加过注意力残差之后"
+            "的 x，x = x + self_attn(h)，再 x + ffn(norm2(x))，不是 ffn(norm2(h))"
+            "或 ffn(h)。",
+            mistake,
+        )
+        for mistake in ("ffn_from_h", "ffn_from_h_no_norm2")
     ),
     ("第二个子层应该用 norm2，你用了两次 norm1。", "norm1_twice"),
     ("FFN 之前忘了 norm2：x + ffn(norm2(x))。", "no_norm2"),

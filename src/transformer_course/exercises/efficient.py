@@ -356,6 +356,12 @@ def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
     N, H, L, D = q.shape
     Hkv = k.size(1)
     G = H // Hkv
+    if mistake in ("q_transposed", "q_transposed_back"):  # (N, L, H, D) rows regrouped
+        rows = q.transpose(1, 2).reshape(N, Hkv, G * L, D)
+        out = torch.softmax(rows @ k.mT / math.sqrt(D), dim=-1) @ v
+        if mistake == "q_transposed":
+            return out.reshape(N, H, L, D)
+        return out.reshape(N, L, H, D).transpose(1, 2)
     if mistake == "modulo":  # query head h uses key-value head h % H_kv
         kv_of = torch.arange(H) % Hkv
     else:
@@ -382,6 +388,16 @@ _GQA_MISTAKES = [
         "约定是相邻的 G = H/H_kv 个查询头共享一组，即查询头 h 用键值头 h // G："
         "把 q 变形为 (N, H_kv, G, L, D)，不是 (N, G, H_kv, L, D)。",
         "modulo",
+    ),
+    *(
+        (
+            "变形 q 之前先交换了 H 和 L（q.transpose(1, 2) 再 reshape）：这样 "
+            "(N, H_kv, G·L, D) 的一组行里混进了别的组的查询头，它们用错了键值头。"
+            "q 本来就是 (N, H, L, D)，相邻 G 个头连在一起：直接 "
+            "q.reshape(N, H_kv, G·L, D)，不要先 transpose。",
+            mistake,
+        )
+        for mistake in ("q_transposed_back", "q_transposed")
     ),
     ("分数没有除以 √D（D 是每个头的维度）。", "noscale"),
     ("缩放多乘了组大小：分数应除以 √D，不是 √(D·G)。", "groupscale"),
@@ -644,11 +660,7 @@ def check_sparsemax(fn) -> str:
 def _kv_bytes(
     cfg: GPTConfig, batch: int, seq_len: int, nbytes: int, mistake: str = ""
 ) -> int:
-    kv_heads = (
-        cfg.num_heads
-        if mistake == "query_heads"
-        else (cfg.num_kv_heads or cfg.num_heads)
-    )
+    kv_heads = cfg.num_kv_heads or cfg.num_heads
     width = {
         "d_model": cfg.d_model,
         "head_dim_d_model": kv_heads * cfg.d_model,
@@ -663,12 +675,11 @@ def _kv_bytes(
 _KV_MISTAKES = [
     ("只算了一份：每层要缓存键和值两份（因子 2）。", "one_copy"),
     (
-        "用了查询头数 num_heads：缓存的是键值头，个数是 num_kv_heads"
-        "（None 时才等于 num_heads）。",
-        "query_heads",
-    ),
-    (
-        "每个位置缓存的宽度用了 d_model：应为 H_kv × head_dim（GQA 时小于 d_model）。",
+        # H × head_dim, d_model and H_kv × (d_model // H_kv) are the same number
+        "每个位置每层缓存的宽度算成了 d_model：可能用了查询头数 num_heads，"
+        "或把 head_dim 算成了 d_model // num_kv_heads。缓存的是 num_kv_heads 个"
+        "键值头（None 时才等于 num_heads），每个头宽 head_dim = d_model // "
+        "num_heads，共 H_kv × head_dim 个数（GQA 时小于 d_model）。",
         "d_model",
     ),
     ("只算了一层：每一层都有自己的缓存，要乘 num_layers。", "one_layer"),

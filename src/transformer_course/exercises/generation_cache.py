@@ -116,6 +116,10 @@ def _generate_mistake(
         logits = model.logits(ctx)[:, 0 if mistake == "pos0" else -1]
         if generator is None or mistake == "greedy":
             nxt = logits.argmax(-1, keepdim=True)
+        elif mistake == "topk_positions" and top_k is not None:
+            # sampled among the top-k values; the place in that list kept as the token
+            vals, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+            nxt = torch.multinomial(torch.softmax(vals, -1), 1, generator=generator)
         else:
             off = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
             k = None if top_k is None else top_k + off
@@ -158,6 +162,12 @@ GENERATE_HINTS = [
     (
         "top-k 多保留了一个（k + 1 个）：阈值应是第 k 大的值，torch.topk(logits, k)。",
         "k_plus_1",
+    ),
+    (
+        "从 torch.topk 的 k 个值里抽样后，直接把抽到的序号（0..k−1）当成了词元编号："
+        "要用 topk 返回的下标映射回词表，next_id = idx.gather(-1, pos)；"
+        "或把小于第 k 大的值的 logits 设为 -inf，再在整个词表上抽样。",
+        "topk_positions",
     ),
     ("top_k 没有起作用：应只保留最大的 top_k 个 logits，其余设为 -inf。", "no_top_k"),
     (

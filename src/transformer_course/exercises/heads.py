@@ -83,11 +83,14 @@ def _mha_variant(
     if mask is not None and mistake != "mask_ignored":
         inverted = mistake == "mask_inverted"  # -1e9: rows masked whole stay finite
         inverted_zero = mistake == "mask_inverted_zero"  # as tc's SDPA: such rows -> 0
+        # over the heads every head of a masked key is filled: -inf would give NaN
+        finite = inverted or mistake == "softmax_heads"
         scores = scores.masked_fill(
             mask if inverted or inverted_zero else ~mask,
-            -1e9 if inverted else -math.inf,
+            -1e9 if finite else -math.inf,
         )
-    weights = torch.softmax(scores, dim=-2 if mistake == "softmax_queries" else -1)
+    dim = {"softmax_queries": -2, "softmax_heads": 1}.get(mistake, -1)
+    weights = torch.softmax(scores, dim=dim)
     weights = weights.nan_to_num(0.0)  # rows masked whole (only the inverted masks)
     out = weights @ v  # (N, H, L, D)
     out = out.reshape(N, L, E) if merge else out.transpose(1, 2).reshape(N, L, E)
@@ -120,6 +123,11 @@ MHA_HINTS = [
     (
         "权重在 key 维度上之和不是 1：softmax 的 dim 可能写错了（应为 dim=-1）。",
         "softmax_queries",
+    ),
+    (
+        "softmax 在头的维度上做了（dim=1）：分数是 (N, H, L, S)，应在 key 的维度"
+        "上归一化，softmax(dim=-1)。",
+        "softmax_heads",
     ),
     ("忘了最后的输出投影：合并多头后还要经过 out_proj。", "no_out_proj"),
     (

@@ -200,14 +200,27 @@ def check_causality_probe(fn: object) -> str:
             hook = model.register_forward_pre_hook(
                 functools.partial(_keep_input, fed), with_kwargs=True
             )
+            given = ids.clone()  # the learner's copy: an in-place edit shows in it
             try:
                 with torch.no_grad():
                     out = run_learner(
-                        fn, model, ids, t, what=name, case=case, first=first
+                        fn,
+                        model,
+                        given,
+                        t,
+                        what=name,
+                        case=case,
+                        first=first,
+                        copy_inputs=False,
                     )
             finally:
                 hook.remove()
             first = False
+            if not torch.equal(given, ids):
+                fail(
+                    f"{name} 原地改动了传进来的 input_ids（{case}）：调用者的张量被"
+                    "改掉了。先复制再改：ids2 = input_ids.clone(); ids2[:, t:] = …"
+                )
             if not isinstance(out, bool | torch.Tensor) or (
                 isinstance(out, Tensor) and out.numel() != 1
             ):
