@@ -146,6 +146,26 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
         '"pe", sinusoidal_table(max_len, d_model, base), persistent=None',
         _PERSISTENT,
     ),
+    (
+        "training",
+        "cosine_lr",
+        "if step > decay_steps:",
+        "at step == decay_steps the cosine branch gives min_lr + 0.5 * (1 + cos(pi)) * (lr - min_lr), "
+        "and cos(pi) is exactly -1.0 in floating point: the same min_lr",
+    ),
+    (
+        "training",
+        "cosine_lr",
+        "progress = (step - warmup) / max(2, decay_steps - warmup)",
+        "the divisor differs only when decay_steps - warmup <= 1, and then the only step that reaches the "
+        "cosine branch is step == warmup, where progress is 0 either way",
+    ),
+    (
+        "training",
+        "derived_seed",
+        "return int.from_bytes(hashlib.sha256(key).digest()[:8], )",
+        'int.from_bytes defaults to byteorder="big" since Python 3.11 (the package requires >= 3.11)',
+    ),
 ]
 
 

@@ -1,3 +1,4 @@
+import hashlib
 import math
 import types
 
@@ -265,6 +266,13 @@ def test_decay_param_groups_decay_matrices_only():
     assert ids == {id(p) for p in model.parameters()}  # tied weights once, nothing left out
     model.norm_f.weight.requires_grad_(False)
     assert all(p is not model.norm_f.weight for p in tc.decay_param_groups(model, 0.1)[1]["params"])
+
+
+def test_derived_seed_follows_its_documented_rule():
+    # a checkpoint resumed by a later version must draw the same batches: the rule is fixed
+    for parts in [(1, 0, 5), (7, "validation"), (3, 1, 2, "dropout")]:
+        key = "/".join(str(p) for p in parts).encode()
+        assert tc.derived_seed(*parts) == int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
 
 
 def test_derived_seed_depends_on_every_part_only():

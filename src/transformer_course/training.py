@@ -86,7 +86,9 @@ def decay_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def derived_seed(*parts: object) -> int:
     """A 64-bit seed that depends only on ``parts``, e.g. ``(seed, rank, step)``: the
     one seeding rule for batches, dropout masks and validation batches, so that a
-    resumed run draws exactly what an uninterrupted one would."""
+    resumed run draws exactly what an uninterrupted one would: the first 8 bytes
+    (big-endian) of the SHA-256 of the parts' ``str`` joined by ``/``. The rule is
+    fixed, so a checkpoint resumed by a later version of the package draws the same."""
     key = "/".join(map(str, parts)).encode()
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
 
