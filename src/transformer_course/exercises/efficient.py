@@ -825,8 +825,8 @@ def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
         mask[:, : prefix + 1] = True
     elif mistake == "minus_one":
         mask[:, : max(prefix - 1, 0)] = True
-    elif mistake == "causal":  # the prefix part left out
-        pass
+    elif mistake == "causal":  # the prefix part left out: the plain causal mask
+        return mask
     elif mistake == "strict":  # diagonal forgotten
         mask = torch.ones(L, L, dtype=torch.bool).tril(-1)
         mask[:, :prefix] = True
