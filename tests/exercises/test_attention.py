@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
-from transformer_course.exercises import _protocol, attention
+from transformer_course.exercises import attention
 
 from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
@@ -395,7 +395,6 @@ def test_every_hint_is_reached(capsys):
         "ATTENTION_HINTS": attention.ATTENTION_HINTS,
         "ATTENTION_CRASHES": attention.ATTENTION_CRASHES,
         "CAUSAL_MASK_HINTS": attention.CAUSAL_MASK_HINTS,
-        "CRASH_CAUSES": _protocol.CRASH_CAUSES,
     }
     assert_every_hint_reached(tables, REJECTS, capsys)
 

@@ -280,16 +280,25 @@ def check_lm_training(fn: Callable) -> str:
     model = MiniGPT(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=TRAINING_LR)
     before = [p.detach().clone() for p in model.parameters()]
-    out = run_learner(
-        fn,
-        model,
-        optimizer,
-        train_data,
-        TRAINING_STEPS,
-        what=name,
-        case=f"num_steps = {TRAINING_STEPS}",
-        first=True,
+    # for each backward pass: did the gradient of the last norm still hold the previous
+    # step's (a hook on a leaf runs before the new gradient is added to .grad)?
+    probe, stale = model.norm_f.weight, []
+    hook = probe.register_hook(
+        lambda _g: stale.append(probe.grad is not None and bool(probe.grad.any()))
     )
+    try:
+        out = run_learner(
+            fn,
+            model,
+            optimizer,
+            train_data,
+            TRAINING_STEPS,
+            what=name,
+            case=f"num_steps = {TRAINING_STEPS}",
+            first=True,
+        )
+    finally:
+        hook.remove()
     losses = _training_losses(out, name, TRAINING_STEPS)
     if all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)):
         fail(
@@ -297,11 +306,18 @@ def check_lm_training(fn: Callable) -> str:
             "optimizer.step()，或者训练的是另一个模型？"
         )
     val = _validation_loss(model, val_data, cfg.context_length)
-    if not math.isfinite(val):
-        fail(f"训练后验证损失是 {val}：损失发散了，检查学习率与损失的写法。")
     tail = sum(losses[-10:]) / 10
     if val <= VAL_LOSS_TARGET and tail > 0.5 * val:
         return f"{TRAINING_STEPS} 步后验证损失 {val:.3f} ≤ 目标 {VAL_LOSS_TARGET}"
+    if sum(stale) > len(stale) // 2:
+        fail(
+            f"{TRAINING_STEPS} 步后验证损失 {val:.3f}（目标 ≤ {VAL_LOSS_TARGET}）："
+            "每次 backward 之前上一步的梯度还在——忘了 optimizer.zero_grad()。"
+            "梯度在各步之间一直累加，更新越来越偏。每步的顺序是 zero_grad → 前向 → "
+            "backward → step。"
+        )
+    if not math.isfinite(val):
+        fail(f"训练后验证损失是 {val}：损失发散了，检查学习率与损失的写法。")
     if tail < 0.5 * val:
         fail(
             f"训练损失最后 10 步平均 {tail:.3f}，验证损失却是 {val:.3f}：训练时模型"
