@@ -300,8 +300,7 @@ FFN_HINTS = [
     ("两层之间缺少激活函数：两个线性层叠在一起仍是一个线性变换。", "none"),
     ("激活只在两层之间：w2 之后不要再过 GELU。", "twice"),
     (
-        "GELU 放在了 w2 之后：激活在两层之间，w2(gelu(w1(x)))，"
-        "不是 gelu(w2(w1(x)))。",
+        "GELU 放在了 w2 之后：激活在两层之间，w2(gelu(w1(x)))，不是 gelu(w2(w1(x)))。",
         "after_w2",
     ),
     ("FFN 本身不含残差：x + … 由 Transformer 块去加。", "residual"),
