@@ -389,7 +389,7 @@ def _first_wrong_draw(
         )
     return (
         f"第 {row} 行第 {col} 列抽到的词元 {token}"
-        + ("在 top-k 之内" if top_k is not None else "")
+        + (" 在 top-k 之内" if top_k is not None else "")
         + "，但与同一个 "
         "generator 按参考的概率抽到的不同：抽样用的分布不对。常见的原因："
         "对 logits 做了缩放（如除以温度；本练习不用温度）、softmax 做了两次、"
