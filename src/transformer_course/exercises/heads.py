@@ -78,6 +78,12 @@ def _mha_variant(
 
     q = heads(apply_linear(q_proj, Q))
     k, v = heads(apply_linear(k_proj, K)), heads(apply_linear(v_proj, V))
+    if mistake == "attend_heads":  # (N, T, H, D) into attention: heads attend heads
+        if mask is not None or K.size(1) != L:
+            return None
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), dim=-1)
+        return apply_linear(out_proj, (weights @ v).reshape(N, L, E))
     scale = {"no_scale": 1.0, "scale_model": math.sqrt(E)}.get(mistake, math.sqrt(D))
     scores = q @ k.transpose(-2, -1) / scale
     if mask is not None and mistake != "mask_ignored":
@@ -161,6 +167,12 @@ MHA_HINTS = [
         "你用的是 attn_mask.T（因果掩码转置后成了只看自己和之后的位置）。"
         "原样传给每个头：(L, S) 会自动广播到 (N, H, L, S)。",
         "mask_transposed",
+    ),
+    (
+        "注意力算在了头的维度上：拆分后的 (N, T, H, D) 要先 .transpose(1, 2) 成 "
+        "(N, H, T, D)，再在最后两维上算 q @ kᵀ（每个头里词元看词元）；"
+        "直接送进注意力，成了每个词元的各个头互相看。",
+        "attend_heads",
     ),
 ]
 
