@@ -155,6 +155,14 @@ def var_not_squared(a, p):
     return p / (1 - p) * a.sum(-1)
 
 
+def var_square_of_sum(a, p):  # learner test: (Σa)² instead of Σa²
+    return p / (1 - p) * a.sum(-1) ** 2
+
+
+def var_squared_denominator(a, p):  # learner test
+    return p / (1 - p) ** 2 * (a**2).sum(-1)
+
+
 def var_inverted(a, p):
     return (1 - p) / p * (a**2).sum(-1)
 
@@ -185,6 +193,8 @@ def test_dropout_variance_accepts(fn, capsys):
     [
         (var_no_scale, "不放大"),
         (var_not_squared, "少了平方"),
+        (var_square_of_sum, "先求和再平方"),
+        (var_squared_denominator, "p/(1-p)²·Σa²"),
         (var_inverted, "写反了"),
         (var_p_only, "放大因子"),
         (var_without_p, "漏了因子 p"),

@@ -132,12 +132,15 @@ _DROPOUT_MISTAKES = [
         "no_scale",
     ),
     (
-        "这是 p/(1-p)·Σa（少了平方）：Var(c·X) = c²·Var(X)，每一项贡献 a_j² 倍。",
+        "这是 p/(1-p)：一行权重加起来是 1，你算的是 p/(1-p)·Σa（少了平方）或 "
+        "p/(1-p)·(Σa)²（先求和再平方）。各项独立，方差逐项相加，"
+        "Var(c·X) = c²·Var(X)，每一项贡献 a_j² 倍：p/(1-p)·Σ a_j²。",
         "not_squared",
     ),
     (
-        "这是 p/(1-p)·(Σa)² = p/(1-p)：各项独立，方差相加的是 Σ a_j²，不是 (Σ a_j)²。",
-        "square_of_sum",
+        "这是 p/(1-p)²·Σa²：单项 a_j·m_j/(1-p) 的方差是 a_j²·p(1-p)/(1-p)²，"
+        "伯努利方差 p(1-p) 里的 (1-p) 要与分母约掉一个，结果是 p/(1-p)·Σa²。",
+        "squared_denominator",
     ),
     (
         "这是 (1-p)/p·Σa²：p 是丢弃的概率，保留的概率是 1-p，比值写反了。",
@@ -157,7 +160,7 @@ def _dropout_variant(a: Tensor, p: float, mistake: str) -> Tensor:
     return {
         "no_scale": p * (1 - p) * s2,
         "not_squared": p / (1 - p) * s1,
-        "square_of_sum": p / (1 - p) * s1**2,
+        "squared_denominator": p / (1 - p) ** 2 * s2,
         "inverted": (1 - p) / p * s2,
         "p_only": p * s2,
         "no_p": s2 / (1 - p),
