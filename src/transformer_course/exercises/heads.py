@@ -47,6 +47,31 @@ def _mha_variant(
 ) -> Tensor | None:
     """What multi-head attention with the learner's four layers outputs with one of
     :data:`MHA_HINTS`' mistakes."""
+    if mistake != "attend_heads":
+        return _mha_wiring_variant(layers, H, Q, K, V, mask, mistake)
+    # (N, T, H, D) fed to attention: each token's heads attend to each other
+    if mask is not None or K.size(1) != Q.size(1):
+        return None
+    q_proj, k_proj, v_proj, out_proj = layers
+    N, L, E = Q.shape
+    q, k, v = (
+        apply_linear(proj, x).view(N, L, H, E // H)
+        for proj, x in ((q_proj, Q), (k_proj, K), (v_proj, V))
+    )
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(E // H), dim=-1)
+    return apply_linear(out_proj, (weights @ v).reshape(N, L, E))
+
+
+def _mha_wiring_variant(
+    layers: Sequence[nn.Linear],
+    H: int,
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    mask: Tensor | None,
+    mistake: str,
+) -> Tensor | None:
+    """:func:`_mha_variant` for the mistakes in how the heads are wired."""
     square = mask is not None and mask.size(-1) == mask.size(-2)
     if mistake.startswith("mask_") and (
         mask is None or (mistake == "mask_transposed" and not square)
@@ -78,12 +103,6 @@ def _mha_variant(
 
     q = heads(apply_linear(q_proj, Q))
     k, v = heads(apply_linear(k_proj, K)), heads(apply_linear(v_proj, V))
-    if mistake == "attend_heads":  # (N, T, H, D) into attention: heads attend heads
-        if mask is not None or K.size(1) != L:
-            return None
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), dim=-1)
-        return apply_linear(out_proj, (weights @ v).reshape(N, L, E))
     scale = {"no_scale": 1.0, "scale_model": math.sqrt(E)}.get(mistake, math.sqrt(D))
     scores = q @ k.transpose(-2, -1) / scale
     if mask is not None and mistake != "mask_ignored":
