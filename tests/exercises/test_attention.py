@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
-from transformer_course.exercises import _protocol, attention
+from transformer_course.exercises import attention
 
 from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
@@ -377,7 +377,8 @@ REJECTS = [
     mask_check(lambda L: ones(L, L, dtype=torch.bool).triu(1), "True = 可以看", "blocked convention"),
     mask_check(lambda L: ones(L, L, dtype=torch.bool).triu(), "方向反了", "upper triangle"),
     mask_check(lambda L: ones(L, L, dtype=torch.bool).tril(-1), "对角线上应为 True", "diagonal missing"),
-    mask_check(lambda L: ones(L, L).tril(), "torch.bool", "float mask"),
+    mask_check(lambda L: ones(L, L).tril(), "浮点掩码会被当作加到分数上的加性掩码", "float mask"),
+    mask_check(lambda L: ones(L, L, dtype=torch.long).tril(), "整数的 0/1 不是布尔掩码", "int64 mask"),
     mask_check(lambda L: ones(L, L, dtype=torch.bool), "没有屏蔽", "all True"),
     mask_check(lambda L: ones(L, L, dtype=torch.bool).tril(1), "i + 1", "one step ahead"),
     mask_check(lambda L: ones(L, L + 1, dtype=torch.bool).tril(), "形状", "wrong shape"),
@@ -395,7 +396,6 @@ def test_every_hint_is_reached(capsys):
         "ATTENTION_HINTS": attention.ATTENTION_HINTS,
         "ATTENTION_CRASHES": attention.ATTENTION_CRASHES,
         "CAUSAL_MASK_HINTS": attention.CAUSAL_MASK_HINTS,
-        "CRASH_CAUSES": _protocol.CRASH_CAUSES,
     }
     assert_every_hint_reached(tables, REJECTS, capsys)
 

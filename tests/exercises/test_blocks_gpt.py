@@ -228,7 +228,7 @@ BLOCK_REJECTS = [
     block_check(BiasFreeFFN, "缺少偏置", "bias-free FFN"),
     block_check(BiasFreeAttention, "缺少偏置", "bias-free attention"),
     block_check(SmallEps, "eps", "LayerNorm(eps=1e-6)"),
-    block_check(NoAffineNorm, "缺少参数 norm1.weight", "LayerNorm without γ/β"),
+    block_check(NoAffineNorm, "elementwise_affine=False", "LayerNorm without γ/β"),
     block_check(WithDropout, "dropout", "dropout"),
 ]
 
@@ -447,6 +447,42 @@ class SwappedSizes(GPT):
         super().__init__(context_length, vocab_size, d_model, num_heads, num_layers)
 
 
+class PositionsByClampedId(GPT):
+    """Learner test: pos_emb(input_ids), clamped so that it runs."""
+
+    def embed(self, input_ids):
+        positions = input_ids.clamp(max=self.pos_emb.num_embeddings - 1)
+        return self.tok_emb(input_ids) + self.pos_emb(positions)
+
+
+class PositionsReversed(GPT):
+    def embed(self, input_ids):
+        return self.tok_emb(input_ids) + self.pos_emb(torch.arange(input_ids.size(1)).flip(0))
+
+
+class PlainListOfBlocks(GPT):
+    """Learner test: the blocks in a Python list (not registered)."""
+
+    def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
+        super().__init__(vocab_size, context_length, d_model, num_heads, num_layers)
+        del self.blocks
+        self.blocks = [Block(d_model, num_heads) for _ in range(num_layers)]
+
+
+class BlocksReassignedToList(GPT):
+    """Learner test: a registered ModuleList replaced by a list (nn.Module raises)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.blocks = list(self.blocks)
+
+
+class AffineFreeFinalNorm(GPT):
+    def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
+        super().__init__(vocab_size, context_length, d_model, num_heads, num_layers)
+        self.norm_f = nn.LayerNorm(d_model, elementwise_affine=False)
+
+
 def gpt_check(cls, keyword, id):
     return pytest.param(ex.check_gpt, cls, keyword, id=id)
 
@@ -474,6 +510,11 @@ GPT_REJECTS = [
     gpt_check(SwappedSizes, "下标越界", "vocab_size and context_length swapped"),
     gpt_check(GPTLogitsAndLoss, "应只返回 logits", "(logits, loss) returned"),
     gpt_check(GPTListReturn, "应只返回 logits", "[logits, None] returned"),
+    gpt_check(PositionsByClampedId, "按 token id 查的", "positions looked up by clamped token id"),
+    gpt_check(PositionsReversed, "位置嵌入的顺序反了", "positions reversed"),
+    gpt_check(PlainListOfBlocks, "nn.ModuleList", "blocks in a Python list"),
+    gpt_check(BlocksReassignedToList, "nn.ModuleList", "ModuleList reassigned to a list (crashes)"),
+    gpt_check(AffineFreeFinalNorm, "elementwise_affine=False", "norm_f without weights"),
 ]
 
 REJECTS = BLOCK_REJECTS + GPT_REJECTS

@@ -326,6 +326,14 @@ def sparsemax_renormalised(z):
     return p / p.sum(-1, keepdim=True)
 
 
+def sparsemax_unsorted(z):  # learner test: the support test and tau on z as it is
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = z.cumsum(-1)
+    support = (1 + k * z > cs).sum(-1, keepdim=True)
+    tau = (cs.gather(-1, support - 1) - 1) / support
+    return torch.clamp(z - tau, min=0)
+
+
 def sparsemax_skeleton(z):
     raise NotImplementedError
 
@@ -354,6 +362,7 @@ def test_sparsemax_skeleton(capsys):
         (sparsemax_ascending, "从大到小"),
         (sparsemax_output_sorted, "排好的顺序"),
         (sparsemax_renormalised, "输出除以了自己的和"),
+        (sparsemax_unsorted, "没有先排序"),
     ],
 )
 def test_sparsemax_rejects(fn, keyword, capsys):

@@ -118,12 +118,39 @@ def generate_topk_positions(model, idx, max_new_tokens, context_length, top_k=No
     return idx
 
 
+def make_sample_probs(mistake):
+    """Learner tests (5.14): top-k by zeroing probabilities (multinomial normalises),
+    with one mistake in the sampling step."""
+
+    def fn(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+        for _ in range(max_new_tokens):
+            logits = model(idx[:, -context_length:])[:, -1, :]
+            if generator is None:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            elif mistake == "clamped_logits":  # no softmax, no top-k
+                nxt = torch.multinomial(logits.clamp(min=0) + 1e-9, 1, generator=generator)
+            else:
+                hot = mistake in ("temperature", "temperature_no_top_k")
+                probs = F.softmax(logits / (0.8 if hot else 1.0), dim=-1)
+                if top_k is not None and mistake != "temperature_no_top_k":
+                    k = top_k + (mistake == "k_plus_1")
+                    kth = torch.topk(probs, k).values[:, -1:]
+                    if mistake == "first_row_threshold":  # row 0's k-th value for all rows
+                        kth = kth[:1]
+                    probs = torch.where(probs < kth, torch.zeros_like(probs), probs)
+                nxt = torch.multinomial(probs, 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
+
+    return fn
+
+
 def generate_skeleton(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
     pass
 
 
 def test_generate(capsys):
-    for fn in (make_generate(), generate_topk_gather):
+    for fn in (make_generate(), generate_topk_gather, make_sample_probs(None)):
         assert_passes(ex.check_generate, fn, capsys)
     assert_skeleton(ex.check_generate, generate_skeleton, capsys)
 
@@ -151,6 +178,17 @@ GENERATE_REJECTS = [
     pytest.param(ex.check_generate, make_generate("no_keepdim"), "v[:, [-1]]", id="top-k threshold without keepdim"),
     pytest.param(ex.check_generate, make_generate("unpack"), "不是 (logits, loss) 元组", id="unpacks model(x)"),
     pytest.param(ex.check_generate, make_generate("sample_logits"), "非负", id="multinomial on logits"),
+    pytest.param(ex.check_generate, make_sample_probs("k_plus_1"), "k + 1", id="top-(k+1) by zeroed probabilities"),
+    pytest.param(
+        ex.check_generate, make_sample_probs("clamped_logits"), "top_k 也没有用上", id="clamped logits, no top-k"
+    ),
+    pytest.param(ex.check_generate, make_sample_probs("temperature"), "除以温度", id="temperature 0.8"),
+    pytest.param(
+        ex.check_generate, make_sample_probs("temperature_no_top_k"), "不在 top-3 之内", id="temperature, no top-k"
+    ),
+    pytest.param(
+        ex.check_generate, make_sample_probs("first_row_threshold"), "每一行各自", id="row 0's threshold for all"
+    ),
     pytest.param(ex.check_generate, generate_topk_positions, "映射回词表", id="top-k index not mapped back"),
     pytest.param(
         ex.check_generate, generate_from_clamped_logits, "直接当成了抽样权重", id="multinomial on clamped logits"
@@ -232,7 +270,7 @@ def generate_changed_prompt(model, idx, max_new_tokens, context_length, top_k=No
 
 
 def generate_hot(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
-    """Samples at temperature 2 (logits / 2): a mistake the checker has no hint for."""
+    """Samples at temperature 2 (logits / 2): told by the first wrong draw."""
 
     def hot_model(ctx):
         return model(ctx) / 2
@@ -258,7 +296,7 @@ def make_cache_returning(result):
 MORE_REJECTS = [
     pytest.param(ex.check_generate, generate_float, "torch.long", id="generate: float ids"),
     pytest.param(ex.check_generate, generate_changed_prompt, "原样是输入 input_ids", id="generate: prompt changed"),
-    pytest.param(ex.check_generate, generate_hot, "对照：裁剪", id="generate: unknown sampling mistake"),
+    pytest.param(ex.check_generate, generate_hot, "除以温度", id="generate: temperature 2"),
     pytest.param(ex.check_kv_cache, CacheWithoutUpdate, "缺少方法 update", id="kv cache: no update"),
     pytest.param(
         ex.check_kv_cache, make_cache_returning(lambda k, v: (k, v, k)), "两个张量", id="kv cache: three values"

@@ -279,7 +279,19 @@ def check(cls, keyword, id):
     return pytest.param(ex.check_multi_head_attention, cls, keyword, id=id)
 
 
+class AttentionOverHeads(MHA):
+    """Learner test (5.5): attention on (N, T, H, D), the heads as the key axis."""
+
+    def attend(self, q, k, v, attn_mask):
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d)
+        if attn_mask is not None and attn_mask.shape[-1] == scores.shape[-1]:
+            scores = scores.masked_fill(~attn_mask, NEG)
+        return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2)
+
+
 REJECTS = [
+    check(AttentionOverHeads, "注意力算在了头的维度上", "attention over the heads"),
     check(MergeWithoutTranspose, "合并多头时没有先转置", "heads merged without transposing"),
     check(SplitWithoutTranspose, "拆分多头时直接 view", "heads split without transposing"),
     check(NeitherTransposed, "都少了转置", "split and merge without transposing"),

@@ -155,6 +155,14 @@ def var_not_squared(a, p):
     return p / (1 - p) * a.sum(-1)
 
 
+def var_square_of_sum(a, p):  # learner test: (Σa)² instead of Σa²
+    return p / (1 - p) * a.sum(-1) ** 2
+
+
+def var_squared_denominator(a, p):  # learner test
+    return p / (1 - p) ** 2 * (a**2).sum(-1)
+
+
 def var_inverted(a, p):
     return (1 - p) / p * (a**2).sum(-1)
 
@@ -185,6 +193,8 @@ def test_dropout_variance_accepts(fn, capsys):
     [
         (var_no_scale, "不放大"),
         (var_not_squared, "少了平方"),
+        (var_square_of_sum, "先求和再平方"),
+        (var_squared_denominator, "p/(1-p)²·Σa²"),
         (var_inverted, "写反了"),
         (var_p_only, "放大因子"),
         (var_without_p, "漏了因子 p"),
@@ -312,6 +322,31 @@ def train_keeps_loss_tensors(model, optimizer, train_data, num_steps):
     return losses
 
 
+def train_no_zero_grad(model, optimizer, train_data, num_steps):
+    """Never clears the gradients: they pile up from step to step."""
+    T = model.cfg.context_length
+    losses = []
+    for _ in range(num_steps):
+        _, loss = model(*tc.lm_batch(train_data, 32, T))
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def train_step_before_backward(model, optimizer, train_data, num_steps):
+    """step() before backward(): the weights change under the graph (autograd raises)."""
+    T = model.cfg.context_length
+    losses = []
+    for _ in range(num_steps):
+        _, loss = model(*tc.lm_batch(train_data, 32, T))
+        optimizer.step()
+        optimizer.zero_grad()
+        loss.backward()
+        losses.append(loss.item())
+    return losses
+
+
 def train_returns_nothing_useful(model, optimizer, train_data, num_steps):
     train_with_lm_batch(model, optimizer, train_data, num_steps)
     return 1.0
@@ -337,6 +372,8 @@ def test_lm_training_accepts(fn, capsys):
         (train_few_steps, "没有达到目标"),
         (train_returns_nothing_useful, "每一步的训练损失"),
         (train_keeps_loss_tensors, "loss 张量本身"),
+        (train_no_zero_grad, "忘了 optimizer.zero_grad()"),
+        (train_step_before_backward, "optimizer.step() 放在了 loss.backward() 之前"),
     ],
 )
 def test_lm_training_rejects(fn, keyword, capsys):

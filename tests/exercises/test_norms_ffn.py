@@ -132,7 +132,26 @@ def test_feed_forward(capsys):
     assert_skeleton(ex.check_feed_forward, FFNSkeleton, capsys)
 
 
+class GeluAfterW2(GeluFeedForward):
+    def forward(self, x):
+        return F.gelu(self.w2(self.w1(x)))
+
+
+class SwappedLinears(nn.Module):
+    """Learner test: w1 and w2 built with each other's sizes."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.w1 = nn.Linear(d_ff, d_model)
+        self.w2 = nn.Linear(d_model, d_ff)
+
+    def forward(self, x):
+        return self.w2(F.gelu(self.w1(x)))
+
+
 FEED_FORWARD_REJECTS = [
+    pytest.param(ex.check_feed_forward, GeluAfterW2, "GELU 放在了 w2 之后", id="GELU after w2"),
+    pytest.param(ex.check_feed_forward, SwappedLinears, "检查两层的参数是否写反", id="w1 and w2 sizes swapped"),
     pytest.param(ex.check_feed_forward, make_ffn(act=F.relu), "ReLU", id="ReLU instead of GELU"),
     pytest.param(ex.check_feed_forward, make_ffn(act=nn.GELU(approximate="tanh")), "tanh 近似", id="tanh GELU"),
     pytest.param(ex.check_feed_forward, make_ffn(act=lambda t: t), "缺少激活函数", id="no activation"),
@@ -215,6 +234,7 @@ def test_every_hint_is_reached(capsys):
         "LAYER_NORM_HINTS": norms_ffn.LAYER_NORM_HINTS,
         "LAYER_NORM_CRASHES": norms_ffn.LAYER_NORM_CRASHES,
         "FFN_HINTS": norms_ffn.FFN_HINTS,
+        "FFN_CRASHES": norms_ffn.FFN_CRASHES,
         "SWIGLU_HINTS": norms_ffn.SWIGLU_HINTS,
     }
     assert_every_hint_reached(tables, REJECTS, capsys)

@@ -15,7 +15,8 @@ import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course.exercises import _protocol
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from . import test_attention, test_blocks_gpt, test_training
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 # common protocol
 # ---------------------------------------------------------------------------
@@ -139,3 +140,54 @@ def test_crash_message_quotes_the_learner(capsys):
     assert "AttributeError" in message and "undefined_method" in message
     assert "return Q.undefined_method()" in message  # the learner's own line
     assert "可能的原因" not in message  # no cause is known: no guess
+
+
+def test_the_learners_line_does_not_set_off_a_cause(capsys):
+    """A cause is read from the exception, not from the learner's line: a line that
+    mentions batch_size or a FloatTensor says nothing about the error."""
+
+    def crashes(Q, K, V, attn_mask=None):
+        batch_size, FloatTensor = Q.shape[0], Q.undefined_size(-1)
+        return batch_size, FloatTensor
+
+    message = str(pytest.raises(ex.ExerciseError, ex.check_self_attention, crashes).value)
+    assert "Q.undefined_size(-1)" in message
+    assert "可能的原因" not in message
+
+
+def train_step_before_backward(model, optimizer, train_data, num_steps):
+    """Learner test: step() before backward(); autograd finds the weights changed."""
+    losses = []
+    for _ in range(num_steps):
+        _, loss = model(*tc.lm_batch(train_data, 32, model.cfg.context_length))
+        optimizer.step()
+        optimizer.zero_grad()
+        loss.backward()
+        losses.append(loss.item())
+    return losses
+
+
+def _by_id(rejects, *ids):
+    return [p for p in rejects if p.id in ids]
+
+
+# one mutant per entry of _protocol.CRASH_CAUSES, in its order
+GENERAL_CRASHES = [
+    *_by_id(test_attention.REJECTS, ".view after .transpose", "a tuple used as a tensor"),
+    pytest.param(
+        ex.check_lm_training, train_step_before_backward, "放在了 loss.backward() 之前", id="step before backward"
+    ),
+    *_by_id(test_blocks_gpt.REJECTS, "ModuleList reassigned to a list (crashes)"),
+    *_by_id(test_training.REJECTS, "logits not flattened"),
+    *_by_id(test_attention.REJECTS, "no attn_mask argument", "Q @ K without the transpose", "float times long"),
+]
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", GENERAL_CRASHES)
+def test_general_crash_causes(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_every_general_crash_cause_is_reached(capsys):
+    assert len(GENERAL_CRASHES) == len(_protocol.CRASH_CAUSES)
+    assert_every_hint_reached({"CRASH_CAUSES": _protocol.CRASH_CAUSES}, GENERAL_CRASHES, capsys)

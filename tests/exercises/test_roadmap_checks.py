@@ -138,7 +138,32 @@ def test_skeleton(capsys):
     assert_skeleton(ex.check_witten_bell, skeleton, capsys)
 
 
+def escape_mass_vocab_size(counts, history, c, vocab_size):  # learner test: u(h) = |V|
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        p = (after[c] + vocab_size * p) / (sum(after.values()) + vocab_size)
+    return p
+
+
+def unigram_skipped(counts, history, c, vocab_size):  # learner test: the loop starts at k = 1
+    p = 1 / vocab_size
+    for k in range(1, len(counts)):
+        if k > len(history):
+            break
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        total, types = sum(after.values()), len(after)
+        p = (after[c] + types * p) / (total + types)
+    return p
+
+
 def test_mistakes_get_their_hint(capsys):
+    assert_rejects(ex.check_witten_bell, escape_mass_vocab_size, "u(h) 写成了词表大小", capsys)
+    assert_rejects(ex.check_witten_bell, unigram_skipped, "跳过了 k = 0 这一阶", capsys)
     assert_rejects(ex.check_witten_bell, no_uniform_base, "均匀分布", capsys)
     assert_rejects(ex.check_witten_bell, escape_missing_in_denominator, "分母", capsys)
     assert_rejects(ex.check_witten_bell, escape_mass_from_token_count, "不同字符的个数", capsys)

@@ -45,9 +45,30 @@ def test_qkv_outcome_is_kept_for_progress(capsys):
     del RESULTS[key]
 
 
+@pytest.mark.parametrize(
+    "answers",
+    [
+        {**RIGHT, "d": "更硬"},  # learner test: the option without its parenthesis
+        {**RIGHT, "d": "更集中"},
+        {**RIGHT, "d": "更硬(更集中)"},
+        {**RIGHT, "a": "第二个值", "c": " 第3个键 "},
+    ],
+)
+def test_qkv_accepts_equivalent_spellings(answers, capsys):
+    ex.check_qkv_answers(answers)
+    assert capsys.readouterr().out.startswith("✓")
+
+
+def test_qkv_equivalent_spelling_of_a_wrong_answer_is_wrong():
+    with pytest.raises(ex.ExerciseError, match=r"\(d\)"):
+        ex.check_qkv_answers({**RIGHT, "d": "更软"})
+
+
 def test_qkv_rejects_unknown_option_and_non_dict():
     with pytest.raises(ex.ExerciseError, match="之一"):
-        ex.check_qkv_answers({**RIGHT, "a": "第二个值"})
+        ex.check_qkv_answers({**RIGHT, "a": "第 4 个值"})
+    with pytest.raises(ex.ExerciseError, match="之一"):
+        ex.check_qkv_answers({**RIGHT, "d": "更"})
     with pytest.raises(ex.ExerciseError, match="dict"):
         ex.check_qkv_answers(["第 2 个值"])
 

@@ -13,6 +13,7 @@ from torch import nn
 import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course import notebook as nb
+from transformer_course.exercises import seq2seq
 
 from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
@@ -34,6 +35,8 @@ def make_decoder(mistake=None, causal_style="is_causal"):
         def sa(self, x):
             if mistake == "no_causal":
                 return self.self_attn(x, x, x)
+            if mistake == "memory_mask_to_self":  # learner test
+                return self.self_attn(x, x, x, attn_mask=self.memory_mask)
             if causal_style == "mask":
                 return self.self_attn(x, x, x, attn_mask=tc.causal_mask(x.size(1)))
             if causal_style == "additive":  # a float mask: 0 or -inf
@@ -43,6 +46,7 @@ def make_decoder(mistake=None, causal_style="is_causal"):
             return self.self_attn(x, is_causal=True)
 
         def forward(self, x, memory, memory_mask=None):
+            self.memory_mask = memory_mask
             if mistake == "memory_as_query":
                 x = self.norm1(x + self.sa(x))
                 x = self.norm2(x + self.cross_attn(memory, x, x))
@@ -61,6 +65,8 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 return self.norm3(x + self.ffn(x))
             if mistake == "cross_on_x":
                 c = self.cross_attn(x, x, x)
+            elif mistake == "causal_to_cross":
+                c = self.cross_attn(x, memory, memory, attn_mask=tc.causal_mask(x.size(1)))
             elif mistake == "no_mask":
                 c = self.cross_attn(x, memory, memory)
             else:
@@ -149,6 +155,22 @@ def test_decoder_layer_rejects(mistake, keyword, capsys):
     assert_rejects(ex.check_decoder_layer, make_decoder(mistake), keyword, capsys)
 
 
+DECODER_CRASH_REJECTS = [
+    pytest.param(ex.check_decoder_layer, make_decoder("memory_mask_to_self"), "传给了掩码自注意力", id="mask to self"),
+    pytest.param(ex.check_decoder_layer, make_decoder("causal_to_cross"), "传给了交叉注意力", id="causal to cross"),
+    pytest.param(ex.check_decoder_layer, make_decoder("memory_as_query"), "查询是解码器的 x", id="memory as query"),
+]
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", DECODER_CRASH_REJECTS)
+def test_decoder_layer_crashes(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_decoder_crashes_are_all_reached(capsys):
+    assert_every_hint_reached({"DECODER_CRASHES": seq2seq.DECODER_CRASHES}, DECODER_CRASH_REJECTS, capsys)
+
+
 def test_decoder_layer_needs_the_package_names(capsys):
     class Renamed(make_decoder()):
         def __init__(self, d_model, num_heads, d_ff):
@@ -219,6 +241,8 @@ def make_loss(mistake):
         if mistake == "sum_over_batch":  # learner test: sum of sentence losses / N
             total = F.cross_entropy(logits.transpose(1, 2), labels, reduction="sum")
             return total / tgt.size(0)
+        if mistake == "not_flattened":  # learner test: logits (N, T, V) as they are
+            return F.cross_entropy(logits, labels)
         if mistake == "label_smoothing":  # learner test
             return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
@@ -248,6 +272,7 @@ def test_seq2seq_loss_skeleton(capsys):
         ("mean_per_sentence", "先对每句求平均"),
         ("label_smoothing", "加了标签平滑"),
         ("sum_over_batch", "总和除以了批大小 N"),
+        ("not_flattened", "类别在第 1 维"),
     ],
 )
 def test_seq2seq_loss_rejects(mistake, keyword, capsys):

@@ -273,6 +273,11 @@ def step_list_pair(ids, new_id):
     return list(pair), new_ids
 
 
+def step_swapped(ids, new_id):  # learner test: (new_ids, pair)
+    pair, new_ids = step_min(ids, new_id)
+    return new_ids, pair
+
+
 def step_one_value(ids, new_id):
     return step_min(ids, new_id)[1]
 
@@ -285,6 +290,7 @@ def step_one_value(ids, new_id):
         (step_no_skip, "i\\+2"),
         (step_one_value, r"\(pair, new_ids\)"),
         (step_list_pair, "pair 是 list.*应是元组"),
+        (step_swapped, "两项顺序反了"),
     ],
 )
 def test_bpe_merge_rejects_typical_mistakes(fn, keyword, capsys):

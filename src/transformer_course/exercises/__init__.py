@@ -59,8 +59,9 @@ copies the learner's weights into the package module by these names.
   ``where_differs``, ...).
 * Crashes in the learner's code: a topic's ``<TOPIC>_CRASHES = [(pattern, hint), ...]``
   (pattern searched in "ExceptionType: message\\nthe learner's line") passed as
-  ``causes=`` to ``run_learner``; the message always quotes the learner's exception
-  and line, the hint only where a pattern matches.
+  ``causes=`` to ``run_learner``, tried before the general ``_protocol.CRASH_CAUSES``
+  (searched in "ExceptionType: message" only); the message always quotes the
+  learner's exception and line, the hint only where a pattern matches.
 * Tests go to ``tests/exercises/test_<topic>.py``: hand-written correct variants and
   mutants (never the checker's own variant function), and every entry of the topic's
   ``*_HINTS`` / ``*_CRASHES`` tables reached by at least one mutant.

@@ -157,9 +157,11 @@ def _user_frame(err: BaseException) -> tuple[str, str]:
     return "", ""
 
 
-# What a crash most likely means: (regular expression searched in
-# "ExceptionType: message\nthe learner's line", hint). A topic passes its own causes,
-# tried before these general ones.
+# What a crash most likely means: (regular expression, hint), searched in
+# "ExceptionType: message" only, never in the learner's line (a line that merely
+# mentions ``vocab_size`` says nothing about the error). A topic passes its own causes,
+# tried first and searched in "ExceptionType: message\nthe learner's line" (a topic may
+# know what a line such as ``K.T`` means).
 CRASH_CAUSES = [
     (
         r"view size is not compatible",
@@ -173,15 +175,34 @@ CRASH_CAUSES = [
         "如 out, _ = my_self_attention(...)。",
     ),
     (
-        r"^TypeError: .*(argument|positional)",
+        r"modified by an inplace operation",
+        "反向传播要用的张量在 backward 之前被原地改过了。最常见的原因是 "
+        "optimizer.step() 放在了 loss.backward() 之前（step 原地更新了权重）："
+        "每步的顺序是 zero_grad → 前向 → backward → step。若是前向里的 +=、"
+        "masked_fill_ 之类的原地操作，改用不带下划线的版本（如 masked_fill）。",
+    ),
+    (
+        r"cannot assign '[\w.]+' as child module",
+        "这个属性已经注册为子模块，不能再赋成普通的 Python 对象：一组层要放在 "
+        "nn.ModuleList([...]) 里，不能用 list（list 里的层不会注册，它们的参数"
+        "对 parameters()、state_dict() 和 .to() 都不可见）。",
+    ),
+    (
+        r"Expected target size|Expected input batch_size|spatial targets",
+        "F.cross_entropy 要求类别在第 1 维：把 logits 展平成 (N*T, V)、目标展平成 "
+        "(N*T,)，即 F.cross_entropy(logits.reshape(-1, logits.size(-1)), "
+        "targets.reshape(-1))。",
+    ),
+    (
+        r"^TypeError: .*\b(argument|positional)",
         "检查参数：函数（或 __init__、forward）的签名要与练习说明的一致。",
     ),
     (
-        r"size|shape|dimension|mat1|broadcast",
+        r"(?i)\b(sizes?|shapes?|dimensions?|mat1|broadcast)\b",
         "形状对不上：在出错的那一行之前打印各个张量的 .shape，对照练习说明里的形状。",
     ),
     (
-        r"expected scalar type|dtype|Long|Float",
+        r"expected scalar type|\bdtype\b|\b(Long|Float|Double|Half|Int)\b",
         "dtype 不一致（例如 float 和 long、float32 和 float64 混用）。",
     ),
 ]
@@ -191,19 +212,14 @@ def _crash_message(
     err: BaseException, what: str, case: str, causes: Sequence[tuple[str, str]]
 ) -> str:
     """The learner's exception (type, message, the learner's line) and its likely
-    cause."""
+    cause: a topic's ``causes`` first, then the general :data:`CRASH_CAUSES`."""
     where, line = _user_frame(err)
-    text = f"{type(err).__name__}: {err}\n{line}"
-    hint = next(
-        (
-            h
-            for pattern, h in (*causes, *CRASH_CAUSES)
-            if re.search(pattern, text, re.M)
-        ),
-        "",
-    )
+    error = f"{type(err).__name__}: {err}"
+    candidates = [(p, h, f"{error}\n{line}") for p, h in causes]
+    candidates += [(p, h, error) for p, h in CRASH_CAUSES]
+    hint = next((h for p, h, text in candidates if re.search(p, text, re.M)), "")
     return (
-        f"{what} 运行出错{f'（{case}）' if case else ''}：{type(err).__name__}: {err}"
+        f"{what} 运行出错{f'（{case}）' if case else ''}：{error}"
         + (f"\n出错的位置：{where}：{line}" if where else "")
         + (f"\n可能的原因：{hint}" if hint else "")
     )

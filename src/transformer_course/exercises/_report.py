@@ -91,19 +91,24 @@ def first_reproduced(
     variant: Callable[[str], Tensor | None],
     rtol: float = RTOL,
     atol: float = ATOL,
+    same: Callable[[Tensor, Tensor], bool] | None = None,
     **fmt: object,
 ) -> str | None:
     """The hint of the first typical mistake that ``got`` reproduces: ``table`` is
     ``[(hint template, mistake), ...]``, ``variant(mistake)`` computes what that mistake
     outputs (``None`` or an exception: not possible here), ``fmt`` fills the hint's
-    ``{placeholders}``. The one way a checker says "this is mistake X"."""
+    ``{placeholders}``. Reproduces means :func:`close` within ``rtol``/``atol``, or
+    ``same(got, variant)`` where given. The one way a checker says "this is mistake
+    X"."""
     for template, mistake in table:
         try:
             with torch.no_grad():
                 ref = variant(mistake)
         except Exception:  # a variant that cannot run here cannot be the mistake
             continue
-        if ref is not None and close(got, ref, rtol, atol):
+        if ref is None:
+            continue
+        if same(got, ref) if same is not None else close(got, ref, rtol, atol):
             return template.format(**fmt)
     return None
 

@@ -508,8 +508,13 @@ def check_causal_mask(fn: Callable) -> str:
             fail(
                 f"{name}({L}) 应返回 torch.bool 张量，得到 dtype {out.dtype}"
                 + ("（值本身是对的）" if same else "")
-                + "：0/1 的浮点掩码会被当作加到分数上的加性掩码。用 "
-                "torch.ones(L, L, dtype=torch.bool).tril()，或在最后加 .bool()。"
+                + (
+                    "：0/1 的浮点掩码会被当作加到分数上的加性掩码。"
+                    if out.is_floating_point()
+                    else "：整数的 0/1 不是布尔掩码，tc 的注意力会拒绝它，"
+                    "~mask 也成了按位取反（~1 = -2）。"
+                )
+                + "用 torch.ones(L, L, dtype=torch.bool).tril()，或在最后加 .bool()。"
             )
         if bool((out == ref).all()):
             continue

@@ -82,10 +82,7 @@ def _check_parameters(learner: nn.Module, ref: nn.Module, what: str) -> None:
                     "nn.Linear 和 nn.LayerNorm 默认就有，不要写 bias=False"
                     "（后面的单元格从 tc.MiniGPT 按名字复制权重）。"
                 )
-            fail(
-                f"{what} 缺少参数 {name}：属性名要与书里打印的 tc 代码一致"
-                f"（应有 {what}.{owner}），检查器按名字把你的权重复制到参考实现里。"
-            )
+            _missing_parameter(learner, name, what)
         if tuple(mine[name].shape) != tuple(p.shape):
             fail(
                 f"{what}.{name} 的形状应为 {tuple(p.shape)}，"
@@ -96,6 +93,34 @@ def _check_parameters(learner: nn.Module, ref: nn.Module, what: str) -> None:
         if leaf == "bias":
             fail(f"{what}.{owner} 不应带偏置：nn.Linear(…, bias=False)。")
         fail(f"{what} 多了参数 {name}：书里的 tc 模块没有它。")
+
+
+def _missing_parameter(learner: nn.Module, name: str, what: str) -> None:
+    """Fail for the package parameter ``name`` that ``learner`` lacks: a plain list
+    that hides its layers, a norm without weights, or another attribute name."""
+    obj, path = learner, []
+    for part in name.split(".")[:-1]:
+        path.append(part)
+        if isinstance(obj, (list, tuple)) and not isinstance(obj, nn.Module):
+            fail(
+                f"{what}.{'.'.join(path[:-1])} 是 Python {type(obj).__name__}，"
+                "里面的层没有注册为子模块：它们的参数对 parameters()、state_dict() "
+                "和优化器都不可见。改用 nn.ModuleList([...])。"
+            )
+        obj = getattr(obj, part, None)
+        if obj is None:
+            break
+    owner = ".".join(path)
+    if getattr(obj, "elementwise_affine", True) is False:
+        fail(
+            f"{what}.{owner} 是不带参数的 {type(obj).__name__}"
+            "（elementwise_affine=False）：书里的 tc 代码用 nn.LayerNorm(d_model)，"
+            "带可学习的 weight（γ）和 bias（β），后面的单元格要复制它们。"
+        )
+    fail(
+        f"{what} 缺少参数 {name}：属性名要与书里打印的 tc 代码一致"
+        f"（应有 {what}.{owner}），检查器按名字把你的权重复制到参考实现里。"
+    )
 
 
 def _check_eps(learner: nn.Module, ref: nn.Module, what: str) -> None:
@@ -355,6 +380,10 @@ def _gpt_embeddings(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
         return tok
     if mistake == "pos_from_1":
         return tok + pos[1 : L + 1] if L < pos.size(0) else None
+    if mistake == "pos_by_id":  # clamped into the table, as a learner makes it run
+        return tok + pos[idx.clamp(max=pos.size(0) - 1)]
+    if mistake == "pos_reversed":
+        return tok + pos[:L].flip(0)
     return tok + (pos[-L:] if mistake == "pos_last" else pos[:L])
 
 
@@ -388,6 +417,16 @@ GPT_HINTS = [
         "位置嵌入取的是表的最后 L 行：应取前 L 行，pos_emb(torch.arange(L))"
         "（或 pos_emb.weight[:L]）。",
         "pos_last",
+    ),
+    (
+        "位置嵌入是按 token id 查的（pos_emb(input_ids)）：位置嵌入按位置查表，"
+        "pos_emb(torch.arange(L))，第 t 个词元加第 t 行。",
+        "pos_by_id",
+    ),
+    (
+        "位置嵌入的顺序反了：第 t 个词元加第 t 行，pos_emb(torch.arange(L))，"
+        "不要翻转（flip）或倒着数。",
+        "pos_reversed",
     ),
     ("lm_head 之前忘了最后的 norm_f。", "no_norm_f"),
     (

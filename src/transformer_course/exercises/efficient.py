@@ -499,7 +499,11 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
         wrong = _sparsemax_variant(z, "no_one")
         return wrong / wrong.sum(-1, keepdim=True)
     n = z.size(-1)
-    zs = z.sort(dim=-1, descending=mistake != "ascending").values
+    zs = (
+        z
+        if mistake == "unsorted"
+        else z.sort(dim=-1, descending=mistake != "ascending").values
+    )
     ks = torch.arange(0 if mistake == "ranks_from_zero" else 1, n + 1, dtype=z.dtype)[
         :n
     ]
@@ -556,6 +560,12 @@ _SPARSEMAX_MISTAKES = [
     ),
     ("τ 少了 −1：τ = (前 k 大之和 − 1) / k。", "no_minus_one"),
     ("排序方向反了：z 要从大到小排序（descending=True）。", "ascending"),
+    (
+        "没有先排序：判据 1 + k·z_(k) > 前 k 大之和里的 z_(k) 和前 k 大之和都来自从大到"
+        "小排好的 z：zs = z.sort(dim=-1, descending=True).values，cs = zs.cumsum(-1)"
+        "，不是原顺序的 z.cumsum(-1)。",
+        "unsorted",
+    ),
     (
         "τ 用了全部元素：τ 只由支撑集（前 k 个最大值）决定，(前 k 大之和 − 1)/k。",
         "mean_threshold",

@@ -123,7 +123,7 @@ def _generate_mistake(
         else:
             off = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
             k = None if top_k is None else top_k + off
-            if k is not None and mistake != "no_top_k":
+            if k is not None and mistake not in ("no_top_k", "logits_no_top_k"):
                 k = max(1, min(k, logits.size(-1)))
                 if mistake == "k_smallest":  # torch.topk(..., largest=False)
                     vals, _ = torch.topk(logits, k, largest=False)
@@ -132,8 +132,8 @@ def _generate_mistake(
                     vals, _ = torch.topk(logits, k)
                     logits = logits.masked_fill(logits < vals[:, -1:], -math.inf)
             probs = torch.softmax(logits, -1)
-            if mistake == "logits_as_probs":  # negative logits cut to 0, no softmax
-                probs = logits.clamp(min=0)
+            if mistake in ("logits_as_probs", "logits_no_top_k"):  # no softmax,
+                probs = logits.clamp(min=0)  # negative logits cut to 0
             if mistake == "double_softmax":
                 probs = torch.softmax(probs, -1)
             nxt = torch.multinomial(probs, 1, generator=generator)
@@ -185,6 +185,13 @@ GENERATE_HINTS = [
         "logits 不是概率，先 probs = torch.softmax(logits, dim=-1)，"
         "再 torch.multinomial(probs, 1, generator=generator)。",
         "logits_as_probs",
+    ),
+    (
+        "把 logits 直接当成了抽样权重（负数截成 0 后交给 torch.multinomial），"
+        "top_k 也没有用上：先把最大的 top_k 个以外的 logits 设为 -inf，再 "
+        "probs = torch.softmax(logits, dim=-1)，最后 torch.multinomial(probs, 1, "
+        "generator=generator)。",
+        "logits_no_top_k",
     ),
 ]
 
@@ -270,8 +277,10 @@ def check_generate(fn: Callable) -> str:
         mistake = functools.partial(
             _generate_mistake, model, idx, steps, C, top_k, seed
         )
-        hint = _generate_hint(out, mistake, sample)
         expected = gen()
+        hint = _generate_hint(
+            out, expected, mistake, sample, model, C, top_k, idx.size(1)
+        )
         bad = tuple((out != expected).nonzero()[0].tolist())
         fail(
             f"{name} 生成的词元与参考不一致（{case}）：位置 {bad} 应为 "
@@ -321,18 +330,74 @@ def _generated_tokens(
     return out
 
 
-def _generate_hint(out: Tensor, mistake: Callable[[str], Tensor], sample: bool) -> str:
-    """The typical mistake that ``out`` reproduces (``mistake(m)`` generates with
-    it), or the recipe."""
-    hint = first_reproduced(out, GENERATE_HINTS, mistake, rtol=0.0, atol=0.0)
+def _agreement(out: Tensor, other: Tensor) -> int:
+    """How many leading columns (in every row) ``other`` shares with ``out``."""
+    if other.shape != out.shape:
+        return -1
+    return int((other == out).all(0).int().cumprod(0).sum())
+
+
+def _same_draws(out: Tensor, other: Tensor, first_wrong: int, prompt: int) -> bool:
+    """Whether ``other`` reproduces the generated ``out``: its first wrong token, and
+    at least nine in ten of the new tokens (drawing from the same distribution written
+    another way, e.g. zeroed probabilities instead of -inf logits, may flip a rare
+    draw)."""
+    if _agreement(out, other) <= first_wrong:
+        return False
+    return float((other == out)[:, prompt:].float().mean()) >= 0.9
+
+
+def _generate_hint(
+    out: Tensor,
+    expected: Tensor,
+    mistake: Callable[[str], Tensor],
+    sample: bool,
+    model: _ToyLM,
+    C: int,
+    top_k: int | None,
+    prompt: int,
+) -> str:
+    """The typical mistake (``mistake(m)`` generates with it) that ``out``
+    reproduces, or what the first wrong token says."""
+    first_wrong = _agreement(out, expected)
+    same = functools.partial(_same_draws, first_wrong=first_wrong, prompt=prompt)
+    hint = first_reproduced(out, GENERATE_HINTS, mistake, same=same)
     if hint is None and not sample:
         hint = (
             "generator 为 None 时应贪心地取 argmax（logits[:, -1, :].argmax"
             "(dim=-1, keepdim=True)），不要抽样。"
         )
-    if hint:
-        return f"\n可能的原因：{hint}"
-    return "\n对照：裁剪 → 取最后位置 logits → top-k → softmax → multinomial。"
+    return "\n可能的原因：" + (
+        hint or _first_wrong_draw(out, expected, first_wrong, model, C, top_k)
+    )
+
+
+def _first_wrong_draw(
+    out: Tensor, expected: Tensor, col: int, model: _ToyLM, C: int, top_k: int | None
+) -> str:
+    """What the first sampled token that differs from the reference's says: outside
+    the top k, or drawn with other probabilities."""
+    row = int((out[:, col] != expected[:, col]).nonzero()[0])
+    logits = model.logits(out[row : row + 1, :col][:, -C:])[0, -1]
+    token = int(out[row, col])
+    rank = int((logits > logits[token]).sum()) + 1
+    if top_k is not None and rank > top_k:
+        return (
+            f"第 {row} 行第 {col} 列抽到的词元 {token} 的 logit 排第 {rank}，"
+            f"不在 top-{top_k} 之内：top-k 没有起作用或保留多了，只保留最大的 top_k "
+            "个 logits，其余设为 -inf。"
+        )
+    return (
+        f"第 {row} 行第 {col} 列抽到的词元 {token}"
+        + (" 在 top-k 之内" if top_k is not None else "")
+        + "，但与同一个 "
+        "generator 按参考的概率抽到的不同：抽样用的分布不对。常见的原因："
+        "对 logits 做了缩放（如除以温度；本练习不用温度）、softmax 做了两次、"
+        "top-k 的阈值不是每一行各自的第 k 大值（v[:, [-1]]），"
+        "或抽样前又用这个 generator 抽了别的随机数。每步 probs = "
+        "torch.softmax(logits, dim=-1)，再 torch.multinomial(probs, 1, "
+        "generator=generator)。"
+    )
 
 
 # KV cache

@@ -47,6 +47,31 @@ def _mha_variant(
 ) -> Tensor | None:
     """What multi-head attention with the learner's four layers outputs with one of
     :data:`MHA_HINTS`' mistakes."""
+    if mistake != "attend_heads":
+        return _mha_wiring_variant(layers, H, Q, K, V, mask, mistake)
+    # (N, T, H, D) fed to attention: each token's heads attend to each other
+    if mask is not None or K.size(1) != Q.size(1):
+        return None
+    q_proj, k_proj, v_proj, out_proj = layers
+    N, L, E = Q.shape
+    q, k, v = (
+        apply_linear(proj, x).view(N, L, H, E // H)
+        for proj, x in ((q_proj, Q), (k_proj, K), (v_proj, V))
+    )
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(E // H), dim=-1)
+    return apply_linear(out_proj, (weights @ v).reshape(N, L, E))
+
+
+def _mha_wiring_variant(
+    layers: Sequence[nn.Linear],
+    H: int,
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    mask: Tensor | None,
+    mistake: str,
+) -> Tensor | None:
+    """:func:`_mha_variant` for the mistakes in how the heads are wired."""
     square = mask is not None and mask.size(-1) == mask.size(-2)
     if mistake.startswith("mask_") and (
         mask is None or (mistake == "mask_transposed" and not square)
@@ -161,6 +186,12 @@ MHA_HINTS = [
         "你用的是 attn_mask.T（因果掩码转置后成了只看自己和之后的位置）。"
         "原样传给每个头：(L, S) 会自动广播到 (N, H, L, S)。",
         "mask_transposed",
+    ),
+    (
+        "注意力算在了头的维度上：拆分后的 (N, T, H, D) 要先 .transpose(1, 2) 成 "
+        "(N, H, T, D)，再在最后两维上算 q @ kᵀ（每个头里词元看词元）；"
+        "直接送进注意力，成了每个词元的各个头互相看。",
+        "attend_heads",
     ),
 ]
 

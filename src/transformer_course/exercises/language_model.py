@@ -132,12 +132,15 @@ _DROPOUT_MISTAKES = [
         "no_scale",
     ),
     (
-        "这是 p/(1-p)·Σa（少了平方）：Var(c·X) = c²·Var(X)，每一项贡献 a_j² 倍。",
+        "这是 p/(1-p)：一行权重加起来是 1，你算的是 p/(1-p)·Σa（少了平方）或 "
+        "p/(1-p)·(Σa)²（先求和再平方）。各项独立，方差逐项相加，"
+        "Var(c·X) = c²·Var(X)，每一项贡献 a_j² 倍：p/(1-p)·Σ a_j²。",
         "not_squared",
     ),
     (
-        "这是 p/(1-p)·(Σa)² = p/(1-p)：各项独立，方差相加的是 Σ a_j²，不是 (Σ a_j)²。",
-        "square_of_sum",
+        "这是 p/(1-p)²·Σa²：单项 a_j·m_j/(1-p) 的方差是 a_j²·p(1-p)/(1-p)²，"
+        "伯努利方差 p(1-p) 里的 (1-p) 要与分母约掉一个，结果是 p/(1-p)·Σa²。",
+        "squared_denominator",
     ),
     (
         "这是 (1-p)/p·Σa²：p 是丢弃的概率，保留的概率是 1-p，比值写反了。",
@@ -157,7 +160,7 @@ def _dropout_variant(a: Tensor, p: float, mistake: str) -> Tensor:
     return {
         "no_scale": p * (1 - p) * s2,
         "not_squared": p / (1 - p) * s1,
-        "square_of_sum": p / (1 - p) * s1**2,
+        "squared_denominator": p / (1 - p) ** 2 * s2,
         "inverted": (1 - p) / p * s2,
         "p_only": p * s2,
         "no_p": s2 / (1 - p),
@@ -280,16 +283,25 @@ def check_lm_training(fn: Callable) -> str:
     model = MiniGPT(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=TRAINING_LR)
     before = [p.detach().clone() for p in model.parameters()]
-    out = run_learner(
-        fn,
-        model,
-        optimizer,
-        train_data,
-        TRAINING_STEPS,
-        what=name,
-        case=f"num_steps = {TRAINING_STEPS}",
-        first=True,
+    # for each backward pass: did the gradient of the last norm still hold the previous
+    # step's (a hook on a leaf runs before the new gradient is added to .grad)?
+    probe, stale = model.norm_f.weight, []
+    hook = probe.register_hook(
+        lambda _g: stale.append(probe.grad is not None and bool(probe.grad.any()))
     )
+    try:
+        out = run_learner(
+            fn,
+            model,
+            optimizer,
+            train_data,
+            TRAINING_STEPS,
+            what=name,
+            case=f"num_steps = {TRAINING_STEPS}",
+            first=True,
+        )
+    finally:
+        hook.remove()
     losses = _training_losses(out, name, TRAINING_STEPS)
     if all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)):
         fail(
@@ -297,11 +309,18 @@ def check_lm_training(fn: Callable) -> str:
             "optimizer.step()，或者训练的是另一个模型？"
         )
     val = _validation_loss(model, val_data, cfg.context_length)
-    if not math.isfinite(val):
-        fail(f"训练后验证损失是 {val}：损失发散了，检查学习率与损失的写法。")
     tail = sum(losses[-10:]) / 10
     if val <= VAL_LOSS_TARGET and tail > 0.5 * val:
         return f"{TRAINING_STEPS} 步后验证损失 {val:.3f} ≤ 目标 {VAL_LOSS_TARGET}"
+    if sum(stale) > len(stale) // 2:
+        fail(
+            f"{TRAINING_STEPS} 步后验证损失 {val:.3f}（目标 ≤ {VAL_LOSS_TARGET}）："
+            "每次 backward 之前上一步的梯度还在——忘了 optimizer.zero_grad()。"
+            "梯度在各步之间一直累加，更新越来越偏。每步的顺序是 zero_grad → 前向 → "
+            "backward → step。"
+        )
+    if not math.isfinite(val):
+        fail(f"训练后验证损失是 {val}：损失发散了，检查学习率与损失的写法。")
     if tail < 0.5 * val:
         fail(
             f"训练损失最后 10 步平均 {tail:.3f}，验证损失却是 {val:.3f}：训练时模型"

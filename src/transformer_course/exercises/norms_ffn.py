@@ -221,6 +221,8 @@ def _ffn_variant(l1: nn.Linear, l2: nn.Linear, x: Tensor, mistake: str) -> Tenso
     out = apply_linear(l2, act(apply_linear(l1, x)))
     if mistake == "twice":
         return F.gelu(out)
+    if mistake == "after_w2":
+        return F.gelu(apply_linear(l2, apply_linear(l1, x)))
     if mistake == "residual":
         return x + out
     return out
@@ -244,8 +246,20 @@ def _ffn_runs(
         what = f"{name}({E}, {d_ff})"
         module = construct(cls, E, d_ff, what=name)
         with torch.no_grad():
-            out = run_module(module, x, what=what, case=case, first=i == 0)
+            out = run_module(
+                module, x, what=what, case=case, first=i == 0, causes=FFN_CRASHES
+            )
         yield case, E, d_ff, x, what, module, out
+
+
+FFN_CRASHES = [
+    (
+        r"mat1 and mat2 shapes cannot be multiplied",
+        "某个 nn.Linear 的输入维数与送进来的张量不符：w1 = nn.Linear(d_model, d_ff)"
+        "（SwiGLU 的 w3 也是），把 d_model 维升到 d_ff；w2 = nn.Linear(d_ff, d_model)"
+        "，再降回 d_model。检查两层的参数是否写反、调用顺序是否是先 w1 后 w2。",
+    ),
+]
 
 
 def _check_ffn_output(
@@ -285,6 +299,10 @@ FFN_HINTS = [
     ),
     ("两层之间缺少激活函数：两个线性层叠在一起仍是一个线性变换。", "none"),
     ("激活只在两层之间：w2 之后不要再过 GELU。", "twice"),
+    (
+        "GELU 放在了 w2 之后：激活在两层之间，w2(gelu(w1(x)))，不是 gelu(w2(w1(x)))。",
+        "after_w2",
+    ),
     ("FFN 本身不含残差：x + … 由 Transformer 块去加。", "residual"),
     ("激活函数用了 SiLU；本练习用 GELU。", "silu"),
     ("激活函数用了 sigmoid；本练习用 GELU。", "sigmoid"),

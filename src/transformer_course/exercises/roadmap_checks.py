@@ -85,13 +85,15 @@ def _interpolate(
     """``P(c | history)`` as a learner with ``mistake`` computes it (the right recursion
     is :func:`~transformer_course.char_ngram_loss`'s)."""
     p = 1.0 / vocab_size
-    for k in range(min(len(counts), len(history) + 1)):
+    for k in range(mistake == "skip_unigram", min(len(counts), len(history) + 1)):
         h = history[:k] if mistake == "first_k" else history[len(history) - k :]
         after = counts[k].get(h)
         if not after:
             break
         seen = sum(after.values())
-        u = {"u_total": seen, "u_one": 1}.get(mistake, len(after))
+        u = {"u_total": seen, "u_one": 1, "u_vocab": vocab_size}.get(
+            mistake, len(after)
+        )
         shorter = 1.0 / vocab_size if mistake == "uniform_escape" else p
         p = (after[c] + u * shorter) / (seen + u)
     return p
@@ -118,6 +120,16 @@ _WITTEN_BELL_HINTS = [
         "每一阶都退回到均匀分布 1/vocab_size：p_短 应是上一阶（短一个字符的历史）"
         "算出的概率，插值从 k = 0 一阶一阶往长历史走。",
         "uniform_escape",
+    ),
+    (
+        "u(h) 写成了词表大小 vocab_size：u(h) 是 h 之后出现过的不同字符的个数 "
+        "len(counts[k][h])，随历史而变。",
+        "u_vocab",
+    ),
+    (
+        "跳过了 k = 0 这一阶（空历史，counts[0][''] 的一元频率）：插值从均匀分布出发，"
+        "先到 k = 0，再到 k = 1, 2, …，range 从 0 开始。",
+        "skip_unigram",
     ),
 ]
 

@@ -216,6 +216,11 @@ def _best_pair(ids: list[int]) -> tuple[int, int]:
     return min(counts, key=lambda p: (-counts[p], p))
 
 
+def _holds_new_id(seq: object) -> bool:
+    """Whether ``seq`` holds the merge's new id (a pair of old ids never does)."""
+    return isinstance(seq, Sequence) and not isinstance(seq, str) and _NEW in seq
+
+
 def _diagnose_choice(name: str, pair: tuple, ids: list[int]) -> None:
     counts, want = count_pairs(ids), _best_pair(ids)
     if pair == want:
@@ -248,6 +253,12 @@ def check_bpe_merge(fn: Callable) -> str:
         _check_unchanged(name, arg, ids)
         if not (isinstance(out, Sequence) and len(out) == 2):
             fail(f"{name} 应返回 (pair, new_ids) 两项，得到 {out!r:.80}")
+        if _holds_new_id(out[0]) and not _holds_new_id(out[1]):  # the new id: new_ids
+            fail(
+                f"{name} 返回的两项顺序反了：第一项 {out[0]!r:.40} 里有新 id {_NEW}，"
+                "是合并后的序列。应先返回要合并的一对，再返回合并后的序列："
+                "return pair, new_ids。"
+            )
         if not isinstance(out[0], tuple):
             fail(
                 f"{name} 返回的 pair 是 {type(out[0]).__name__} {out[0]!r:.40}，"

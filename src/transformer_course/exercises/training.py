@@ -71,6 +71,8 @@ def _loss_variant(
         return _lm_loss(before, x, y, "sum")
     if mistake == "after_step":
         return _lm_loss(after, x, y)
+    if mistake == "targets_x":
+        return _lm_loss(before, x, x)
     # "shifted": x and y moved against each other once more
     return F.cross_entropy(before(x)[:, :-1].flatten(0, 1), y[:, 1:].flatten())
 
@@ -86,6 +88,11 @@ LOSS_HINTS = [
         "x 和 y 已经错开一位了（y[t] 就是 x[t] 的下一个词元），"
         "不要再移位：直接对展平的 logits 和 y 算交叉熵。",
         "shifted",
+    ),
+    (
+        "目标用成了输入 x：损失要拿 logits 与 y 比较（y[t] 是 x[t] 的下一个词元），"
+        "F.cross_entropy(logits.view(-1, V), y.view(-1))，不是与 x 比较。",
+        "targets_x",
     ),
 ]
 
@@ -152,7 +159,6 @@ def check_train_step(fn: Callable) -> str:
             what=name,
             case=case,
             first=step == 0,
-            causes=TRAIN_CRASHES,
         )
         ref_opt.zero_grad()
         ref_loss = _lm_loss(reference, x, y)
@@ -192,16 +198,6 @@ def check_train_step(fn: Callable) -> str:
             + (hint or "顺序应为 zero_grad → 前向 → 损失 → backward → step。")
         )
     return "连续两步 SGD：损失的值、参数更新、梯度清零"
-
-
-TRAIN_CRASHES = [
-    (
-        r"cross_entropy|batch_size|spatial targets|target size|Expected target",
-        "F.cross_entropy 要求类别在第 1 维：把 logits 展平成 (N*T, V)、"
-        "y 展平成 (N*T,)，"
-        "即 F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))。",
-    ),
-]
 
 
 # language-model batches
