@@ -193,6 +193,9 @@ def test_quiet_cells_collapses_closed_solutions(tmp_path):
 # ":class: optional" to the comment line "% optional-end"; a heading in between, a missing end or
 # a nested start fails the build. The same rules, read from the source with line numbers, and no
 # {optional-start}/{optional-end} directives (JupyterLab shows them as unknown directives).
+# JupyterLab shows the comment as nothing, so a visible line right before it tells the reader
+# there where the deep dive ends (in the HTML it closes the folded block).
+OPTIONAL_END_MARK = "*（选读结束）*"
 OPTIONAL_RE = re.compile(
     r"^```\{admonition\}(?P<title>.*)\n(?P<options>(?::\w+:.*\n)*)"
     r"|^% optional-end[ \t]*$|^(?P<heading>#{1,6}) |^```\{(?P<retired>optional-(?:start|end))\}",
@@ -224,14 +227,21 @@ def test_optional_blocks_are_well_formed(page):
             assert open_at is None, f"line {line}: heading inside the 选读 block of line {open_at}"
         else:
             assert open_at is not None, f"line {line}: '% optional-end' without a 选读 block"
+            assert text[: m.start()].rstrip().endswith(OPTIONAL_END_MARK), (
+                f"line {line}: write {OPTIONAL_END_MARK} on the line before '% optional-end'"
+            )
             open_at = None
     assert open_at is None, f"line {open_at}: 选读 block without '% optional-end'"
 
 
 def test_optional_block_rules_catch_mistakes(tmp_path):
-    good = "```{admonition} 选读：标题\n:class: optional\n:name: x\n\n导语。\n```\n\n正文。\n\n% optional-end\n"
+    good = (
+        "```{admonition} 选读：标题\n:class: optional\n:name: x\n\n导语。\n```\n\n正文。\n\n"
+        f"{OPTIONAL_END_MARK}\n\n% optional-end\n"
+    )
     bad = {
         "no end": good.replace("% optional-end\n", ""),
+        "no visible end": good.replace(OPTIONAL_END_MARK, ""),
         "heading inside": good.replace("正文。", "## 小节"),
         "title": good.replace("选读：标题", "标题"),
         "retired": "```{optional-start} 选读：标题\n```\n",

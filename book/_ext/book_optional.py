@@ -12,14 +12,18 @@ marks a deep dive like this (markdown and code cells in between, no heading insi
 
     … markdown cells and code cells of the deep dive …
 
+    *（选读结束）*
+
     % optional-end
 
 The start is an ordinary ``admonition`` with the class ``optional`` and the end a MyST comment
 line ``% optional-end`` (a line of its own, blank lines around it), because both parsers of the
 page understand them: Sphinx (myst-parser) and JupyterLab (jupyterlab-myst, mystmd). In
 JupyterLab the start shows as a box titled "选读：…" holding the one-line lead, the comment shows
-nothing, and every cell of the block stays in place and runs. (Directives of our own, such as
-``{optional-start}``, show up there as red "Unknown Directive" boxes.)
+nothing (hence the visible line *（选读结束）* right before it, which
+``tests/test_book_pages.py`` requires; in the HTML it ends the folded content), and every cell
+of the block stays in place and runs. (Directives of our own, such as ``{optional-start}``,
+show up there as red "Unknown Directive" boxes.)
 
 In the HTML book, this extension moves the admonition and every sibling up to the comment (the
 cells of a notebook page are siblings within their section) into one node, written as::
