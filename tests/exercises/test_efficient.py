@@ -334,6 +334,11 @@ def sparsemax_unsorted(z):  # learner test: the support test and tau on z as it 
     return torch.clamp(z - tau, min=0)
 
 
+def sparsemax_mean_threshold(z):  # tau from every entry, not the support: (sum z - 1) / n
+    tau = (z.sum(-1, keepdim=True) - 1) / z.size(-1)
+    return torch.clamp(z - tau, min=0)
+
+
 def sparsemax_skeleton(z):
     raise NotImplementedError
 
@@ -347,26 +352,34 @@ def test_sparsemax_skeleton(capsys):
     assert_skeleton(ex.check_sparsemax, sparsemax_skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    ("fn", "keyword"),
-    [
-        (sparsemax_no_clamp, "截断"),
-        (sparsemax_k_from_zero, "k 从 1 数起"),
-        (sparsemax_ranks_from_zero, "名次 k 从 0 数起了"),
-        (sparsemax_no_k, "判据少了名次 k"),
-        (sparsemax_sum_shifted, "不是 cs[k]"),
-        (sparsemax_tau_without_minus_one, "τ 少了 −1"),
-        (sparsemax_no_one, "判据少了 1"),
-        (sparsemax_one_row_only, "一维输入通过了，有多行的输入出错"),
-        (sparsemax_softmax, "softmax 的结果"),
-        (sparsemax_ascending, "从大到小"),
-        (sparsemax_output_sorted, "排好的顺序"),
-        (sparsemax_renormalised, "输出除以了自己的和"),
-        (sparsemax_unsorted, "没有先排序"),
-    ],
-)
+SPARSEMAX_REJECTS = [
+    (sparsemax_no_clamp, "截断"),
+    (sparsemax_k_from_zero, "k 从 1 数起"),
+    (sparsemax_ranks_from_zero, "名次 k 从 0 数起了"),
+    (sparsemax_no_k, "判据少了名次 k"),
+    (sparsemax_sum_shifted, "不是 cs[k]"),
+    (sparsemax_tau_without_minus_one, "τ 少了 −1"),
+    (sparsemax_no_one, "判据少了 1"),
+    (sparsemax_one_row_only, "一维输入通过了，有多行的输入出错"),
+    (sparsemax_softmax, "softmax 的结果"),
+    (sparsemax_ascending, "从大到小"),
+    (sparsemax_output_sorted, "排好的顺序"),
+    (sparsemax_renormalised, "输出除以了自己的和"),
+    (sparsemax_unsorted, "没有先排序"),
+    (sparsemax_mean_threshold, "τ 用了全部元素"),
+]
+
+
+@pytest.mark.parametrize(("fn", "keyword"), SPARSEMAX_REJECTS)
 def test_sparsemax_rejects(fn, keyword, capsys):
     assert_rejects(ex.check_sparsemax, fn, keyword, capsys)
+
+
+def test_sparsemax_hints_all_reached(capsys):
+    from transformer_course.exercises import efficient
+
+    rejects = [pytest.param(ex.check_sparsemax, fn, keyword) for fn, keyword in SPARSEMAX_REJECTS]
+    assert_every_hint_reached({"_SPARSEMAX_MISTAKES": efficient._SPARSEMAX_MISTAKES}, rejects, capsys)
 
 
 # KV-cache bytes

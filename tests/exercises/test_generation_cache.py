@@ -118,6 +118,24 @@ def generate_topk_positions(model, idx, max_new_tokens, context_length, top_k=No
     return idx
 
 
+def make_shared_threshold(shared):
+    """top-k with one threshold for the whole batch instead of each row's k-th largest."""
+
+    def fn(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+        for _ in range(max_new_tokens):
+            logits = model(idx[:, -context_length:])[:, -1, :]
+            if generator is None:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                if top_k is not None:
+                    logits = logits.masked_fill(logits < shared(logits, top_k), float("-inf"))
+                nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
+
+    return fn
+
+
 def make_sample_probs(mistake):
     """Learner tests (5.14): top-k by zeroing probabilities (multinomial normalises),
     with one mistake in the sampling step."""
@@ -194,6 +212,24 @@ GENERATE_REJECTS = [
         ex.check_generate, generate_from_clamped_logits, "直接当成了抽样权重", id="multinomial on clamped logits"
     ),
     pytest.param(ex.check_generate, generate_keeping_smallest, "最小的 k 个", id="top-k keeping the smallest"),
+    pytest.param(
+        ex.check_generate,
+        make_shared_threshold(lambda logits, k: torch.topk(logits.flatten(), k).values[-1]),
+        "top-k 的阈值要逐行取：每一行自己的第 k 大",
+        id="top-k threshold of the flattened batch",
+    ),
+    pytest.param(
+        ex.check_generate,
+        make_shared_threshold(lambda logits, k: torch.topk(logits, k).values[:, -1].min()),
+        "各行第 k 大中最小",
+        id="top-k threshold: the batch minimum of the rows'",
+    ),
+    pytest.param(
+        ex.check_generate,
+        make_shared_threshold(lambda logits, k: torch.topk(logits, k).values[:, -1].mean()),
+        "top-k 的阈值要逐行取：每一行自己的第 k 大",
+        id="top-k threshold: the batch mean of the rows'",
+    ),
 ]
 
 

@@ -1,11 +1,15 @@
 """The checker of ex-7 (causal linear attention as an RNN)."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course import linear_attention, linear_attention_recurrent
+from transformer_course.efficient_attention import linear_attention as module_linear_attention
 
 from .support import assert_passes, assert_rejects, assert_skeleton
 
@@ -42,18 +46,74 @@ def cumsum_form(q, k, v):
     return torch.einsum("nd,nde->ne", phi(q), S) / (phi(q) * u).sum(-1, keepdim=True)
 
 
-def package(q, k, v):
-    return tc.linear_attention_recurrent(q, k, v, eps=0.0)
-
-
 def skeleton(q, k, v):
     raise NotImplementedError
 
 
 def test_rnn_linear_attention_accepts(capsys):
-    for fn in (rnn_loop, rnn_einsum, cumsum_form, package):
+    for fn in (rnn_loop, rnn_einsum, cumsum_form):
         assert_passes(ex.check_rnn_linear_attention, fn, capsys)
     assert_skeleton(ex.check_rnn_linear_attention, skeleton, capsys)
+
+
+# the package's answer, reached in the ways a page that imports both names allows
+def package_recurrent(q, k, v):
+    return tc.linear_attention_recurrent(q, k, v, eps=0.0)
+
+
+def package_causal(q, k, v):
+    return tc.linear_attention(q, k, v, causal=True, eps=0.0)
+
+
+def imported_recurrent(q, k, v):
+    return linear_attention_recurrent(q, k, v, eps=0.0)
+
+
+def imported_causal(q, k, v):
+    return linear_attention(q, k, v, causal=True, eps=0.0)
+
+
+def through_module_with_loop(q, k, v):
+    """A loop that takes each output row from the module's function."""
+    return torch.stack(
+        [module_linear_attention(q[: i + 1], k[: i + 1], v[: i + 1], eps=0.0)[-1] for i in range(len(q))]
+    )
+
+
+def called_then_crashed(q, k, v):
+    reference = linear_attention_recurrent(q, k, v, eps=0.0)
+    return reference @ torch.ones(3, 3)  # a shape error after the forbidden call
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        package_recurrent,
+        package_causal,
+        imported_recurrent,
+        imported_causal,
+        through_module_with_loop,
+        called_then_crashed,
+    ],
+)
+def test_rnn_linear_attention_refuses_the_reference(fn, capsys):
+    assert_rejects(ex.check_rnn_linear_attention, fn, "不要直接调用 linear_attention", capsys)
+
+
+def test_rnn_linear_attention_restores_the_profiler(capsys):
+    calls = []
+
+    def profiler(frame, event, arg):
+        calls.append(event)
+
+    sys.setprofile(profiler)
+    try:
+        assert_passes(ex.check_rnn_linear_attention, rnn_loop, capsys)
+        with pytest.raises(ex.ExerciseError):
+            ex.check_rnn_linear_attention(package_recurrent)
+        assert sys.getprofile() is profiler
+    finally:
+        sys.setprofile(None)
 
 
 def make_rnn(feature=phi, read_first=False, den=True, read_key=False, phi_v=False):
@@ -76,7 +136,9 @@ def make_rnn(feature=phi, read_first=False, den=True, read_key=False, phi_v=Fals
 
 
 def noncausal(q, k, v):
-    return tc.linear_attention(q, k, v, eps=0.0)
+    """The state summed over the whole sequence before any read."""
+    S, u = phi(k).T @ v, phi(k).sum(0)
+    return phi(q) @ S / (phi(q) @ u)[:, None]
 
 
 def read_first_guarded(q, k, v):

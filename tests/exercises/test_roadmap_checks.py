@@ -3,11 +3,13 @@
 import math
 from collections import Counter
 
+import pytest
 import torch
 
 from transformer_course import exercises as ex
+from transformer_course.exercises import roadmap_checks
 
-from .support import assert_passes, assert_rejects, assert_skeleton, rejection
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton, rejection
 
 
 def right(counts, history, c, vocab_size):
@@ -176,16 +178,30 @@ def test_mistakes_get_their_hint(capsys):
     assert "history[:k]" in message and "不同字符的个数" not in message, message
 
 
-def test_a_missing_history_key_is_explained(capsys):
-    def indexes(counts, history, c, vocab_size):
-        p = 1 / vocab_size
-        for k in range(min(len(counts), len(history) + 1)):
-            after = counts[k][history[len(history) - k :]]
-            total, types = sum(after.values()), len(after)
-            p = (after[c] + types * p) / (total + types)
-        return p
+def indexes(counts, history, c, vocab_size):  # counts[k][h]: a KeyError on an unseen history
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k][history[len(history) - k :]]
+        total, types = sum(after.values()), len(after)
+        p = (after[c] + types * p) / (total + types)
+    return p
 
+
+def test_a_missing_history_key_is_explained(capsys):
     assert_rejects(ex.check_witten_bell, indexes, "counts[k].get", capsys)
+
+
+def test_witten_bell_hints_all_reached(capsys):
+    mutants = (
+        escape_mass_vocab_size, unigram_skipped, escape_mass_from_token_count, first_k_characters,
+        add_one_escape, escape_to_uniform, unseen_history_not_skipped, indexes,
+    )  # fmt: skip
+    rejects = [pytest.param(ex.check_witten_bell, fn, None) for fn in mutants]
+    tables = {
+        "_WITTEN_BELL_HINTS": roadmap_checks._WITTEN_BELL_HINTS,
+        "WITTEN_BELL_CRASHES": roadmap_checks.WITTEN_BELL_CRASHES,
+    }
+    assert_every_hint_reached(tables, rejects, capsys)
 
 
 def test_returns_a_number():

@@ -59,7 +59,19 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 x = x + self.norm1(self.sa(x))
                 x = x + self.norm2(self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 return x + self.norm3(self.ffn(x))
-            x = self.norm1(x + self.sa(x))
+            if mistake == "cross_query_from_input":  # learner test: queries from the layer input Y
+                b1 = self.norm1(x + self.sa(x))
+                b2 = self.norm2(b1 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return self.norm3(b2 + self.ffn(b2))
+            if mistake == "cross_first":  # cross-attention before the masked self-attention
+                x = self.norm1(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                x = self.norm2(x + self.sa(x))
+                return self.norm3(x + self.ffn(x))
+            if mistake == "norms_swapped":
+                x = self.norm3(x + self.sa(x))
+                x = self.norm2(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return self.norm1(x + self.ffn(x))
+            x = self.norm1(self.sa(x) if mistake == "no_res_self" else x + self.sa(x))
             if mistake == "norm2_on_residual_only":  # learner test: norm2(x) + cross
                 x = self.norm2(x) + self.cross_attn(x, memory, memory, attn_mask=memory_mask)
                 return self.norm3(x + self.ffn(x))
@@ -74,7 +86,7 @@ def make_decoder(mistake=None, causal_style="is_causal"):
             x = self.norm2(c if mistake == "no_res_cross" else x + c)
             if mistake == "norm2_for_ffn":
                 return self.norm2(x + self.ffn(x))
-            return self.norm3(x + self.ffn(x))
+            return self.norm3(self.ffn(x) if mistake == "no_res_ffn" else x + self.ffn(x))
 
     return Decoder
 
@@ -149,10 +161,25 @@ def test_decoder_layer_skeleton(capsys):
         ("norm2_for_ffn", "不一致"),
         ("norm2_on_residual_only", "norm2 只用在了残差上"),
         ("norm_on_sublayer", "归一化只用在了子层的输出上"),
+        ("cross_query_from_input", "交叉注意力的查询用了层输入 Y"),
+        ("cross_first", "顺序不对"),
+        ("no_res_self", "少了掩码自注意力的残差连接"),
+        ("no_res_ffn", "少了 FFN 的残差连接"),
+        ("norms_swapped", "norm1 与 norm3 用反了"),
     ],
 )
 def test_decoder_layer_rejects(mistake, keyword, capsys):
     assert_rejects(ex.check_decoder_layer, make_decoder(mistake), keyword, capsys)
+
+
+def test_decoder_hints_are_all_reached(capsys):
+    mistakes = [
+        "no_causal", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
+        "norm_on_sublayer", "cross_query_from_input", "cross_first", "no_res_self", "no_res_ffn",
+        "norms_swapped",
+    ]  # fmt: skip
+    rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
+    assert_every_hint_reached({"_DECODER_HINTS": seq2seq._DECODER_HINTS}, rejects, capsys)
 
 
 DECODER_CRASH_REJECTS = [

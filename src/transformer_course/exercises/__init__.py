@@ -51,7 +51,9 @@ copies the learner's weights into the package module by these names.
   RNG isolation, the ``✓`` line and hides the checker's frames from the traceback, so a
   body never sets ``__tracebackhide__``. Call the learner's code only through
   ``run_learner`` / ``construct`` / ``run_module``: a crash then names the learner's
-  line.
+  line. An exercise that rebuilds a package function by hand runs the learner's code
+  under ``calls_refused((that function, ...), message)``: calling the answer fails,
+  however the learner reached it.
 * Keep the topic's typical mistakes as data: a hint table ``[(hint, mistake), ...]``
   at module level, a ``_xxx_variant(..., mistake)`` function computing what each
   mistake outputs, and ``first_reproduced(out, table, variant)`` (``_report``) to pick

@@ -9,6 +9,7 @@ import inspect
 import linecache
 import os
 import re
+import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -255,6 +256,33 @@ def run_learner(
         where = f"（{case}）" if case else ""
         fail(f"{what} 返回了 None{where}：这种情况下也要返回结果，是不是漏了 return？")
     return out
+
+
+@contextmanager
+def calls_refused(functions: Sequence[Callable], message: str) -> Iterator[None]:
+    """Fail with ``message`` if the code run inside calls one of ``functions`` (the
+    reference an exercise asks the learner to write by hand). A profile hook watches
+    for their code objects, so every way to reach them counts: ``tc.f``, a name
+    imported with ``from ... import f``, a wrapper. A crash after such a call is
+    reported as the call."""
+    codes = {f.__code__ for f in functions}
+    called: list[str] = []
+
+    def watch(frame, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code in codes:
+            called.append(frame.f_code.co_name)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        yield
+    except ExerciseError:
+        if not called:
+            raise
+    finally:
+        sys.setprofile(previous)
+    if called:
+        fail(message)
 
 
 def construct(cls: type, *args, what: str, **kwargs) -> nn.Module:

@@ -499,11 +499,7 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
         wrong = _sparsemax_variant(z, "no_one")
         return wrong / wrong.sum(-1, keepdim=True)
     n = z.size(-1)
-    zs = (
-        z
-        if mistake == "unsorted"
-        else z.sort(dim=-1, descending=mistake != "ascending").values
-    )
+    zs = z if mistake == "unsorted" else z.sort(dim=-1, descending=True).values
     ks = torch.arange(0 if mistake == "ranks_from_zero" else 1, n + 1, dtype=z.dtype)[
         :n
     ]
@@ -518,6 +514,7 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
     if mistake == "k_zero_based":
         tau = (cs.gather(-1, k - 1) - 1) / (k - 1).clamp(min=1)
     elif mistake == "mean_threshold":  # tau = mean of all entries - 1/n
+        # also what sorting ascending gives: 1 + k·z_(k) > cs holds at every k then
         tau = (cs[..., -1:] - 1) / n
     elif mistake == "sum_shifted":  # cs[k] where cs[k - 1] is the sum of the top k
         tau = (cs.gather(-1, k.clamp(max=n - 1)) - 1) / k
@@ -559,7 +556,6 @@ _SPARSEMAX_MISTAKES = [
         "sum_shifted",
     ),
     ("τ 少了 −1：τ = (前 k 大之和 − 1) / k。", "no_minus_one"),
-    ("排序方向反了：z 要从大到小排序（descending=True）。", "ascending"),
     (
         "没有先排序：判据 1 + k·z_(k) > 前 k 大之和里的 z_(k) 和前 k 大之和都来自从大到"
         "小排好的 z：zs = z.sort(dim=-1, descending=True).values，cs = zs.cumsum(-1)"
@@ -567,7 +563,10 @@ _SPARSEMAX_MISTAKES = [
         "unsorted",
     ),
     (
-        "τ 用了全部元素：τ 只由支撑集（前 k 个最大值）决定，(前 k 大之和 − 1)/k。",
+        "τ 用了全部元素，(所有元素之和 − 1)/n：τ 只由支撑集（前 k 个最大值）决定，"
+        "(前 k 大之和 − 1)/k。若是排了序：排序方向反了，z 要从大到小排序"
+        "（descending=True）；从小到大排时判据 1 + k·z_(k) > 前 k 大之和处处成立，"
+        "k 就成了 n。",
         "mean_threshold",
     ),
     (

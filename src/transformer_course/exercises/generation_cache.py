@@ -25,7 +25,9 @@ from ._report import as_tensor, check_shape, first_reproduced
 
 class _ToyLM(nn.Module):
     """A small random GPT that returns logits ``(N, L, V)`` and refuses inputs longer
-    than its context; it records what it was given."""
+    than its context; it records what it was given. ``row_shift``: row ``r`` of a batch
+    gets ``r * row_shift`` added to all its logits (the softmax of each row, hence the
+    right draws, do not change; the rows' k-th largest logits then differ)."""
 
     def __init__(self, vocab_size: int, context_length: int) -> None:
         super().__init__()
@@ -42,11 +44,13 @@ class _ToyLM(nn.Module):
         with torch.no_grad():
             self.gpt.lm_head.weight.normal_(0.0, 0.12)
         self.context_length = context_length
+        self.row_shift = 0.0
         self.calls: list[Tensor] = []
 
     def logits(self, idx: Tensor) -> Tensor:
         with torch.no_grad():
-            return self.gpt(idx)[0]
+            logits = self.gpt(idx)[0]
+        return logits + self.row_shift * torch.arange(len(logits))[:, None, None]
 
     def forward(self, idx: Tensor) -> Tensor:
         if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.is_floating_point():
@@ -129,8 +133,10 @@ def _generate_mistake(
                     vals, _ = torch.topk(logits, k, largest=False)
                     logits = logits.masked_fill(logits > vals[:, -1:], -math.inf)
                 else:
-                    vals, _ = torch.topk(logits, k)
-                    logits = logits.masked_fill(logits < vals[:, -1:], -math.inf)
+                    threshold = torch.topk(logits, k).values[:, -1:]
+                    if mistake == "batch_min_threshold":  # one threshold for all rows
+                        threshold = threshold.min()
+                    logits = logits.masked_fill(logits < threshold, -math.inf)
             probs = torch.softmax(logits, -1)
             if mistake in ("logits_as_probs", "logits_no_top_k"):  # no softmax,
                 probs = logits.clamp(min=0)  # negative logits cut to 0
@@ -168,6 +174,12 @@ GENERATE_HINTS = [
         "要用 topk 返回的下标映射回词表，next_id = idx.gather(-1, pos)；"
         "或把小于第 k 大的值的 logits 设为 -inf，再在整个词表上抽样。",
         "topk_positions",
+    ),
+    (
+        "top-k 的阈值要逐行取：每一行自己的第 k 大（torch.topk(logits, k).values"
+        "[:, [-1]]，形状 (N, 1)）。你的各行共用了一个阈值（看起来是各行第 k 大中最小"
+        "的那个），第 k 大较高的行就多留了词元。",
+        "batch_min_threshold",
     ),
     ("top_k 没有起作用：应只保留最大的 top_k 个 logits，其余设为 -inf。", "no_top_k"),
     (
@@ -208,7 +220,9 @@ GENERATE_CRASHES = [
     (
         r"multinomial|probability tensor",
         "torch.multinomial 需要非负、有限、和为正的概率：先对（屏蔽后的）logits 做 "
-        "softmax，再抽样。",
+        "softmax，再抽样。若某一行的 logits 全被设成了 -inf，softmax 给出 NaN：top-k "
+        "的阈值要逐行取：每一行自己的第 k 大（v[:, [-1]]），不能整批共用一个阈值"
+        "（如展平后的第 k 大）。",
     ),
 ]
 
@@ -224,12 +238,14 @@ def check_generate(fn: Callable) -> str:
     ``top_k`` largest logits (if given; the rest -inf), softmax, and
     ``torch.multinomial(probs, 1, generator=generator)`` (sampling among
     ``torch.topk``'s values and mapping back is accepted too); append. Compared with
-    that loop run on the same model with a generator of the same seed.
+    that loop run on the same model with a generator of the same seed. In the top-k
+    case the rows' logits are shifted apart, so a threshold shared by the batch
+    (flattened, or the smallest row's) changes the draws.
     """
     name = name_of(fn)
     g = seeded_generator(13)
     V, C = 17, 5
-    # (description, idx shape, new tokens, top_k, sample)
+    # (description, idx shape, new tokens, top_k, sample, row_shift)
     cases = [
         (
             "贪心，input_ids (3, 3)，生成 6 个（超过 context_length = 5）",
@@ -237,6 +253,7 @@ def check_generate(fn: Callable) -> str:
             6,
             None,
             False,
+            0.0,
         ),
         (
             "贪心，input_ids (1, 7) 比 context_length = 5 长，生成 3 个",
@@ -244,13 +261,23 @@ def check_generate(fn: Callable) -> str:
             3,
             None,
             False,
+            0.0,
         ),
-        ("top_k = 3 抽样，input_ids (3, 2)，生成 8 个", (3, 2), 8, 3, True),
-        ("不限 top_k 抽样，input_ids (1, 1)，生成 6 个", (1, 1), 6, None, True),
+        # the rows' k-th largest logits 3 apart: a threshold shared by the batch shows
+        (
+            "top_k = 3 抽样，input_ids (3, 2)，各行 logits 高低不同，生成 8 个",
+            (3, 2),
+            8,
+            3,
+            True,
+            3.0,
+        ),
+        ("不限 top_k 抽样，input_ids (1, 1)，生成 6 个", (1, 1), 6, None, True, 0.0),
     ]
     model = _ToyLM(V, C)
-    for i, (case, shape, steps, top_k, sample) in enumerate(cases):
+    for i, (case, shape, steps, top_k, sample, row_shift) in enumerate(cases):
         idx = torch.randint(V, shape, generator=g)
+        model.row_shift = row_shift
         seed = 200 + i if sample else None
         # run_learner hands the learner a copy of idx
         run = functools.partial(

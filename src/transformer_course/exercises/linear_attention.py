@@ -10,8 +10,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..efficient_attention import linear_attention
-from ._protocol import checker, fail, name_of, randn, run_learner, seeded_generator
+from ..efficient_attention import linear_attention, linear_attention_recurrent
+from ._protocol import (
+    calls_refused,
+    checker,
+    fail,
+    name_of,
+    randn,
+    run_learner,
+    seeded_generator,
+)
 from ._report import (
     as_tensor,
     check_float,
@@ -63,6 +71,14 @@ _MISTAKES = [
 ]
 
 
+# the exercise is to write the recurrence: calling the package's answer is refused
+_REFERENCE_CALLED = (
+    "不要直接调用 linear_attention / linear_attention_recurrent（那就是参考答案）："
+    "按递推逐个位置更新 S 与 u（S_i = S_{i-1} + φ(k_i) v_iᵀ，u_i = u_{i-1} + φ(k_i)，"
+    "o_i = φ(q_i)ᵀ S_i / φ(q_i)ᵀ u_i）。"
+)
+
+
 def _rnn_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
     """What a recurrent linear attention with one typical mistake outputs."""
     phi = {
@@ -99,7 +115,8 @@ def _rnn_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
 def check_rnn_linear_attention(fn) -> str:
     """Grade ``fn(q, k, v)``: ``q, k (n, d_k)``, ``v (n, d_v)`` -> ``(n, d_v)``, the
     causal linear attention with ``φ = elu + 1`` and no ``eps``; compared with
-    ``tc.linear_attention(q, k, v, causal=True, eps=0.0)``."""
+    ``tc.linear_attention(q, k, v, causal=True, eps=0.0)``. Calling that function or
+    ``tc.linear_attention_recurrent`` (the answer) is refused."""
     name = name_of(fn)
     g = seeded_generator(71)
     cases = [
@@ -112,7 +129,8 @@ def check_rnn_linear_attention(fn) -> str:
         k = randn(g, n, d_k, scale=scale)
         v = randn(g, n, d_v)
         what = f"{name}(q, k, v)"
-        with torch.no_grad():
+        answer = (linear_attention, linear_attention_recurrent)
+        with torch.no_grad(), calls_refused(answer, f"{what}：{_REFERENCE_CALLED}"):
             out = run_learner(fn, q, k, v, what=what, case=case, first=i == 0)
         out = as_tensor(out, f"{what} 的输出", case)
         check_shape(

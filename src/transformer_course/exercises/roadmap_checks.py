@@ -14,7 +14,7 @@ import torch
 from ..data import char_ngram_loss
 from ..masks import causal_mask
 from ._protocol import checker, fail, name_of, run_learner, seeded_generator
-from ._report import as_tensor, where_differs
+from ._report import as_tensor, first_reproduced, where_differs
 from .attention import ATTENTION_CRASHES, check_self_attention
 
 __all__ = ["check_leak_fixed", "check_witten_bell"]
@@ -227,18 +227,18 @@ def check_witten_bell(fn: object) -> str:
     loss = -math.fsum(map(math.log, mine)) / len(steps)
     ref = char_ngram_loss(train, held_out, n, len(vocab))
     if abs(loss - ref) > 1e-9 * max(1.0, ref):
-        hint = next(
-            (
-                hint
-                for hint, mistake in _WITTEN_BELL_HINTS
-                if all(
-                    math.isclose(p, _interpolate(*step, mistake), rel_tol=1e-9)
-                    for p, step in zip(mine, steps, strict=True)
-                )
+        hint = first_reproduced(
+            torch.tensor(mine, dtype=torch.float64),
+            _WITTEN_BELL_HINTS,
+            lambda m: torch.tensor(
+                [_interpolate(*step, m) for step in steps], dtype=torch.float64
             ),
+            rtol=1e-9,
+            atol=0.0,
+        ) or (
             "逐阶对照 (count(h c) + u(h)·p_短) / (count(h) + u(h))：u(h) 是 h 之后"
             "出现过的不同字符的个数，h_k 是最近的 k 个字符，插值从 k = 0 往长历史走，"
-            "每一阶的 p_短 是上一阶的结果。",
+            "每一阶的 p_短 是上一阶的结果。"
         )
         fail(
             f"{name} 给出的是一个分布，但留出文本上的交叉熵是 {loss:.6f} nats/字符，"

@@ -56,6 +56,10 @@ def _decoder_variant(
             h, memory, attn_mask=None if mistake == "no_mask" else mask
         )
 
+    if mistake == "cross_query_from_input":  # queries from Y, residual from B1
+        b1 = n1(x + self_attn(x))
+        b2 = n2(b1 + cross_attn(x))
+        return n3(b2 + layer.ffn(b2))
     if mistake == "pre_ln":
         x = x + self_attn(n1(x))
         x = x + cross_attn(n2(x))
@@ -89,6 +93,12 @@ _DECODER_HINTS = [
         "attn_mask=memory_mask)（查询来自解码器，键、值来自 memory），"
         "你的交叉注意力只看了解码器自己。",
         "cross_is_self",
+    ),
+    (
+        "交叉注意力的查询用了层输入 Y（forward 收到的 x）：查询应来自第一个子层的输出 "
+        "B1 = norm1(Y + self_attn(Y))，即 cross_attn(B1, memory, memory, "
+        "attn_mask=memory_mask)，残差同样加在 B1 上：norm2(B1 + cross_attn(B1, …))。",
+        "cross_query_from_input",
     ),
     (
         "交叉注意力没有用 memory_mask：源句的填充位置不能被看到"
