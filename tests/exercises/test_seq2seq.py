@@ -381,6 +381,22 @@ def test_greedy_decode_rejects(mistake, keyword, capsys):
     assert_rejects(ex.check_greedy_decode, make_decode(mistake), keyword, capsys)
 
 
+def test_greedy_decode_rejects_training_mode(capsys):
+    # learner test 6a, 1.5: with the page's dropout 0.1 this decode is random
+    def in_train_mode(model, src, bos_id, eos_id, max_len):
+        model.train()
+        return decode_right(model, src, bos_id, eos_id, max_len)
+
+    def train_then_eval(model, src, bos_id, eos_id, max_len):
+        model.train()
+        ys = decode_right(model, src, bos_id, eos_id, max_len)
+        model.eval()
+        return ys
+
+    assert_rejects(ex.check_greedy_decode, in_train_mode, "model.train()", capsys)
+    assert_rejects(ex.check_greedy_decode, train_then_eval, "训练模式", capsys)
+
+
 def test_greedy_decode_wants_a_batch_of_one(capsys):
     def flat(model, src, bos_id, eos_id, max_len):
         return decode_right(model, src, bos_id, eos_id, max_len)[0]

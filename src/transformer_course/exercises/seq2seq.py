@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..blocks import DecoderLayer
 from ..masks import causal_mask
@@ -433,6 +434,21 @@ def _decode_hint(got: list[int], ref: list[int], eos: int, max_len: int) -> str:
     )
 
 
+@contextmanager
+def _modes_seen(model: nn.Module) -> Iterator[list[bool]]:
+    """The ``training`` flag of each of ``model``'s modules as it runs inside."""
+    modes: list[bool] = []
+    hooks = [
+        m.register_forward_pre_hook(lambda m, args: modes.append(m.training))
+        for m in model.modules()
+    ]
+    try:
+        yield modes
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 @checker("贪心解码")
 def check_greedy_decode(fn: Callable) -> str:
     """Grade ``fn(model, src, bos_id, eos_id, max_len)`` -> ids ``(1, T)``.
@@ -457,11 +473,19 @@ def check_greedy_decode(fn: Callable) -> str:
                 continue
             what = "EOS 会提前出现" if eos_arg == eos else "EOS 从不出现"
             case = f"随机模型 {i + 1}，{what}，max_len={max_len}"
-            out = run_learner(
-                fn, model, src, _BOS, eos_arg, max_len, what=name, case=case,
-                first=runs == 0,
-            )  # fmt: skip
+            with _modes_seen(model) as modes:
+                out = run_learner(
+                    fn, model, src, _BOS, eos_arg, max_len, what=name, case=case,
+                    first=runs == 0,
+                )  # fmt: skip
             runs += 1
+            if any(modes) or model.training:
+                fail(
+                    f"{name} 把模型切到了训练模式（调用了 model.train()？{case}）："
+                    "训练模式下 dropout 是开着的，解码结果每次不同，也改变了调用者"
+                    "模型的状态。解码时模型应处于评估模式：不要调用 model.train()，"
+                    "需要时在开头调用 model.eval()。"
+                )
             out = as_tensor(out, name, case)
             if out.dim() != 2 or out.size(0) != 1:
                 fail(
