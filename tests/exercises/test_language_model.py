@@ -366,8 +366,8 @@ def test_lm_training_accepts(fn, capsys):
     ("fn", "keyword"),
     [
         (train_unshifted, "右移一位"),
-        (train_no_step, "一点没变"),
-        (train_grad_cleared_late, "一点没变"),
+        (train_no_step, "没有调用 optimizer.step()"),
+        (train_grad_cleared_late, "放在了 backward 和 step 之间"),
         (train_one_batch, "同一批数据"),
         (train_few_steps, "没有达到目标"),
         (train_returns_nothing_useful, "每一步的训练损失"),

@@ -97,7 +97,7 @@ LOSS_HINTS = [
 ]
 
 
-def _order_hint(events: list[str]) -> str | None:
+def step_order_hint(events: list[str]) -> str | None:
     """The ordering mistake in one call's events, if any."""
     if "backward" not in events:
         return "没有调用 loss.backward()：没有梯度，参数不会更新。"
@@ -185,7 +185,7 @@ def check_train_step(fn: Callable) -> str:
             )
         if _params_close(model, reference):
             continue
-        hint = _order_hint(events)
+        hint = step_order_hint(events)
         if hint is None and step == 1 and "zero_grad" not in events:
             hint = (
                 "第二步的参数不对：梯度在两步之间累积了——忘了 optimizer.zero_grad()"
