@@ -182,7 +182,13 @@ def lm_batch_extra_draw(data, batch_size, context_length, generator):
     return lm_batch(data, batch_size, context_length, generator)
 
 
+def lm_batch_swapped(data, batch_size, context_length, generator):  # learner test 6b, 5.11
+    x, y = lm_batch(data, batch_size, context_length, generator)
+    return y, x
+
+
 MORE_REJECTS = [
+    pytest.param(ex.check_lm_batch, lm_batch_swapped, "x、y 对调了", id="lm_batch: (y, x)"),
     pytest.param(ex.check_lm_batch, lm_batch_reversed_rows, "连续的一段", id="lm_batch: x not a window"),
     pytest.param(ex.check_lm_batch, lm_batch_reversed_y, "y[0] 不对", id="lm_batch: y not a window"),
     pytest.param(ex.check_lm_batch, lm_batch_extra_draw, "只抽这一次", id="lm_batch: another draw first"),

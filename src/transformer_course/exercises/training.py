@@ -315,6 +315,12 @@ def _check_targets(
         if torch.equal(y[b], data[j + 1 : j + 1 + T]):
             continue
         shifted = [k for k in range(n - T + 1) if torch.equal(y[b], data[k : k + T])]
+        if shifted == [j - 1]:
+            fail(
+                f"{name} 返回的 x、y 对调了（{case}）：y[{b}] 比 x[{b}] 早一位。"
+                "输入在前、目标在后：x = data[i : i+T]，y = data[i+1 : i+1+T]，"
+                "返回 (x, y)。"
+            )
         if shifted and shifted[0] != j + 1:
             fail(
                 f"{name} 返回的 y[{b}] 从 data[{shifted[0]}] 开始，x[{b}] 从 "
