@@ -267,6 +267,10 @@ def sparsemax_no_one(z):  # k·z_(k) > cumsum, the 1 left out
     return _sparsemax_support(z, lambda k, zs, cs: k * zs > cs)
 
 
+def sparsemax_at_least_without_one(z):  # learner test 6b, 4.6: k·z_(k) >= cumsum
+    return _sparsemax_support(z, lambda k, zs, cs: k * zs >= cs)
+
+
 def sparsemax_sum_shifted(z):  # learner test: gathers cs at k, not k - 1
     zs = z.sort(dim=-1, descending=True).values
     n = z.size(-1)
@@ -356,6 +360,7 @@ SPARSEMAX_REJECTS = [
     (sparsemax_no_clamp, "截断"),
     (sparsemax_k_from_zero, "k 从 1 数起"),
     (sparsemax_ranks_from_zero, "名次 k 从 0 数起了"),
+    (sparsemax_at_least_without_one, "写成了 k·z_(k) ≥"),
     (sparsemax_no_k, "判据少了名次 k"),
     (sparsemax_sum_shifted, "不是 cs[k]"),
     (sparsemax_tau_without_minus_one, "τ 少了 −1"),

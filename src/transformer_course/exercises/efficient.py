@@ -537,8 +537,10 @@ _SPARSEMAX_MISTAKES = [
         "k_zero_based",
     ),
     (
-        "判据里的名次 k 从 0 数起了（torch.arange(0, n)）：第 k 大的元素名次是 "
-        "k = 1, 2, …, n，用 torch.arange(1, n + 1)，判据 1 + k·z_(k) > 前 k 大之和。",
+        "支撑集的判据不对：应为 1 + k·z_(k) > 前 k 大之和，名次 k = 1, 2, …, n"
+        "（torch.arange(1, n + 1)）。你的结果与这两种写法之一相同："
+        "名次 k 从 0 数起了（torch.arange(0, n)），或把 1 + k·z_(k) > … 写成了 "
+        "k·z_(k) ≥ …（少了 1，> 换成了 ≥）。",
         "ranks_from_zero",
     ),
     (
