@@ -248,6 +248,12 @@ def make_loss(mistake):
             dec_in, labels = tgt, tgt
         if mistake == "labels_not_shifted":
             labels = tgt[:, :-1]
+        if mistake == "labels_edited_in_place":  # learner test 6a, 1.4: lab is a view of tgt
+            labels[labels == pad_id] = -100
+        if mistake == "labels_edited_in_place_late":  # the model already ran: tgt still changes
+            logits = model(src, dec_in)
+            labels[labels == pad_id] = -100
+            return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
         if mistake == "no_pad_mask":
             logits = model(src, dec_in)
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
@@ -292,6 +298,8 @@ def test_seq2seq_loss_skeleton(capsys):
         ("no_shift", "照抄"),
         ("labels_not_shifted", "标签没有右移"),
         ("no_pad_mask", "-100"),
+        ("labels_edited_in_place", "原地修改了传进来的 tgt"),
+        ("labels_edited_in_place_late", "原地修改了传进来的 tgt"),
         ("softmax", "softmax"),
         ("sum", "不是总和"),
         ("item", "没有梯度"),

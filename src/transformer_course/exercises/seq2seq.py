@@ -15,6 +15,7 @@ from ..blocks import DecoderLayer
 from ..masks import causal_mask
 from ..models import Transformer, TransformerConfig
 from ._protocol import (
+    ExerciseError,
     checker,
     construct,
     fail,
@@ -349,9 +350,26 @@ def check_seq2seq_loss(fn: Callable) -> str:
     for i in range(3):
         case = f"第 {i + 1} 个随机模型与批次"
         model, src, tgt = _loss_model(g)
-        loss = run_learner(
-            fn, model, src, tgt, _PAD, what=name, case=case, first=i == 0
-        )
+        given, crash = tgt.clone(), None
+        try:
+            loss = run_learner(
+                fn, model, src, given, _PAD, what=name, case=case, first=i == 0,
+                copy_inputs=False,
+            )  # fmt: skip
+        except ExerciseError as err:
+            crash = str(err)
+        if not torch.equal(given, tgt):
+            fail(
+                f"{name} 原地修改了传进来的 tgt（{case}）：labels = tgt[:, 1:] 是 tgt "
+                "的视图（共用同一块内存），labels[labels == pad_id] = -100 也就改了 "
+                "tgt，解码器输入 tgt[:, :-1] 里于是有了 -100（查嵌入表时下标越界，"
+                "IndexError: index out of range），调用者的 tgt 也坏了。用返回新张量"
+                "的写法：labels = tgt[:, 1:].masked_fill(tgt[:, 1:] == pad_id, -100)"
+                "，或先 tgt[:, 1:].clone()。"
+                + (f"\n（你的代码随后出错：{crash}）" if crash else "")
+            )
+        if crash:
+            fail(crash)
         loss = as_tensor(loss, name, case)
         if loss.dim() != 0:
             fail(
