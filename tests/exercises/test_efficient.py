@@ -443,6 +443,10 @@ def kv_bytes_no_kv_heads(cfg, batch, seq_len, bytes_per_element=4):
     return 2 * cfg.num_layers * batch * seq_len * cfg.head_dim * bytes_per_element
 
 
+def kv_bytes_no_batch(cfg, batch, seq_len, bytes_per_element=4):  # learner test 6b, 5.21
+    return kv_bytes(cfg, 1, seq_len, bytes_per_element)
+
+
 def kv_bytes_skeleton(cfg, batch, seq_len, bytes_per_element=4):
     pass
 
@@ -467,6 +471,7 @@ def test_kv_cache_bytes_skeleton(capsys):
         (kv_bytes_in_bits, "比特数"),
         (kv_bytes_fixed_4, "不要写死 4"),
         (kv_bytes_no_kv_heads, "漏了键值头数"),
+        (kv_bytes_no_batch, "漏了批大小"),
     ],
 )
 def test_kv_cache_bytes_rejects(fn, keyword, capsys):

@@ -679,6 +679,7 @@ def _kv_bytes(
     }.get(mistake, kv_heads * cfg.head_dim)
     copies = 1 if mistake == "one_copy" else 2
     layers = 1 if mistake == "one_layer" else cfg.num_layers
+    batch = 1 if mistake == "no_batch" else batch
     per_element = {"no_bytes": 1, "bits": 8 * nbytes, "fixed_4": 4}.get(mistake, nbytes)
     return copies * layers * batch * seq_len * width * per_element
 
@@ -694,6 +695,11 @@ _KV_MISTAKES = [
         "d_model",
     ),
     ("只算了一层：每一层都有自己的缓存，要乘 num_layers。", "one_layer"),
+    (
+        "漏了批大小：批里每条序列都有自己的缓存，要乘 batch"
+        "（只有一条序列时才碰巧不影响）。",
+        "no_batch",
+    ),
     ("返回的是元素个数：还要乘每个元素的字节数 bytes_per_element。", "no_bytes"),
     (
         "每个头的宽度用了 d_model：一个键值头的宽度是 head_dim = d_model // "
