@@ -138,6 +138,12 @@ def gqa_softmax_over_queries(q, k, v):  # the output check comes before the copy
     return (w @ v.unsqueeze(2)).reshape(N, H, L, D)
 
 
+def gqa_softmax_over_group_rows(q, k, v):  # learner test 6b, 4.5: dim=-2 on (N, H_kv, G·L, S)
+    N, H, L, D = q.shape
+    qg = q.reshape(N, k.size(1), H // k.size(1) * L, D)
+    return (torch.softmax(qg @ k.mT / math.sqrt(D), dim=-2) @ v).view(N, H, L, D)
+
+
 def gqa_groups_transposed(q, k, v):  # learner test: transpose(2, 3) before the final reshape
     out, (N, Hkv, G, L, D) = _gqa_folded(q, k, v, math.sqrt(q.size(-1)))
     return out.view(N, Hkv, G, L, D).transpose(2, 3).reshape(N, G * Hkv, L, D)
@@ -183,6 +189,7 @@ def test_grouped_attention_skeleton(capsys):
         (gqa_expand_views, "矩阵乘法沿组的维度广播 k、v"),
         (gqa_reference_call, "检查器用来比较的参考实现"),
         (gqa_scale_by_keys, "√S"),
+        (gqa_softmax_over_group_rows, "softmax 的 dim 写错了"),
         (gqa_groups_transposed, "不要先 transpose(2, 3)"),
         (gqa_q_transposed(back=True), "变形 q 之前先交换了 H 和 L"),
         (gqa_q_transposed(back=False), "变形 q 之前先交换了 H 和 L"),

@@ -356,6 +356,10 @@ def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
     N, H, L, D = q.shape
     Hkv = k.size(1)
     G = H // Hkv
+    if mistake == "dim_grouped_rows":  # softmax over the G·L rows of a group
+        rows = q.reshape(N, Hkv, G * L, D)
+        w = torch.softmax(rows @ k.mT / math.sqrt(D), dim=-2)
+        return (w @ v).reshape(N, H, L, D)
     if mistake in ("q_transposed", "q_transposed_back"):  # (N, L, H, D) rows regrouped
         rows = q.transpose(1, 2).reshape(N, Hkv, G * L, D)
         out = torch.softmax(rows @ k.mT / math.sqrt(D), dim=-1) @ v
@@ -401,7 +405,14 @@ _GQA_MISTAKES = [
     ),
     ("分数没有除以 √D（D 是每个头的维度）。", "noscale"),
     ("缩放多乘了组大小：分数应除以 √D，不是 √(D·G)。", "groupscale"),
-    ("softmax 的 dim 写错了：应在键的维度（最后一维）上归一化。", "dim"),
+    *(
+        (
+            "softmax 的 dim 写错了：你沿查询（行）的维度归一化了，"
+            "应在键的维度（最后一维，dim=-1）上归一化。",
+            mistake,
+        )
+        for mistake in ("dim", "dim_grouped_rows")
+    ),
     ("分数除以的是 √S（键的个数）：应除以 √D，D 是每个头的维度。", "scale_s"),
     (
         "合并各组时先交换了 G 和 L：(N, H_kv, G, L, D) 直接 reshape(N, H, L, D) "
