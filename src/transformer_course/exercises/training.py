@@ -73,6 +73,10 @@ def _loss_variant(
         return _lm_loss(after, x, y)
     if mistake == "targets_x":
         return _lm_loss(before, x, x)
+    if mistake == "nll_on_logits":  # F.nll_loss wants log-probabilities
+        return F.nll_loss(before(x).flatten(0, 1), y.flatten())
+    if mistake == "targets_transposed":  # y.t(): (T, N) flattened against (N·T, V)
+        return F.cross_entropy(before(x).flatten(0, 1), y.t().reshape(-1))
     # "shifted": x and y moved against each other once more
     return F.cross_entropy(before(x)[:, :-1].flatten(0, 1), y[:, 1:].flatten())
 
@@ -93,6 +97,17 @@ LOSS_HINTS = [
         "目标用成了输入 x：损失要拿 logits 与 y 比较（y[t] 是 x[t] 的下一个词元），"
         "F.cross_entropy(logits.view(-1, V), y.view(-1))，不是与 x 比较。",
         "targets_x",
+    ),
+    (
+        "F.nll_loss 用在了原始 logits 上：nll_loss 要的是对数概率，"
+        "先 F.log_softmax(logits, dim=-1)，或直接用 F.cross_entropy（它自己做 "
+        "log_softmax）。",
+        "nll_on_logits",
+    ),
+    (
+        "目标 y 转置了（y.t() 或 y.T）：logits 按 (N, T) 的顺序展平成 N·T 行，"
+        "目标也要按同样的顺序展平，y.reshape(-1)，不要先转置。",
+        "targets_transposed",
     ),
 ]
 
