@@ -67,10 +67,15 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 x = self.norm1(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 x = self.norm2(x + self.sa(x))
                 return self.norm3(x + self.ffn(x))
-            if mistake == "norms_swapped":
-                x = self.norm3(x + self.sa(x))
-                x = self.norm2(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
-                return self.norm1(x + self.ffn(x))
+            if mistake in ("norms_swapped", "norms12_swapped", "norms23_swapped"):  # 12: learner test 6a, 1.2
+                first, second, third = {
+                    "norms_swapped": (self.norm3, self.norm2, self.norm1),
+                    "norms12_swapped": (self.norm2, self.norm1, self.norm3),
+                    "norms23_swapped": (self.norm1, self.norm3, self.norm2),
+                }[mistake]
+                x = first(x + self.sa(x))
+                x = second(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return third(x + self.ffn(x))
             x = self.norm1(self.sa(x) if mistake == "no_res_self" else x + self.sa(x))
             if mistake == "norm2_on_residual_only":  # learner test: norm2(x) + cross
                 x = self.norm2(x) + self.cross_attn(x, memory, memory, attn_mask=memory_mask)
@@ -79,6 +84,8 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 c = self.cross_attn(x, x, x)
             elif mistake == "causal_to_cross":
                 c = self.cross_attn(x, memory, memory, attn_mask=tc.causal_mask(x.size(1)))
+            elif mistake == "cross_causal":  # learner test 6a, 1.2: is_causal, no memory_mask
+                c = self.cross_attn(x, memory, memory, is_causal=True)
             elif mistake == "no_mask":
                 c = self.cross_attn(x, memory, memory)
             else:
@@ -166,6 +173,9 @@ def test_decoder_layer_skeleton(capsys):
         ("no_res_self", "少了掩码自注意力的残差连接"),
         ("no_res_ffn", "少了 FFN 的残差连接"),
         ("norms_swapped", "norm1 与 norm3 用反了"),
+        ("norms12_swapped", "norm1 与 norm2 用反了"),
+        ("norms23_swapped", "norm2 与 norm3 用反了"),
+        ("cross_causal", "交叉注意力用了 is_causal=True"),
     ],
 )
 def test_decoder_layer_rejects(mistake, keyword, capsys):
@@ -176,7 +186,7 @@ def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
         "no_causal", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_first", "no_res_self", "no_res_ffn",
-        "norms_swapped",
+        "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
     assert_every_hint_reached({"_DECODER_HINTS": seq2seq._DECODER_HINTS}, rejects, capsys)

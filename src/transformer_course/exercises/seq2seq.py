@@ -39,14 +39,23 @@ from .blocks_gpt import _load_into_reference
 # --- the decoder layer ---------------------------------------------------------------
 
 
+def _norms(layer: DecoderLayer, mistake: str) -> list[nn.Module]:
+    """``norm1``, ``norm2``, ``norm3``, two of them swapped by a norm mistake."""
+    norms = [layer.norm1, layer.norm2, layer.norm3]
+    swapped = {"norms_swapped": (0, 2), "norms12_swapped": (0, 1)}
+    swapped["norms23_swapped"] = (1, 2)
+    if mistake in swapped:
+        i, j = swapped[mistake]
+        norms[i], norms[j] = norms[j], norms[i]
+    return norms
+
+
 def _decoder_variant(
     layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str
 ):
     """The package's Post-LN decoder layer, wired with one typical mistake."""
-    n1, n2, n3 = layer.norm1, layer.norm2, layer.norm3
+    n1, n2, n3 = _norms(layer, mistake)
     causal = mistake != "no_causal"
-    if mistake == "norms_swapped":
-        n1, n3 = n3, n1
 
     def self_attn(h):
         return layer.self_attn(h, is_causal=causal)
@@ -54,6 +63,8 @@ def _decoder_variant(
     def cross_attn(h):
         if mistake == "cross_is_self":
             return layer.cross_attn(h)
+        if mistake == "cross_causal":  # is_causal where memory_mask belongs
+            return layer.cross_attn(h, memory, is_causal=True)
         return layer.cross_attn(
             h, memory, attn_mask=None if mistake == "no_mask" else mask
         )
@@ -135,6 +146,14 @@ _DECODER_HINTS = [
     ),
     ("少了 FFN 的残差连接：x = norm3(x + ffn(x))。", "no_res_ffn"),
     ("norm1 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms_swapped"),
+    ("norm1 与 norm2 用反了：子层按顺序用 norm1、norm2、norm3。", "norms12_swapped"),
+    ("norm2 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms23_swapped"),
+    (
+        "交叉注意力用了 is_causal=True、没有用 memory_mask：因果掩码只属于掩码自注意力"
+        "（解码器看自己的前文）；交叉注意力的每个目标位置都可以看整句源句，"
+        "只屏蔽源句的填充：cross_attn(x, memory, memory, attn_mask=memory_mask)。",
+        "cross_causal",
+    ),
 ]
 
 
