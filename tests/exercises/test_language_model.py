@@ -179,6 +179,14 @@ def var_sum_all(a, p):  # one number for the whole tensor
     return p / (1 - p) * (a**2).sum()
 
 
+def var_mean_not_sum(a, p):  # learner test 6a, 3.16
+    return p / (1 - p) * (a**2).mean(-1)
+
+
+def var_sample_variance(a, p):  # learner test 6a, 3.16
+    return p / (1 - p) * a.var(-1)
+
+
 def var_skeleton(a, p):
     raise NotImplementedError
 
@@ -199,6 +207,8 @@ def test_dropout_variance_accepts(fn, capsys):
         (var_p_only, "放大因子"),
         (var_without_p, "漏了因子 p"),
         (var_sum_all, "形状不对"),
+        (var_mean_not_sum, "对平方取了平均"),
+        (var_sample_variance, "权重本身的样本方差"),
     ],
 )
 def test_dropout_variance_rejects(fn, keyword, capsys):

@@ -153,6 +153,16 @@ _DROPOUT_MISTAKES = [
         "a_j²·p(1-p)/(1-p)² = a_j²·p/(1-p)。",
         "no_p",
     ),
+    (
+        "这是 p/(1-p)·mean(a²)：对平方取了平均，应求和。行和的方差是各项方差之和，"
+        "p/(1-p)·Σ a_j²（(a ** 2).sum(-1)，不是 .mean(-1)）。",
+        "mean_not_sum",
+    ),
+    (
+        "这是 p/(1-p)·a.var(-1)：用的是权重本身的样本方差（各 a_j 离平均值有多散），"
+        "不是平方和。行和的方差是各项方差之和：p/(1-p)·Σ a_j²，(a ** 2).sum(-1)。",
+        "sample_variance",
+    ),
 ]
 
 
@@ -165,6 +175,8 @@ def _dropout_variant(a: Tensor, p: float, mistake: str) -> Tensor:
         "inverted": (1 - p) / p * s2,
         "p_only": p * s2,
         "no_p": s2 / (1 - p),
+        "mean_not_sum": p / (1 - p) * (a**2).mean(-1),
+        "sample_variance": p / (1 - p) * a.var(-1),
     }[mistake]
 
 
