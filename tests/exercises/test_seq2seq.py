@@ -284,6 +284,8 @@ def make_loss(mistake):
         if mistake == "sum_over_batch":  # learner test: sum of sentence losses / N
             total = F.cross_entropy(logits.transpose(1, 2), labels, reduction="sum")
             return total / tgt.size(0)
+        if mistake == "labels_transposed":  # learner test 6a, 1.4: labels flattened T-major
+            return F.cross_entropy(logits.flatten(0, 1), labels.transpose(0, 1).reshape(-1))
         if mistake == "not_flattened":  # learner test: logits (N, T, V) as they are
             return F.cross_entropy(logits, labels)
         if mistake == "label_smoothing":  # learner test
@@ -318,6 +320,7 @@ def test_seq2seq_loss_skeleton(capsys):
         ("label_smoothing", "加了标签平滑"),
         ("sum_over_batch", "总和除以了批大小 N"),
         ("not_flattened", "类别在第 1 维"),
+        ("labels_transposed", "标签展平的顺序与 logits 不同"),
     ],
 )
 def test_seq2seq_loss_rejects(mistake, keyword, capsys):

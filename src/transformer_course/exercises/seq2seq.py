@@ -290,6 +290,8 @@ def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) ->
     if mistake == "softmax_first":
         logits = logits.softmax(-1)
     flat, target = logits.flatten(0, 1), labels.flatten()
+    if mistake == "labels_transposed":  # labels flattened T-major, logits N-major
+        target = labels.transpose(0, 1).reshape(-1)
     # the sum over the real labels, divided by something other than their number
     divisor = {"sum": 1, "mean_over_all": target.numel()}
     divisor["mean_over_batch"] = tgt.size(0)
@@ -345,6 +347,11 @@ _LOSS_HINTS = [
         "应对整批所有非填充标签一起求一个平均（F.cross_entropy 的默认 "
         "reduction='mean'），不要按句子分组。",
         "mean_per_sentence",
+    ),
+    (
+        "标签展平的顺序与 logits 不同：logits.reshape(-1, V) 按 (N, T) 逐句展平，"
+        "标签也要 labels.reshape(-1)，不要先 transpose(0, 1)。",
+        "labels_transposed",
     ),
     (
         "加了标签平滑（label_smoothing）：本练习是普通的交叉熵，"
