@@ -302,6 +302,14 @@ def sparsemax_one_row_only(z):  # learner test: right for a vector, int() of a c
     return torch.clamp(z - tau, min=0)
 
 
+def sparsemax_one_support_for_all_rows(z):  # learner test 6b, 4.6: int() of the whole count
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = int((1 + k * zs > cs).sum())
+    return torch.clamp(z - (cs[..., support - 1 : support] - 1) / support, min=0)
+
+
 def sparsemax_softmax(z):
     return torch.softmax(z, -1)
 
@@ -373,6 +381,7 @@ SPARSEMAX_REJECTS = [
     (sparsemax_tau_without_minus_one, "τ 少了 −1"),
     (sparsemax_no_one, "判据少了 1"),
     (sparsemax_one_row_only, "一维输入通过了，有多行的输入出错"),
+    (sparsemax_one_support_for_all_rows, "对每一行分别做"),
     (sparsemax_softmax, "softmax 的结果"),
     (sparsemax_ascending, "从大到小"),
     (sparsemax_output_sorted, "排好的顺序"),

@@ -619,7 +619,20 @@ def _sparsemax_hint(fn, inputs: list[Tensor]) -> str | None:
     )
 
 
-# a crash on the first input with rows, after the 1-D inputs passed
+def _each_row_right(fn, z: Tensor) -> bool:
+    """Whether ``fn`` is right on each row of ``z`` given alone (a 1-D input)."""
+    for row in z.reshape(-1, z.size(-1)):
+        try:  # diagnosis only
+            out = fn(row.clone())
+        except Exception:
+            return False
+        if not (isinstance(out, Tensor) and close(out, sparsemax(row))):
+            return False
+    return True
+
+
+# a crash on (or a wrong answer to) the first input with rows, after the 1-D inputs
+# passed
 _BATCHED_CRASHES = [
     (
         r"size|shape|dimension|Scalar|only one element|broadcast",
@@ -663,6 +676,8 @@ def check_sparsemax(fn) -> str:
         if close(out, ref):
             continue
         hint = _sparsemax_hint(fn, [z.double() for _, z in cases])
+        if hint is None and z.dim() > 1 and _each_row_right(fn, z):
+            hint = _BATCHED_CRASHES[0][1]
         if hint is None and not torch.allclose(
             out.double().sum(-1), torch.ones(()).double()
         ):
