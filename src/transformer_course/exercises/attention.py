@@ -359,7 +359,8 @@ def _check_attention_output_shape(
         ref_out.shape,
         f"{name} 的输出",
         case,
-        " Q 是 (…, L, D)、K/V 是 (…, S, D)，输出应为 (…, L, D)。",
+        " Q、K 是 (…, L, d_k)、(…, S, d_k)，V 是 (…, S, d_v)，"
+        "输出应为 (…, L, d_v)（d_v = V.size(-1)）。",
     )
     check_float(out, f"{name} 的输出")
 
