@@ -1,6 +1,8 @@
 """The checker of ex 4.12 (a paired, multi-seed ablation with a threshold)."""
 
+import numpy as np
 import pytest
+import torch
 
 from transformer_course import exercises as ex
 from transformer_course.exercises.ablations import ABLATION_HINTS
@@ -98,6 +100,21 @@ REJECTS = [
     pytest.param(ex.check_paired_ablation, mutant(no_raise=True), "没有报错", id="no_raise"),
     pytest.param(ex.check_paired_ablation, mutant(error=TypeError), "应是 ValueError", id="type"),
 ]
+
+
+def numpy_verdict(run, arms, seeds, margin):  # learner test 6b, 4.12: np.all gives np.True_
+    losses = {a: np.array(v) for a, v in _paired(run, arms, seeds).items()}
+    return {a: list(v) for a, v in losses.items()}, np.all(losses[arms[1]] > (1 + margin) * losses[arms[0]])
+
+
+def tensor_verdict(run, arms, seeds, margin):  # a 0-dim bool tensor
+    losses = {a: torch.tensor(v, dtype=torch.float64) for a, v in _paired(run, arms, seeds).items()}
+    return {a: v.tolist() for a, v in losses.items()}, (losses[arms[1]] > (1 + margin) * losses[arms[0]]).all()
+
+
+def test_accepts_numpy_and_tensor_truth_values(capsys):
+    for fn in (numpy_verdict, tensor_verdict):
+        assert_passes(ex.check_paired_ablation, fn, capsys)
 
 
 def test_accepts_correct_versions(capsys):

@@ -330,6 +330,23 @@ def integer_output(Q, K, V, attn_mask=None):
     return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0].long()
 
 
+def scales_q_in_place(Q, K, V, attn_mask=None):
+    # learner test 6a, 1.1: f(x, x, x) then scales K and V too
+    Q.div_(math.sqrt(Q.size(-1)))
+    scores = Q @ K.transpose(-2, -1)
+    if attn_mask is not None:
+        scores.masked_fill_(~attn_mask, NEG)
+    weights = scores.softmax(-1)
+    return weights @ V, weights
+
+
+def scale_by_value_dim(Q, K, V, attn_mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(V.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    return scores.softmax(-1) @ V
+
+
 def check(fn, keyword, id):
     return pytest.param(ex.check_self_attention, fn, keyword, id=id)
 
@@ -343,6 +360,8 @@ ones = torch.ones
 REJECTS = [
     check(no_scale, "没有除以 √d_k", "missing scale"),
     check(scale_by_d, "除以了 d_k", "divided by d, not its root"),
+    check(scales_q_in_place, "原地修改了输入 Q", "Q scaled in place"),
+    check(scale_by_value_dim, "除以了 √d_v", "divided by the root of d_v"),
     check(scale_by_length, "键的个数", "divided by the root of the key count"),
     check(softmax_over_queries, "softmax 的 dim 可能写错了", "softmax over queries"),
     check(weights_times_keys, "应是 V，不是 K", "weights times K"),

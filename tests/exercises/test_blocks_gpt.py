@@ -128,6 +128,12 @@ class FFNFromH(Block):  # learner test: the FFN fed h = norm1(x) itself
         return x + self.ffn(h)
 
 
+class KeysValuesFromX(Block):  # learner test 6a, 3.5: self_attn(norm1(x), x, x)
+    def forward(self, x):
+        x = x + self.self_attn(self.norm1(x), x, x, attn_mask=tc.causal_mask(x.size(1)))
+        return x + self.ffn(self.norm2(x))
+
+
 class Norm1Twice(Block):
     def forward(self, x):
         x = x + self.attn(self.norm1(x))
@@ -220,6 +226,7 @@ BLOCK_REJECTS = [
     block_check(Parallel, "串行", "parallel sublayers"),
     block_check(FFNFromNormedInput, "FFN 的输入用了注意力之前的 h", "FFN fed norm2(h)"),
     block_check(FFNFromH, "FFN 的输入用了注意力之前的 h", "FFN fed h"),
+    block_check(KeysValuesFromX, "键和值用的是原来的 x", "keys and values from x"),
     block_check(Norm1Twice, "用了两次 norm1", "norm1 used twice"),
     block_check(NoNorm2, "忘了 norm2", "no norm2"),
     block_check(NoNorms, "没有用 norm1 和 norm2", "no norms"),

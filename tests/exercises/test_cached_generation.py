@@ -40,7 +40,12 @@ def make_forward(mistake=None):
                 i = 0
             attn = block.self_attn
             h = block.norm1(x)
-            q, k, v = (p(h).view(N, T, num_heads, -1).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+            if mistake == "heads_no_transpose":  # learner test 6b, 5.16: reshape straight to (N, H, T, D)
+                q, k, v = (p(h).reshape(N, num_heads, T, -1) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+            else:
+                q, k, v = (
+                    p(h).view(N, T, num_heads, -1).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj)
+                )
             K, V = caches[i].update(k, v)
             if mistake == "cache_not_read":
                 K, V = k, v
@@ -57,7 +62,9 @@ def make_forward(mistake=None):
             elif mistake not in ("no_mask", "top_left_multi"):
                 scores = scores.masked_fill(~tc.causal_mask(T, K.shape[-2]), float("-inf"))
             o = scores.softmax(-1) @ V
-            x = x + attn.out_proj(o.transpose(1, 2).reshape(N, T, -1))
+            if mistake not in ("heads_no_transpose", "merge_no_transpose"):
+                o = o.transpose(1, 2)
+            x = x + attn.out_proj(o.reshape(N, T, -1))
             x = x + block.ffn(block.norm2(x))
         if mistake != "no_norm_f":
             x = model.norm_f(x)
@@ -111,6 +118,8 @@ def test_skeleton(capsys):
         ("one_cache", "共用了一个缓存"),
         ("top_left_padded", "对齐到了左上角"),
         ("top_left_multi", "对齐到了左上角"),
+        ("heads_no_transpose", "少了 transpose"),
+        ("merge_no_transpose", "少了 transpose"),
     ],
 )
 def test_mistakes_are_named(mistake, keyword, capsys):

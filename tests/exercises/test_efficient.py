@@ -138,6 +138,12 @@ def gqa_softmax_over_queries(q, k, v):  # the output check comes before the copy
     return (w @ v.unsqueeze(2)).reshape(N, H, L, D)
 
 
+def gqa_softmax_over_group_rows(q, k, v):  # learner test 6b, 4.5: dim=-2 on (N, H_kv, G·L, S)
+    N, H, L, D = q.shape
+    qg = q.reshape(N, k.size(1), H // k.size(1) * L, D)
+    return (torch.softmax(qg @ k.mT / math.sqrt(D), dim=-2) @ v).view(N, H, L, D)
+
+
 def gqa_groups_transposed(q, k, v):  # learner test: transpose(2, 3) before the final reshape
     out, (N, Hkv, G, L, D) = _gqa_folded(q, k, v, math.sqrt(q.size(-1)))
     return out.view(N, Hkv, G, L, D).transpose(2, 3).reshape(N, G * Hkv, L, D)
@@ -183,6 +189,7 @@ def test_grouped_attention_skeleton(capsys):
         (gqa_expand_views, "矩阵乘法沿组的维度广播 k、v"),
         (gqa_reference_call, "检查器用来比较的参考实现"),
         (gqa_scale_by_keys, "√S"),
+        (gqa_softmax_over_group_rows, "softmax 的 dim 写错了"),
         (gqa_groups_transposed, "不要先 transpose(2, 3)"),
         (gqa_q_transposed(back=True), "变形 q 之前先交换了 H 和 L"),
         (gqa_q_transposed(back=False), "变形 q 之前先交换了 H 和 L"),
@@ -267,6 +274,10 @@ def sparsemax_no_one(z):  # k·z_(k) > cumsum, the 1 left out
     return _sparsemax_support(z, lambda k, zs, cs: k * zs > cs)
 
 
+def sparsemax_at_least_without_one(z):  # learner test 6b, 4.6: k·z_(k) >= cumsum
+    return _sparsemax_support(z, lambda k, zs, cs: k * zs >= cs)
+
+
 def sparsemax_sum_shifted(z):  # learner test: gathers cs at k, not k - 1
     zs = z.sort(dim=-1, descending=True).values
     n = z.size(-1)
@@ -289,6 +300,14 @@ def sparsemax_one_row_only(z):  # learner test: right for a vector, int() of a c
     support = int((1 + k * zs > cs).sum())
     tau = (cs[..., support - 1] - 1) / support
     return torch.clamp(z - tau, min=0)
+
+
+def sparsemax_one_support_for_all_rows(z):  # learner test 6b, 4.6: int() of the whole count
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = int((1 + k * zs > cs).sum())
+    return torch.clamp(z - (cs[..., support - 1 : support] - 1) / support, min=0)
 
 
 def sparsemax_softmax(z):
@@ -356,11 +375,13 @@ SPARSEMAX_REJECTS = [
     (sparsemax_no_clamp, "截断"),
     (sparsemax_k_from_zero, "k 从 1 数起"),
     (sparsemax_ranks_from_zero, "名次 k 从 0 数起了"),
+    (sparsemax_at_least_without_one, "写成了 k·z_(k) ≥"),
     (sparsemax_no_k, "判据少了名次 k"),
     (sparsemax_sum_shifted, "不是 cs[k]"),
     (sparsemax_tau_without_minus_one, "τ 少了 −1"),
     (sparsemax_no_one, "判据少了 1"),
     (sparsemax_one_row_only, "一维输入通过了，有多行的输入出错"),
+    (sparsemax_one_support_for_all_rows, "对每一行分别做"),
     (sparsemax_softmax, "softmax 的结果"),
     (sparsemax_ascending, "从大到小"),
     (sparsemax_output_sorted, "排好的顺序"),
@@ -438,6 +459,10 @@ def kv_bytes_no_kv_heads(cfg, batch, seq_len, bytes_per_element=4):
     return 2 * cfg.num_layers * batch * seq_len * cfg.head_dim * bytes_per_element
 
 
+def kv_bytes_no_batch(cfg, batch, seq_len, bytes_per_element=4):  # learner test 6b, 5.21
+    return kv_bytes(cfg, 1, seq_len, bytes_per_element)
+
+
 def kv_bytes_skeleton(cfg, batch, seq_len, bytes_per_element=4):
     pass
 
@@ -462,6 +487,7 @@ def test_kv_cache_bytes_skeleton(capsys):
         (kv_bytes_in_bits, "比特数"),
         (kv_bytes_fixed_4, "不要写死 4"),
         (kv_bytes_no_kv_heads, "漏了键值头数"),
+        (kv_bytes_no_batch, "漏了批大小"),
     ],
 )
 def test_kv_cache_bytes_rejects(fn, keyword, capsys):

@@ -153,6 +153,8 @@ def make_sample_probs(mistake):
                 if top_k is not None and mistake != "temperature_no_top_k":
                     k = top_k + (mistake == "k_plus_1")
                     kth = torch.topk(probs, k).values[:, -1:]
+                    if mistake == "batch_dim":  # learner test 6b, 5.14: topk(…, dim=0)
+                        kth = probs.topk(k, dim=0).values[-1:]
                     if mistake == "first_row_threshold":  # row 0's k-th value for all rows
                         kth = kth[:1]
                     probs = torch.where(probs < kth, torch.zeros_like(probs), probs)
@@ -207,6 +209,7 @@ GENERATE_REJECTS = [
     pytest.param(
         ex.check_generate, make_sample_probs("first_row_threshold"), "每一行各自", id="row 0's threshold for all"
     ),
+    pytest.param(ex.check_generate, make_sample_probs("batch_dim"), "torch.topk(…, dim=0)", id="top-k over the batch"),
     pytest.param(ex.check_generate, generate_topk_positions, "映射回词表", id="top-k index not mapped back"),
     pytest.param(
         ex.check_generate, generate_from_clamped_logits, "直接当成了抽样权重", id="multinomial on clamped logits"

@@ -179,6 +179,14 @@ def var_sum_all(a, p):  # one number for the whole tensor
     return p / (1 - p) * (a**2).sum()
 
 
+def var_mean_not_sum(a, p):  # learner test 6a, 3.16
+    return p / (1 - p) * (a**2).mean(-1)
+
+
+def var_sample_variance(a, p):  # learner test 6a, 3.16
+    return p / (1 - p) * a.var(-1)
+
+
 def var_skeleton(a, p):
     raise NotImplementedError
 
@@ -199,6 +207,8 @@ def test_dropout_variance_accepts(fn, capsys):
         (var_p_only, "放大因子"),
         (var_without_p, "漏了因子 p"),
         (var_sum_all, "形状不对"),
+        (var_mean_not_sum, "对平方取了平均"),
+        (var_sample_variance, "权重本身的样本方差"),
     ],
 )
 def test_dropout_variance_rejects(fn, keyword, capsys):
@@ -366,8 +376,8 @@ def test_lm_training_accepts(fn, capsys):
     ("fn", "keyword"),
     [
         (train_unshifted, "右移一位"),
-        (train_no_step, "一点没变"),
-        (train_grad_cleared_late, "一点没变"),
+        (train_no_step, "没有调用 optimizer.step()"),
+        (train_grad_cleared_late, "放在了 backward 和 step 之间"),
         (train_one_batch, "同一批数据"),
         (train_few_steps, "没有达到目标"),
         (train_returns_nothing_useful, "每一步的训练损失"),

@@ -93,6 +93,12 @@ class NewestFirst(ConcatCache):
         return k, v
 
 
+class Overwrites(ConcatCache):  # learner test 6a, 3.15: the old positions dropped
+    def update(self, k, v):
+        self.k, self.v = k, v
+        return k, v
+
+
 class OffsetStays0(ConcatCache):
     def __init__(self):
         super().__init__(offset_mistake=True)
@@ -183,6 +189,7 @@ CACHE_REJECTS = [
     pytest.param(ex.check_kv_cache_in_model, NoWindow, "self.window = None", id="no-window"),
     pytest.param(ex.check_kv_cache_in_model, OffsetStays0, "offset 要随每次", id="offset-stays-0"),
     pytest.param(ex.check_kv_cache_in_model, NewestFirst, "旧位置在前", id="newest-first"),
+    pytest.param(ex.check_kv_cache_in_model, Overwrites, "update 每次都覆盖了旧的键和值", id="overwrites"),
 ]
 
 

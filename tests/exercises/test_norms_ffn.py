@@ -50,6 +50,8 @@ def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=T
                 return y * b + g
             if mistake == "shift_then_scale":
                 return (y + b) * g
+            if mistake == "no_bias":  # learner test 6a, 3.1
+                return y * g
             return y * g + b
 
     return Candidate
@@ -78,6 +80,7 @@ LAYER_NORM_REJECTS = [
     pytest.param(ex.check_layer_norm, make_ln(mistake="dim0"), "归一化的维度不对", id="normalised over dim 0"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_center"), "没有减去均值", id="no mean subtracted"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_affine"), "γ 和 β", id="gamma and beta unused"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="no_bias"), "漏了 + β", id="beta missing"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="swapped"), "用反了", id="gamma and beta swapped"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="eps_ignored"), "构造函数传入的 eps", id="eps argument ignored"),
     pytest.param(ex.check_layer_norm, make_ln(parameter=False), "nn.Parameter", id="plain tensors"),

@@ -6,8 +6,9 @@ import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import objective
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 
 def with_cross_entropy(logits, labels, smoothing):
@@ -105,22 +106,80 @@ def raw_logits_as_log_probs(logits, labels, smoothing):
     return -(q * logits).sum(-1)[labels != 0].mean()
 
 
+# learner test 6a, 2.8: six mistakes that got only the generic hint
+
+
+def _q(logp, labels, smoothing, overwrite=False):
+    q = torch.full_like(logp, smoothing / logp.size(-1))
+    if overwrite:
+        return q.scatter(-1, labels[..., None], 1 - smoothing)
+    return q.scatter_add(-1, labels[..., None], torch.full_like(logp[..., :1], 1 - smoothing))
+
+
+def target_overwritten(logits, labels, smoothing):  # scatter_ where scatter_add_ is meant
+    logp = F.log_softmax(logits, -1)
+    return -(_q(logp, labels, smoothing, overwrite=True) * logp).sum(-1)[labels != 0].mean()
+
+
+def kl_divergence(logits, labels, smoothing):  # the Annotated Transformer's F.kl_div
+    logp = F.log_softmax(logits, -1)
+    return F.kl_div(logp, _q(logp, labels, smoothing), reduction="none").sum(-1)[labels != 0].mean()
+
+
+def mean_of_sentence_means(logits, labels, smoothing):
+    logp = F.log_softmax(logits, -1)
+    per_token, keep = -(_q(logp, labels, smoothing) * logp).sum(-1), (labels != 0).float()
+    return ((per_token * keep).sum(1) / keep.sum(1)).mean()
+
+
+def sum_over_sentences(logits, labels, smoothing):
+    logp = F.log_softmax(logits, -1)
+    per_token = -(_q(logp, labels, smoothing) * logp).sum(-1)
+    return (per_token * (labels != 0)).sum() / labels.size(0)
+
+
+def softmax_over_time(logits, labels, smoothing):
+    logp = torch.log(F.softmax(logits, 1))
+    return -(_q(logp, labels, smoothing) * logp).sum(-1)[labels != 0].mean()
+
+
+def pad_class_zeroed(logits, labels, smoothing):  # fairseq style: q = 0 on the pad class
+    logp = F.log_softmax(logits, -1)
+    q = _q(logp, labels, smoothing)
+    q[..., 0] = 0
+    return -(q * logp).sum(-1)[labels != 0].mean()
+
+
+REJECTS = [
+    (target_overwritten, "恰好是 1 − ε"),
+    (kl_divergence, "KL 散度"),
+    (mean_of_sentence_means, "先对每句求平均"),
+    (sum_over_sentences, "总和除以了句子数 N"),
+    (softmax_over_time, "softmax 沿错了维"),
+    (pad_class_zeroed, "填充类别（编号 0）上的 q 置 0"),
+    (raw_logits_as_log_probs, "用成了原始 logits"),
+    (target_share_only, "漏了均匀的那一份"),
+    (no_smoothing, "标签平滑没有用上"),
+    (smooth_over_others, "|V| − 1"),
+    (pad_counted, "填充位置也算进了损失"),
+    (pad_in_denominator, "除以全部位置数"),
+    (summed, "损失之和"),
+    (softmax_first, "不要先 softmax"),
+    (as_number, "应是 torch.Tensor"),
+    (detached, "不能求梯度"),
+    (per_token, "0 维张量"),
+]
+
+
 @pytest.mark.parametrize(
     "fn, keyword",
-    [
-        (raw_logits_as_log_probs, "用成了原始 logits"),
-        (target_share_only, "漏了均匀的那一份"),
-        (no_smoothing, "标签平滑没有用上"),
-        (smooth_over_others, "|V| − 1"),
-        (pad_counted, "填充位置也算进了损失"),
-        (pad_in_denominator, "除以全部位置数"),
-        (summed, "损失之和"),
-        (softmax_first, "不要先 softmax"),
-        (as_number, "应是 torch.Tensor"),
-        (detached, "不能求梯度"),
-        (per_token, "0 维张量"),
-    ],
+    REJECTS,
     ids=lambda v: getattr(v, "__name__", ""),
 )
 def test_smoothed_loss_rejects(fn, keyword, capsys):
     assert_rejects(ex.check_smoothed_loss, fn, keyword, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    rejects = [pytest.param(ex.check_smoothed_loss, fn, k) for fn, k in REJECTS]
+    assert_every_hint_reached({"_MISTAKES": objective._MISTAKES}, rejects, capsys)

@@ -163,7 +163,16 @@ def unigram_skipped(counts, history, c, vocab_size):  # learner test: the loop s
     return p
 
 
+def back_off(counts, history, c, vocab_size):  # learner test 6b, 5.10: the longest seen history decides
+    for k in range(len(counts) - 1, -1, -1):
+        h = history[len(history) - k :]
+        if h in counts[k] and counts[k][h][c] > 0:
+            return counts[k][h][c] / (sum(counts[k][h].values()) + len(counts[k][h]))
+    return 1 / vocab_size
+
+
 def test_mistakes_get_their_hint(capsys):
+    assert_rejects(ex.check_witten_bell, back_off, "这是回退（back-off），不是插值", capsys)
     assert_rejects(ex.check_witten_bell, escape_mass_vocab_size, "u(h) 写成了词表大小", capsys)
     assert_rejects(ex.check_witten_bell, unigram_skipped, "跳过了 k = 0 这一阶", capsys)
     assert_rejects(ex.check_witten_bell, no_uniform_base, "均匀分布", capsys)
@@ -246,6 +255,17 @@ def test_fixed_attention_passes(capsys):
 
 def test_leak_skeleton(capsys):
     assert_skeleton(ex.check_leak_fixed, not_yet, capsys)
+
+
+def softmax_over_the_batch(Q, K, V, attn_mask=None):  # learner test 6b, 5.4
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=0) @ V
+
+
+def test_nan_is_reported_as_nan(capsys):
+    message = rejection(ex.check_leak_fixed, softmax_over_the_batch)
+    assert "NaN" in message and "得到 nan" not in message, message
 
 
 def test_the_bug_is_reported_by_its_symptom_not_its_line(capsys):

@@ -237,6 +237,20 @@ def greedy_one_forward_too_many(model, ids, n_new):
 
 
 @torch.no_grad()
+def greedy_two_forwards_too_many(model, ids, n_new):
+    ids = greedy_one_forward_too_many(model, ids, n_new)
+    model(ids[:, -1:], caches=model.new_caches())
+    return ids
+
+
+def test_feeding_the_last_token_back_passes_with_a_note(capsys):
+    # the right tokens, one unused forward: a note in the ✓ line, not a failure
+    assert_passes(ex.check_greedy_with_cache, greedy_one_forward_too_many, capsys)
+    ex.check_greedy_with_cache(greedy_one_forward_too_many)
+    assert "最后选出的词元又送进了模型" in capsys.readouterr().out
+
+
+@torch.no_grad()
 def greedy_fresh_caches(model, ids, n_new):
     """Learner test: new caches every step, so the cache is never read."""
     inp = ids
@@ -265,6 +279,6 @@ def test_greedy_with_cache_learner_mistakes(capsys):
 
 
 def test_greedy_with_cache_mistakes(capsys):
-    assert_rejects(ex.check_greedy_with_cache, greedy_one_forward_too_many, "不必再送", capsys)
+    assert_rejects(ex.check_greedy_with_cache, greedy_two_forwards_too_many, "不必再送", capsys)
     assert_rejects(ex.check_greedy_with_cache, greedy_refeeds_everything, "只送新词元", capsys)
     assert_rejects(ex.check_greedy_with_cache, greedy_first_position, "不用缓存的贪心", capsys)

@@ -67,10 +67,15 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 x = self.norm1(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 x = self.norm2(x + self.sa(x))
                 return self.norm3(x + self.ffn(x))
-            if mistake == "norms_swapped":
-                x = self.norm3(x + self.sa(x))
-                x = self.norm2(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
-                return self.norm1(x + self.ffn(x))
+            if mistake in ("norms_swapped", "norms12_swapped", "norms23_swapped"):  # 12: learner test 6a, 1.2
+                first, second, third = {
+                    "norms_swapped": (self.norm3, self.norm2, self.norm1),
+                    "norms12_swapped": (self.norm2, self.norm1, self.norm3),
+                    "norms23_swapped": (self.norm1, self.norm3, self.norm2),
+                }[mistake]
+                x = first(x + self.sa(x))
+                x = second(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return third(x + self.ffn(x))
             x = self.norm1(self.sa(x) if mistake == "no_res_self" else x + self.sa(x))
             if mistake == "norm2_on_residual_only":  # learner test: norm2(x) + cross
                 x = self.norm2(x) + self.cross_attn(x, memory, memory, attn_mask=memory_mask)
@@ -79,6 +84,8 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 c = self.cross_attn(x, x, x)
             elif mistake == "causal_to_cross":
                 c = self.cross_attn(x, memory, memory, attn_mask=tc.causal_mask(x.size(1)))
+            elif mistake == "cross_causal":  # learner test 6a, 1.2: is_causal, no memory_mask
+                c = self.cross_attn(x, memory, memory, is_causal=True)
             elif mistake == "no_mask":
                 c = self.cross_attn(x, memory, memory)
             else:
@@ -166,6 +173,9 @@ def test_decoder_layer_skeleton(capsys):
         ("no_res_self", "少了掩码自注意力的残差连接"),
         ("no_res_ffn", "少了 FFN 的残差连接"),
         ("norms_swapped", "norm1 与 norm3 用反了"),
+        ("norms12_swapped", "norm1 与 norm2 用反了"),
+        ("norms23_swapped", "norm2 与 norm3 用反了"),
+        ("cross_causal", "交叉注意力用了 is_causal=True"),
     ],
 )
 def test_decoder_layer_rejects(mistake, keyword, capsys):
@@ -176,7 +186,7 @@ def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
         "no_causal", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_first", "no_res_self", "no_res_ffn",
-        "norms_swapped",
+        "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
     assert_every_hint_reached({"_DECODER_HINTS": seq2seq._DECODER_HINTS}, rejects, capsys)
@@ -248,6 +258,12 @@ def make_loss(mistake):
             dec_in, labels = tgt, tgt
         if mistake == "labels_not_shifted":
             labels = tgt[:, :-1]
+        if mistake == "labels_edited_in_place":  # learner test 6a, 1.4: lab is a view of tgt
+            labels[labels == pad_id] = -100
+        if mistake == "labels_edited_in_place_late":  # the model already ran: tgt still changes
+            logits = model(src, dec_in)
+            labels[labels == pad_id] = -100
+            return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
         if mistake == "no_pad_mask":
             logits = model(src, dec_in)
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
@@ -268,6 +284,8 @@ def make_loss(mistake):
         if mistake == "sum_over_batch":  # learner test: sum of sentence losses / N
             total = F.cross_entropy(logits.transpose(1, 2), labels, reduction="sum")
             return total / tgt.size(0)
+        if mistake == "labels_transposed":  # learner test 6a, 1.4: labels flattened T-major
+            return F.cross_entropy(logits.flatten(0, 1), labels.transpose(0, 1).reshape(-1))
         if mistake == "not_flattened":  # learner test: logits (N, T, V) as they are
             return F.cross_entropy(logits, labels)
         if mistake == "label_smoothing":  # learner test
@@ -292,6 +310,8 @@ def test_seq2seq_loss_skeleton(capsys):
         ("no_shift", "照抄"),
         ("labels_not_shifted", "标签没有右移"),
         ("no_pad_mask", "-100"),
+        ("labels_edited_in_place", "原地修改了传进来的 tgt"),
+        ("labels_edited_in_place_late", "原地修改了传进来的 tgt"),
         ("softmax", "softmax"),
         ("sum", "不是总和"),
         ("item", "没有梯度"),
@@ -300,6 +320,7 @@ def test_seq2seq_loss_skeleton(capsys):
         ("label_smoothing", "加了标签平滑"),
         ("sum_over_batch", "总和除以了批大小 N"),
         ("not_flattened", "类别在第 1 维"),
+        ("labels_transposed", "标签展平的顺序与 logits 不同"),
     ],
 )
 def test_seq2seq_loss_rejects(mistake, keyword, capsys):
@@ -379,6 +400,22 @@ def test_greedy_decode_skeleton(capsys):
 )
 def test_greedy_decode_rejects(mistake, keyword, capsys):
     assert_rejects(ex.check_greedy_decode, make_decode(mistake), keyword, capsys)
+
+
+def test_greedy_decode_rejects_training_mode(capsys):
+    # learner test 6a, 1.5: with the page's dropout 0.1 this decode is random
+    def in_train_mode(model, src, bos_id, eos_id, max_len):
+        model.train()
+        return decode_right(model, src, bos_id, eos_id, max_len)
+
+    def train_then_eval(model, src, bos_id, eos_id, max_len):
+        model.train()
+        ys = decode_right(model, src, bos_id, eos_id, max_len)
+        model.eval()
+        return ys
+
+    assert_rejects(ex.check_greedy_decode, in_train_mode, "model.train()", capsys)
+    assert_rejects(ex.check_greedy_decode, train_then_eval, "训练模式", capsys)
 
 
 def test_greedy_decode_wants_a_batch_of_one(capsys):

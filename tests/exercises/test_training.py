@@ -62,6 +62,24 @@ def train_step_targets_x(model, optimizer, x, y):
     return loss.item()
 
 
+def _step_with_loss(loss_of):
+    def fn(model, optimizer, x, y):
+        loss = loss_of(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return fn
+
+
+# learner test 6b, 5.12
+train_step_nll_on_logits = _step_with_loss(lambda logits, y: F.nll_loss(logits.flatten(0, 1), y.flatten()))
+train_step_targets_transposed = _step_with_loss(
+    lambda logits, y: F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.t().reshape(-1))
+)
+
+
 def train_step_skeleton(model, optimizer, x, y):
     pass
 
@@ -77,6 +95,8 @@ def test_train_step(capsys):
 
 
 TRAIN_STEP_REJECTS = [
+    pytest.param(ex.check_train_step, train_step_nll_on_logits, "F.nll_loss 用在了原始 logits 上", id="nll on logits"),
+    pytest.param(ex.check_train_step, train_step_targets_transposed, "目标 y 转置了", id="y.t()"),
     pytest.param(
         ex.check_train_step,
         make_train_step(order=("backward", "step")),
@@ -182,7 +202,13 @@ def lm_batch_extra_draw(data, batch_size, context_length, generator):
     return lm_batch(data, batch_size, context_length, generator)
 
 
+def lm_batch_swapped(data, batch_size, context_length, generator):  # learner test 6b, 5.11
+    x, y = lm_batch(data, batch_size, context_length, generator)
+    return y, x
+
+
 MORE_REJECTS = [
+    pytest.param(ex.check_lm_batch, lm_batch_swapped, "x、y 对调了", id="lm_batch: (y, x)"),
     pytest.param(ex.check_lm_batch, lm_batch_reversed_rows, "连续的一段", id="lm_batch: x not a window"),
     pytest.param(ex.check_lm_batch, lm_batch_reversed_y, "y[0] 不对", id="lm_batch: y not a window"),
     pytest.param(ex.check_lm_batch, lm_batch_extra_draw, "只抽这一次", id="lm_batch: another draw first"),

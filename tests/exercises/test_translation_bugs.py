@@ -60,6 +60,11 @@ def pad_as_zero(tgt, pad_id):  # always replaces token 0, whatever pad_id is
     return tgt[:, :-1], tgt[:, 1:].masked_fill(tgt[:, 1:] == 0, -100)
 
 
+def pair_swapped(tgt, pad_id):  # learner test 6a, 1.9: (labels, dec_in)
+    dec_in, labels = slicing(tgt, pad_id)
+    return labels, dec_in
+
+
 def float_labels(tgt, pad_id):
     dec_in, labels = slicing(tgt, pad_id)
     return dec_in, labels.float()
@@ -88,6 +93,7 @@ REJECTS = [
     pytest.param(ex.check_decoder_batch, input_shifted, "解码器输入却也右移了", id="input-shifted"),
     pytest.param(ex.check_decoder_batch, mask_from_input, "-100 放错了位置", id="mask-from-input"),
     pytest.param(ex.check_decoder_batch, one_tensor, "两个张量", id="one-tensor"),
+    pytest.param(ex.check_decoder_batch, pair_swapped, "两个返回值的顺序反了", id="pair-swapped"),
 ]
 
 

@@ -226,6 +226,15 @@ def _crash_message(
     )
 
 
+def copies(args: tuple) -> tuple:
+    """Clones of the tensors in ``args``; a tensor passed twice gives one clone, passed
+    twice (``f(x, x, x)`` stays self-attention, so an in-place edit of Q shows in K)."""
+    memo: dict[int, Tensor] = {}
+    return tuple(
+        memo.setdefault(id(a), a.clone()) if isinstance(a, Tensor) else a for a in args
+    )
+
+
 def run_learner(
     fn: Callable,
     *args,
@@ -241,7 +250,7 @@ def run_learner(
     ``copy_inputs=False``: the caller passes its own copies, to see in-place edits."""
     # the learner's code may change its inputs in place: it gets copies
     if copy_inputs:
-        args = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+        args = copies(args)
     try:
         out = fn(*args, **kwargs)
     except NotImplementedError:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import torch
+
 from ._protocol import checker, fail, name_of, run_learner
 
 __all__ = ["check_paired_ablation"]
@@ -68,7 +70,11 @@ ABLATION_HINTS = [
         "高出 margin。",
         "direction",
     ),
-    ("holds 应是 Python 的 True 或 False（可以用 all(...) 得到）。", "bool"),
+    (
+        "holds 应是真假值 True 或 False（可以用 all(...) 得到；numpy 的 np.True_、"
+        "0 维 bool 张量也行），不是数或列表。",
+        "bool",
+    ),
     (
         "种子少于 2 个或有重复时应 raise ValueError：一个种子上的差别分不清是设计的作用"
         "还是运气。",
@@ -136,6 +142,21 @@ _CASES = [
 ]  # fmt: skip
 
 
+def _truth_value(verdict: object) -> object:
+    """``verdict`` as a Python bool when it is one: numpy's ``np.bool_`` and a
+    one-element bool tensor work in ``if holds:`` like True/False; anything else is
+    returned as is."""
+    if isinstance(verdict, torch.Tensor):
+        if verdict.dtype == torch.bool and verdict.numel() == 1:
+            return bool(verdict)
+    elif type(verdict).__module__ == "numpy" and type(verdict).__name__ in (
+        "bool",
+        "bool_",
+    ):
+        return bool(verdict)
+    return verdict
+
+
 @checker("成对的多种子对照实验")
 def check_paired_ablation(fn) -> str:
     """Grade ``fn(run, arms, seeds, margin) -> (losses, holds)`` (see the module)."""
@@ -167,6 +188,7 @@ def check_paired_ablation(fn) -> str:
                 f"{what} 返回的 losses 是 {losses!r:.120}，应是 {want}（{case}）。\n"
                 f"可能的原因：{_HINT['losses']}"
             )
+        verdict = _truth_value(verdict)
         if not isinstance(verdict, bool):
             fail(
                 f"{what} 返回的 holds 是 {type(verdict).__name__}"

@@ -13,6 +13,7 @@ from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ._protocol import (
     checker,
+    copies,
     fail,
     name_of,
     randn,
@@ -73,6 +74,7 @@ def _attention_variant(
         "scale_d": d,
         "scale_len": math.sqrt(s),
         "scale_times": 1 / math.sqrt(d),  # multiplied by √d_k
+        "scale_dv": math.sqrt(V.size(-1)),
     }
     scores = raw / scale.get(mistake, math.sqrt(d))
     if mask is not None and mistake != "mask_ignored":
@@ -106,6 +108,11 @@ ATTENTION_HINTS = [
     (
         "分数乘了 √d_k，应除以 √d_k：scores = Q @ K.transpose(-2, -1) / √d_k。",
         "scale_times",
+    ),
+    (
+        "分数除以了 √d_v = √{dv}（V 的维数），应除以 √d_k = √{d}"
+        "（d_k = Q.size(-1)，是 Q、K 的维数）。",
+        "scale_dv",
     ),
     (
         "缩放用了键的个数 S = {s}（√{s}）：应除以向量维度的平方根 √d_k = √{d}"
@@ -223,6 +230,15 @@ def _attention_cases(
             leading,
         )
     )
+    cases.append(
+        (
+            "N=2, L=4, S=6，d_k = 8 而 d_v = 5（V 的维数与 Q、K 不同）",
+            randn(g, 2, 4, 8),
+            randn(g, 2, 6, 8),
+            randn(g, 2, 6, 5),
+            random_mask(g, 2, 4, 6),
+        )
+    )
     x = randn(g, 3, 5, 8)
     cases[2] = (cases[2][0], x, x, x, cases[2][4])
     return cases
@@ -246,9 +262,17 @@ def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
     name = name_of(fn)
     for i, (case, Q, K, V, mask) in enumerate(_attention_cases(seeded_generator(1))):
         args = (Q, K, V) if mask is None else (Q, K, V, mask)
+        given = copies(args)
         out = run_learner(
-            fn, *args, what=name, case=case, first=i == 0, causes=ATTENTION_CRASHES
+            fn,
+            *given,
+            what=name,
+            case=case,
+            first=i == 0,
+            causes=ATTENTION_CRASHES,
+            copy_inputs=False,
         )
+        _check_inputs_unchanged(fn, args, given, case)
         ref_out, ref_w = scaled_dot_product_attention(Q, K, V, mask)
         if exercise in _RETURNS_WEIGHTS and not isinstance(out, (tuple, list)):
             fail(
@@ -273,8 +297,25 @@ def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
                 f"{where_differs(weights, ref_w)}）：返回的应是乘 V 的那个权重。"
             )
     return (
-        "3 维和 4 维输入、批量 > 1、L ≠ S、因果掩码、随机掩码、整块被屏蔽的键，共 6 组"
+        "3 维和 4 维输入、批量 > 1、L ≠ S、d_v ≠ d_k、因果掩码、随机掩码、"
+        "整块被屏蔽的键，共 7 组"
     )
+
+
+def _check_inputs_unchanged(fn: Callable, args: tuple, given: tuple, case: str) -> None:
+    """The learner's code must not change Q, K, V or the mask in place."""
+    names = ("Q", "K", "V", "attn_mask")[: len(args)]
+    changed = [
+        n for n, a, b in zip(names, args, given, strict=True) if not torch.equal(a, b)
+    ]
+    if changed:
+        fail(
+            f"{name_of(fn)} 原地修改了输入 {'、'.join(changed)}（{case}）：例如 "
+            "Q.div_(...)、Q /= ...、K.masked_fill_(...) 这类带下划线或 /= 的运算"
+            "改的是调用者的张量。自注意力里 Q、K、V 是同一个张量 x，改了 Q 也就改了 "
+            "K 和 V，调用者手里的 x 也变了。用不改输入的写法：Q / math.sqrt(d_k)、"
+            "scores.masked_fill(...)。"
+        )
 
 
 def _attention_outputs(
@@ -318,7 +359,8 @@ def _check_attention_output_shape(
         ref_out.shape,
         f"{name} 的输出",
         case,
-        " Q 是 (…, L, D)、K/V 是 (…, S, D)，输出应为 (…, L, D)。",
+        " Q、K 是 (…, L, d_k)、(…, S, d_k)，V 是 (…, S, d_v)，"
+        "输出应为 (…, L, d_v)（d_v = V.size(-1)）。",
     )
     check_float(out, f"{name} 的输出")
 
@@ -349,7 +391,13 @@ def _attention_hint(
     d = Q.size(-1)
     variant = functools.partial(_attention_variant, Q, K, V, mask)
     hint = first_reproduced(
-        out, ATTENTION_HINTS, variant, d=d, sqrt_d=math.sqrt(d), s=K.size(-2)
+        out,
+        ATTENTION_HINTS,
+        variant,
+        d=d,
+        sqrt_d=math.sqrt(d),
+        s=K.size(-2),
+        dv=V.size(-1),
     )
     return hint or (
         "逐步对照：scores = Q @ K.transpose(-2, -1) / √d_k → "

@@ -166,6 +166,9 @@ def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor:
     norm1, norm2, ffn = block.norm1, block.norm2, block.ffn
     if mistake in _RESIDUAL_MISTAKES:
         return _residual_variant(x, attn, norm1, norm2, ffn, mistake)
+    if mistake == "kv_from_x":  # only the query normalised
+        x = x + block.self_attn(norm1(x), x, x, is_causal=True)
+        return x + ffn(norm2(x))
     # the norm mistakes: the right wiring, with the wrong norm (or none)
     if mistake == "norm1_twice":
         norm2 = norm1
@@ -265,6 +268,12 @@ BLOCK_HINTS = [
             mistake,
         )
         for mistake in ("ffn_from_h", "ffn_from_h_no_norm2")
+    ),
+    (
+        "只有查询用了归一化后的 h：键和值用的是原来的 x（self_attn(norm1(x), x, x)）。"
+        "自注意力的 Q、K、V 都来自同一个 h = norm1(x)：self_attn(h)"
+        "（或 self_attn(h, h, h)）。",
+        "kv_from_x",
     ),
     ("第二个子层应该用 norm2，你用了两次 norm1。", "norm1_twice"),
     ("FFN 之前忘了 norm2：x + ffn(norm2(x))。", "no_norm2"),

@@ -101,11 +101,24 @@ _MISTAKES = [
     ),
     (_TOP_LEFT, "top_left"),
     (_TOP_LEFT, "top_left_multi"),
+    *(
+        (
+            "分头或合并时少了 transpose：(N, T, E) 直接 reshape 成 (N, H, T, D) 会把"
+            "不同位置的数拼进同一个头。分头应 view(N, T, H, D).transpose(1, 2)，"
+            "合并应 o.transpose(1, 2).reshape(N, T, E)。",
+            mistake,
+        )
+        for mistake in ("heads_no_transpose", "merge_no_transpose")
+    ),
 ]
 
 
-def _heads(t: Tensor, H: int) -> Tensor:  # (N, T, E) -> (N, H, T, D)
+def _heads(t: Tensor, H: int, flat: bool = False) -> Tensor:
+    """(N, T, E) -> (N, H, T, D); ``flat``: the mistake of reshaping without the
+    transpose."""
     N, T, E = t.shape
+    if flat:
+        return t.reshape(N, H, T, E // H)
     return t.view(N, T, H, E // H).transpose(1, 2)
 
 
@@ -121,8 +134,9 @@ def _cached_variant(
         cache = caches[0 if mistake == "one_cache" else i]
         attn, H = block.self_attn, model.num_heads
         h = block.norm1(x)
-        q = _heads(attn.q_proj(h), H)
-        k, v = _heads(attn.k_proj(h), H), _heads(attn.v_proj(h), H)
+        flat = mistake == "heads_no_transpose"
+        q = _heads(attn.q_proj(h), H, flat)
+        k, v = _heads(attn.k_proj(h), H, flat), _heads(attn.v_proj(h), H, flat)
         K, V = cache.update(k, v)
         if mistake == "cache_not_read":
             K, V = k, v
@@ -136,7 +150,9 @@ def _cached_variant(
         if mistake != "no_mask":
             scores = scores.masked_fill(~mask, float("-inf"))
         o = torch.softmax(scores, dim=-1) @ V  # (N, H, T, D)
-        x = x + attn.out_proj(o.transpose(1, 2).reshape(N, T, -1))
+        if mistake not in ("heads_no_transpose", "merge_no_transpose"):
+            o = o.transpose(1, 2)
+        x = x + attn.out_proj(o.reshape(N, T, -1))
         x = x + block.ffn(block.norm2(x))
     if mistake != "no_norm_f":
         x = model.norm_f(x)

@@ -356,6 +356,10 @@ def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
     N, H, L, D = q.shape
     Hkv = k.size(1)
     G = H // Hkv
+    if mistake == "dim_grouped_rows":  # softmax over the G·L rows of a group
+        rows = q.reshape(N, Hkv, G * L, D)
+        w = torch.softmax(rows @ k.mT / math.sqrt(D), dim=-2)
+        return (w @ v).reshape(N, H, L, D)
     if mistake in ("q_transposed", "q_transposed_back"):  # (N, L, H, D) rows regrouped
         rows = q.transpose(1, 2).reshape(N, Hkv, G * L, D)
         out = torch.softmax(rows @ k.mT / math.sqrt(D), dim=-1) @ v
@@ -401,7 +405,14 @@ _GQA_MISTAKES = [
     ),
     ("分数没有除以 √D（D 是每个头的维度）。", "noscale"),
     ("缩放多乘了组大小：分数应除以 √D，不是 √(D·G)。", "groupscale"),
-    ("softmax 的 dim 写错了：应在键的维度（最后一维）上归一化。", "dim"),
+    *(
+        (
+            "softmax 的 dim 写错了：你沿查询（行）的维度归一化了，"
+            "应在键的维度（最后一维，dim=-1）上归一化。",
+            mistake,
+        )
+        for mistake in ("dim", "dim_grouped_rows")
+    ),
     ("分数除以的是 √S（键的个数）：应除以 √D，D 是每个头的维度。", "scale_s"),
     (
         "合并各组时先交换了 G 和 L：(N, H_kv, G, L, D) 直接 reshape(N, H, L, D) "
@@ -537,8 +548,10 @@ _SPARSEMAX_MISTAKES = [
         "k_zero_based",
     ),
     (
-        "判据里的名次 k 从 0 数起了（torch.arange(0, n)）：第 k 大的元素名次是 "
-        "k = 1, 2, …, n，用 torch.arange(1, n + 1)，判据 1 + k·z_(k) > 前 k 大之和。",
+        "支撑集的判据不对：应为 1 + k·z_(k) > 前 k 大之和，名次 k = 1, 2, …, n"
+        "（torch.arange(1, n + 1)）。你的结果与这两种写法之一相同："
+        "名次 k 从 0 数起了（torch.arange(0, n)），或把 1 + k·z_(k) > … 写成了 "
+        "k·z_(k) ≥ …（少了 1，> 换成了 ≥）。",
         "ranks_from_zero",
     ),
     (
@@ -606,7 +619,20 @@ def _sparsemax_hint(fn, inputs: list[Tensor]) -> str | None:
     )
 
 
-# a crash on the first input with rows, after the 1-D inputs passed
+def _each_row_right(fn, z: Tensor) -> bool:
+    """Whether ``fn`` is right on each row of ``z`` given alone (a 1-D input)."""
+    for row in z.reshape(-1, z.size(-1)):
+        try:  # diagnosis only
+            out = fn(row.clone())
+        except Exception:
+            return False
+        if not (isinstance(out, Tensor) and close(out, sparsemax(row))):
+            return False
+    return True
+
+
+# a crash on (or a wrong answer to) the first input with rows, after the 1-D inputs
+# passed
 _BATCHED_CRASHES = [
     (
         r"size|shape|dimension|Scalar|only one element|broadcast",
@@ -650,6 +676,8 @@ def check_sparsemax(fn) -> str:
         if close(out, ref):
             continue
         hint = _sparsemax_hint(fn, [z.double() for _, z in cases])
+        if hint is None and z.dim() > 1 and _each_row_right(fn, z):
+            hint = _BATCHED_CRASHES[0][1]
         if hint is None and not torch.allclose(
             out.double().sum(-1), torch.ones(()).double()
         ):
@@ -677,6 +705,7 @@ def _kv_bytes(
     }.get(mistake, kv_heads * cfg.head_dim)
     copies = 1 if mistake == "one_copy" else 2
     layers = 1 if mistake == "one_layer" else cfg.num_layers
+    batch = 1 if mistake == "no_batch" else batch
     per_element = {"no_bytes": 1, "bits": 8 * nbytes, "fixed_4": 4}.get(mistake, nbytes)
     return copies * layers * batch * seq_len * width * per_element
 
@@ -692,6 +721,11 @@ _KV_MISTAKES = [
         "d_model",
     ),
     ("只算了一层：每一层都有自己的缓存，要乘 num_layers。", "one_layer"),
+    (
+        "漏了批大小：批里每条序列都有自己的缓存，要乘 batch"
+        "（只有一条序列时才碰巧不影响）。",
+        "no_batch",
+    ),
     ("返回的是元素个数：还要乘每个元素的字节数 bytes_per_element。", "no_bytes"),
     (
         "每个头的宽度用了 d_model：一个键值头的宽度是 head_dim = d_model // "

@@ -181,7 +181,12 @@ GENERATE_HINTS = [
         "的那个），第 k 大较高的行就多留了词元。",
         "batch_min_threshold",
     ),
-    ("top_k 没有起作用：应只保留最大的 top_k 个 logits，其余设为 -inf。", "no_top_k"),
+    (
+        "top_k 没有起作用：每一行应只保留词表维上最大的 top_k 个 logits"
+        "（torch.topk(logits, k, dim=-1)），其余设为 -inf。若写了 "
+        "torch.topk(…, dim=0)：那是沿批的维度取，批大小不超过 k 时什么也去不掉。",
+        "no_top_k",
+    ),
     (
         "top-k 保留的是最小的 k 个：应保留最大的 k 个（torch.topk 默认 largest=True），"
         "把小于第 k 大的值的 logits 设为 -inf。",

@@ -17,6 +17,7 @@ from ..data import CharTokenizer, lm_batch, load_text_corpus
 from ..models import GPTConfig, MiniGPT
 from ._protocol import checker, fail, name_of, run_learner, seeded_generator
 from ._report import as_tensor, check_float, check_shape, close, first_reproduced
+from .training import step_order_hint
 
 # ---------------------------------------------------------------------------
 # splitting into heads
@@ -152,6 +153,16 @@ _DROPOUT_MISTAKES = [
         "a_j²·p(1-p)/(1-p)² = a_j²·p/(1-p)。",
         "no_p",
     ),
+    (
+        "这是 p/(1-p)·mean(a²)：对平方取了平均，应求和。行和的方差是各项方差之和，"
+        "p/(1-p)·Σ a_j²（(a ** 2).sum(-1)，不是 .mean(-1)）。",
+        "mean_not_sum",
+    ),
+    (
+        "这是 p/(1-p)·a.var(-1)：用的是权重本身的样本方差（各 a_j 离平均值有多散），"
+        "不是平方和。行和的方差是各项方差之和：p/(1-p)·Σ a_j²，(a ** 2).sum(-1)。",
+        "sample_variance",
+    ),
 ]
 
 
@@ -164,6 +175,8 @@ def _dropout_variant(a: Tensor, p: float, mistake: str) -> Tensor:
         "inverted": (1 - p) / p * s2,
         "p_only": p * s2,
         "no_p": s2 / (1 - p),
+        "mean_not_sum": p / (1 - p) * (a**2).mean(-1),
+        "sample_variance": p / (1 - p) * a.var(-1),
     }[mistake]
 
 
@@ -266,6 +279,20 @@ def _training_losses(out: object, name: str, num_steps: int) -> list[float]:
     return losses
 
 
+def _record_calls(optimizer: torch.optim.Optimizer) -> list[str]:
+    """A list that gets "zero_grad" and "step" each time ``optimizer`` runs them."""
+    events: list[str] = []
+    zero_grad = optimizer.zero_grad
+
+    def recorded_zero_grad(*args, **kwargs) -> None:
+        events.append("zero_grad")
+        zero_grad(*args, **kwargs)
+
+    optimizer.zero_grad = recorded_zero_grad
+    optimizer.register_step_pre_hook(lambda *_: events.append("step"))
+    return events
+
+
 @checker("训练 MiniGPT")
 def check_lm_training(fn: Callable) -> str:
     """Grade ``fn(model, optimizer, train_data, num_steps)``: a training loop.
@@ -286,9 +313,13 @@ def check_lm_training(fn: Callable) -> str:
     # for each backward pass: did the gradient of the last norm still hold the previous
     # step's (a hook on a leaf runs before the new gradient is added to .grad)?
     probe, stale = model.norm_f.weight, []
-    hook = probe.register_hook(
-        lambda _g: stale.append(probe.grad is not None and bool(probe.grad.any()))
-    )
+    events = _record_calls(optimizer)  # "backward", "zero_grad", "step" in order
+
+    def on_backward(_grad: Tensor) -> None:
+        events.append("backward")
+        stale.append(probe.grad is not None and bool(probe.grad.any()))
+
+    hook = probe.register_hook(on_backward)
     try:
         out = run_learner(
             fn,
@@ -305,8 +336,12 @@ def check_lm_training(fn: Callable) -> str:
     losses = _training_losses(out, name, TRAINING_STEPS)
     if all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)):
         fail(
-            f"{name} 运行后模型参数一点没变：是不是漏了 loss.backward() 或 "
-            "optimizer.step()，或者训练的是另一个模型？"
+            f"{name} 运行后模型参数一点没变："
+            + (
+                step_order_hint(events)
+                or "每步的顺序应为 zero_grad → backward → step（model.zero_grad() "
+                "也不能放在 backward 和 step 之间），训练的应是传进来的 model。"
+            )
         )
     val = _validation_loss(model, val_data, cfg.context_length)
     tail = sum(losses[-10:]) / 10

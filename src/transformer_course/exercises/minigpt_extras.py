@@ -200,6 +200,13 @@ def check_kv_cache_in_model(cls: type) -> str:
         got = _cached_logits(model, ids, caches, chunks)
         full, _ = model(ids)
     for i, cache in enumerate(caches):
+        if len(cache) == chunks[-1] != ids.size(1):
+            fail(
+                f"逐段送完 {ids.size(1)} 个位置后，第 {i} 层缓存的 len = {len(cache)}"
+                "，正好是最后一次送进的位置数：update 每次都覆盖了旧的键和值。"
+                "应把新位置沿 dim=-2 接在旧位置后面（torch.cat([self.k, k], dim=-2)），"
+                "返回的是全部位置的 K、V。"
+            )
         if len(cache) != ids.size(1) or cache.offset != ids.size(1):
             fail(
                 f"逐段送完 {ids.size(1)} 个位置后，第 {i} 层缓存的 len = {len(cache)}、"

@@ -39,6 +39,38 @@ _MISTAKES = [
     ),
     ("返回的是损失之和：本题要所有真实词元上的平均（reduction='mean'）。", "sum"),
     (
+        "总和除以了句子数 N：分母应是真实（非填充）标签的个数，"
+        "per_token[labels != 0].mean()。",
+        "sum_over_batch",
+    ),
+    (
+        "先对每句求平均、再对各句求平均：短句的每个词元因此权重更大。"
+        "应对整批所有非填充标签一起求一个平均（per_token[labels != 0].mean()）。",
+        "mean_per_sentence",
+    ),
+    (
+        "正确类别上的 q 恰好是 1 − ε，少了它那一份 ε/|V|（q 之和因此不是 1）："
+        "scatter_ 是覆盖，应在 ε/|V| 之上再加 1 − ε（scatter_add_，"
+        "或 q = (1 − ε)·one_hot + ε/|V|）。",
+        "target_overwritten",
+    ),
+    (
+        "算的是 KL 散度 KL(q‖p)（F.kl_div）：它比交叉熵 −Σ q·log p 少了 q 的熵 "
+        "−Σ q·log q。两者的梯度相同，数值不同；本题要交叉熵 −(q * logp).sum(-1)。",
+        "kl_div",
+    ),
+    (
+        "softmax 沿错了维：logits 是 (N, T, |V|)，概率要在最后一维（词表）上归一化，"
+        "F.log_softmax(logits, dim=-1)，不是 dim=1（时间维）。",
+        "softmax_dim1",
+    ),
+    (
+        "把填充类别（编号 0）上的 q 置 0 了：本章的 q = (1 − ε)·e_y + ε/|V| 在每个"
+        "类别上都有 ε/|V|（含编号 0），要跳过的是标签为 0 的位置，"
+        "不是词表里的第 0 类。",
+        "pad_class_zero",
+    ),
+    (
         "对 softmax 之后的概率又做了一次交叉熵：F.cross_entropy 的输入是 logits"
         "（它自己做 log_softmax），不要先 softmax。",
         "double_softmax",
@@ -51,30 +83,47 @@ _MISTAKES = [
 ]
 
 
+def _target(onehot: Tensor, eps: float, mistake: str) -> Tensor:
+    """The smoothed target ``q``, or what one typical mistake makes of it."""
+    V = onehot.size(-1)
+    if mistake == "no_smoothing":
+        return onehot
+    if mistake == "no_uniform":  # the target's 1 - ε kept, the ε/|V| part dropped
+        return onehot * (1 - eps)
+    if mistake == "smooth_others":
+        return onehot * (1 - eps) + (1 - onehot) * eps / (V - 1)
+    if mistake == "target_overwritten":  # scatter_ where scatter_add_ is meant
+        return onehot * (1 - eps) + (1 - onehot) * eps / V
+    q = onehot * (1 - eps) + eps / V
+    if mistake == "pad_class_zero":
+        q = q.index_fill(-1, torch.tensor([PAD]), 0.0)
+    return q
+
+
+def _mean(per_token: Tensor, labels: Tensor, mistake: str) -> Tensor:
+    """The mean over the real labels, or what one typical mistake averages."""
+    keep = labels != PAD
+    total = (per_token * keep).sum()
+    return {
+        "pad_counted": lambda: per_token.mean(),
+        "pad_in_denominator": lambda: total / labels.numel(),
+        "sum": lambda: total,
+        "sum_over_batch": lambda: total / labels.size(0),
+        "mean_per_sentence": lambda: ((per_token * keep).sum(1) / keep.sum(1)).mean(),
+    }.get(mistake, lambda: per_token[keep].mean())()
+
+
 def _loss(logits: Tensor, labels: Tensor, eps: float, mistake: str = "") -> Tensor:
     """Mean label-smoothed cross-entropy, or what one typical mistake computes."""
-    V = logits.size(-1)
     if mistake == "double_softmax":
         logits = torch.softmax(logits, -1)
-    logp = logits if mistake == "raw_logits" else F.log_softmax(logits, -1)
-    onehot = F.one_hot(labels, V).to(logp.dtype)
-    if mistake == "no_smoothing":
-        q = onehot
-    elif mistake == "no_uniform":  # the target's 1 - ε kept, the ε/|V| part dropped
-        q = onehot * (1 - eps)
-    elif mistake == "smooth_others":
-        q = onehot * (1 - eps) + (1 - onehot) * eps / (V - 1)
-    else:
-        q = onehot * (1 - eps) + eps / V
+    dim = 1 if mistake == "softmax_dim1" else -1
+    logp = logits if mistake == "raw_logits" else F.log_softmax(logits, dim)
+    q = _target(F.one_hot(labels, logp.size(-1)).to(logp.dtype), eps, mistake)
     per_token = -(q * logp).sum(-1)
-    keep = labels != PAD
-    if mistake == "pad_counted":
-        return per_token.mean()
-    if mistake == "pad_in_denominator":
-        return (per_token * keep).sum() / labels.numel()
-    if mistake == "sum":
-        return per_token[keep].sum()
-    return per_token[keep].mean()
+    if mistake == "kl_div":
+        per_token = per_token + torch.xlogy(q, q).sum(-1)
+    return _mean(per_token, labels, mistake)
 
 
 @checker("标签平滑的交叉熵")

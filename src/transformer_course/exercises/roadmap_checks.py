@@ -49,6 +49,12 @@ def check_leak_fixed(fn: object) -> str:
         out = out[0] if isinstance(out, tuple | list) else out
         outs.append(as_tensor(out, f"{name} 的输出", "因果掩码"))
     before, after = outs[0][:, : L - 1], outs[1][:, : L - 1]
+    if not all(bool(torch.isfinite(o).all()) for o in outs):
+        fail(
+            f"{name} 的输出里有 NaN 或 inf（因果掩码）：有一组做 softmax 的分数"
+            "全是 -inf（全被屏蔽）。每个查询那一行至少能看见它自己，"
+            "所以逐步检查 softmax 是沿哪些分数做的。"
+        )
     if before.shape != after.shape or not torch.allclose(before, after, atol=1e-6):
         fail(
             f"症状还在：只改最后一个词元，前 {L - 1} 个位置的输出也变了"
@@ -134,6 +140,26 @@ _WITTEN_BELL_HINTS = [
 ]
 
 
+def _backoff(
+    counts: list[dict[str, Counter]], history: str, c: str, vocab_size: int
+) -> float:
+    """Back-off instead of interpolation: the longest history after which ``c`` was
+    seen alone decides, ``count(h c) / (count(h) + u(h))``; else ``1/vocab_size``."""
+    for k in range(min(len(counts), len(history) + 1) - 1, -1, -1):
+        after = counts[k].get(history[len(history) - k :])
+        if after and after[c] > 0:
+            return after[c] / (sum(after.values()) + len(after))
+    return 1.0 / vocab_size
+
+
+_BACKOFF_HINT = (
+    "这是回退（back-off），不是插值：只用见过 c 的最长那一阶的 "
+    "count(h c) / (count(h) + u(h))，留给没见过的字符的 u(h)/(count(h) + u(h)) "
+    "就丢掉了。插值要从 k = 0 一阶一阶往长历史走，每一阶都用上一阶的结果："
+    "p = (count(h c) + u(h)·p_短) / (count(h) + u(h))。"
+)
+
+
 def _text(g: torch.Generator, alphabet: str, length: int) -> str:
     """A text with local structure: each character mostly follows its predecessor's
     favourite, sometimes a random one."""
@@ -205,10 +231,20 @@ def check_witten_bell(fn: object) -> str:
                 )
             total = math.fsum(probs)
             if abs(total - 1) > 1e-9:
+                backoff = [_backoff(counts, h, c, len(vocab)) for c in vocab]
                 fail(
                     f"{name} 在历史 {h!r} 之后给出的概率之和是 {total:.6f}，不是 1"
-                    f"（{case}）：每一阶都是 (count(h c) + u(h)·p_短)"
-                    " / (count(h) + u(h))，分子和分母里都要有 u(h)。"
+                    f"（{case}）："
+                    + (
+                        _BACKOFF_HINT
+                        if all(
+                            math.isclose(a, b, rel_tol=1e-9)
+                            for a, b in zip(probs, backoff, strict=True)
+                        )
+                        else "每一阶都是 (count(h c) + u(h)·p_短) / (count(h) + u(h))："
+                        "分子里要加 u(h)·p_短（短一阶的概率），分母里要有 u(h)，"
+                        "这样每一阶都仍是分布。"
+                    )
                 )
     n = 3
     counts = _counts(train, n)

@@ -4,16 +4,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..blocks import DecoderLayer
 from ..masks import causal_mask
 from ..models import Transformer, TransformerConfig
 from ._protocol import (
+    ExerciseError,
     checker,
     construct,
     fail,
@@ -37,14 +39,23 @@ from .blocks_gpt import _load_into_reference
 # --- the decoder layer ---------------------------------------------------------------
 
 
+def _norms(layer: DecoderLayer, mistake: str) -> list[nn.Module]:
+    """``norm1``, ``norm2``, ``norm3``, two of them swapped by a norm mistake."""
+    norms = [layer.norm1, layer.norm2, layer.norm3]
+    swapped = {"norms_swapped": (0, 2), "norms12_swapped": (0, 1)}
+    swapped["norms23_swapped"] = (1, 2)
+    if mistake in swapped:
+        i, j = swapped[mistake]
+        norms[i], norms[j] = norms[j], norms[i]
+    return norms
+
+
 def _decoder_variant(
     layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str
 ):
     """The package's Post-LN decoder layer, wired with one typical mistake."""
-    n1, n2, n3 = layer.norm1, layer.norm2, layer.norm3
+    n1, n2, n3 = _norms(layer, mistake)
     causal = mistake != "no_causal"
-    if mistake == "norms_swapped":
-        n1, n3 = n3, n1
 
     def self_attn(h):
         return layer.self_attn(h, is_causal=causal)
@@ -52,6 +63,8 @@ def _decoder_variant(
     def cross_attn(h):
         if mistake == "cross_is_self":
             return layer.cross_attn(h)
+        if mistake == "cross_causal":  # is_causal where memory_mask belongs
+            return layer.cross_attn(h, memory, is_causal=True)
         return layer.cross_attn(
             h, memory, attn_mask=None if mistake == "no_mask" else mask
         )
@@ -133,6 +146,14 @@ _DECODER_HINTS = [
     ),
     ("少了 FFN 的残差连接：x = norm3(x + ffn(x))。", "no_res_ffn"),
     ("norm1 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms_swapped"),
+    ("norm1 与 norm2 用反了：子层按顺序用 norm1、norm2、norm3。", "norms12_swapped"),
+    ("norm2 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms23_swapped"),
+    (
+        "交叉注意力用了 is_causal=True、没有用 memory_mask：因果掩码只属于掩码自注意力"
+        "（解码器看自己的前文）；交叉注意力的每个目标位置都可以看整句源句，"
+        "只屏蔽源句的填充：cross_attn(x, memory, memory, attn_mask=memory_mask)。",
+        "cross_causal",
+    ),
 ]
 
 
@@ -269,6 +290,8 @@ def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) ->
     if mistake == "softmax_first":
         logits = logits.softmax(-1)
     flat, target = logits.flatten(0, 1), labels.flatten()
+    if mistake == "labels_transposed":  # labels flattened T-major, logits N-major
+        target = labels.transpose(0, 1).reshape(-1)
     # the sum over the real labels, divided by something other than their number
     divisor = {"sum": 1, "mean_over_all": target.numel()}
     divisor["mean_over_batch"] = tgt.size(0)
@@ -326,6 +349,11 @@ _LOSS_HINTS = [
         "mean_per_sentence",
     ),
     (
+        "标签展平的顺序与 logits 不同：logits.reshape(-1, V) 按 (N, T) 逐句展平，"
+        "标签也要 labels.reshape(-1)，不要先 transpose(0, 1)。",
+        "labels_transposed",
+    ),
+    (
         "加了标签平滑（label_smoothing）：本练习是普通的交叉熵，"
         "去掉 label_smoothing 参数（标签平滑是训练时另加的，见 1.12 节）。",
         "label_smoothing",
@@ -348,9 +376,26 @@ def check_seq2seq_loss(fn: Callable) -> str:
     for i in range(3):
         case = f"第 {i + 1} 个随机模型与批次"
         model, src, tgt = _loss_model(g)
-        loss = run_learner(
-            fn, model, src, tgt, _PAD, what=name, case=case, first=i == 0
-        )
+        given, crash = tgt.clone(), None
+        try:
+            loss = run_learner(
+                fn, model, src, given, _PAD, what=name, case=case, first=i == 0,
+                copy_inputs=False,
+            )  # fmt: skip
+        except ExerciseError as err:
+            crash = str(err)
+        if not torch.equal(given, tgt):
+            fail(
+                f"{name} 原地修改了传进来的 tgt（{case}）：labels = tgt[:, 1:] 是 tgt "
+                "的视图（共用同一块内存），labels[labels == pad_id] = -100 也就改了 "
+                "tgt，解码器输入 tgt[:, :-1] 里于是有了 -100（查嵌入表时下标越界，"
+                "IndexError: index out of range），调用者的 tgt 也坏了。用返回新张量"
+                "的写法：labels = tgt[:, 1:].masked_fill(tgt[:, 1:] == pad_id, -100)"
+                "，或先 tgt[:, 1:].clone()。"
+                + (f"\n（你的代码随后出错：{crash}）" if crash else "")
+            )
+        if crash:
+            fail(crash)
         loss = as_tensor(loss, name, case)
         if loss.dim() != 0:
             fail(
@@ -433,6 +478,21 @@ def _decode_hint(got: list[int], ref: list[int], eos: int, max_len: int) -> str:
     )
 
 
+@contextmanager
+def _modes_seen(model: nn.Module) -> Iterator[list[bool]]:
+    """The ``training`` flag of each of ``model``'s modules as it runs inside."""
+    modes: list[bool] = []
+    hooks = [
+        m.register_forward_pre_hook(lambda m, args: modes.append(m.training))
+        for m in model.modules()
+    ]
+    try:
+        yield modes
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 @checker("贪心解码")
 def check_greedy_decode(fn: Callable) -> str:
     """Grade ``fn(model, src, bos_id, eos_id, max_len)`` -> ids ``(1, T)``.
@@ -457,11 +517,19 @@ def check_greedy_decode(fn: Callable) -> str:
                 continue
             what = "EOS 会提前出现" if eos_arg == eos else "EOS 从不出现"
             case = f"随机模型 {i + 1}，{what}，max_len={max_len}"
-            out = run_learner(
-                fn, model, src, _BOS, eos_arg, max_len, what=name, case=case,
-                first=runs == 0,
-            )  # fmt: skip
+            with _modes_seen(model) as modes:
+                out = run_learner(
+                    fn, model, src, _BOS, eos_arg, max_len, what=name, case=case,
+                    first=runs == 0,
+                )  # fmt: skip
             runs += 1
+            if any(modes) or model.training:
+                fail(
+                    f"{name} 把模型切到了训练模式（调用了 model.train()？{case}）："
+                    "训练模式下 dropout 是开着的，解码结果每次不同，也改变了调用者"
+                    "模型的状态。解码时模型应处于评估模式：不要调用 model.train()，"
+                    "需要时在开头调用 model.eval()。"
+                )
             out = as_tensor(out, name, case)
             if out.dim() != 2 or out.size(0) != 1:
                 fail(

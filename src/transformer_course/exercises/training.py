@@ -73,6 +73,10 @@ def _loss_variant(
         return _lm_loss(after, x, y)
     if mistake == "targets_x":
         return _lm_loss(before, x, x)
+    if mistake == "nll_on_logits":  # F.nll_loss wants log-probabilities
+        return F.nll_loss(before(x).flatten(0, 1), y.flatten())
+    if mistake == "targets_transposed":  # y.t(): (T, N) flattened against (N·T, V)
+        return F.cross_entropy(before(x).flatten(0, 1), y.t().reshape(-1))
     # "shifted": x and y moved against each other once more
     return F.cross_entropy(before(x)[:, :-1].flatten(0, 1), y[:, 1:].flatten())
 
@@ -94,10 +98,21 @@ LOSS_HINTS = [
         "F.cross_entropy(logits.view(-1, V), y.view(-1))，不是与 x 比较。",
         "targets_x",
     ),
+    (
+        "F.nll_loss 用在了原始 logits 上：nll_loss 要的是对数概率，"
+        "先 F.log_softmax(logits, dim=-1)，或直接用 F.cross_entropy（它自己做 "
+        "log_softmax）。",
+        "nll_on_logits",
+    ),
+    (
+        "目标 y 转置了（y.t() 或 y.T）：logits 按 (N, T) 的顺序展平成 N·T 行，"
+        "目标也要按同样的顺序展平，y.reshape(-1)，不要先转置。",
+        "targets_transposed",
+    ),
 ]
 
 
-def _order_hint(events: list[str]) -> str | None:
+def step_order_hint(events: list[str]) -> str | None:
     """The ordering mistake in one call's events, if any."""
     if "backward" not in events:
         return "没有调用 loss.backward()：没有梯度，参数不会更新。"
@@ -185,7 +200,7 @@ def check_train_step(fn: Callable) -> str:
             )
         if _params_close(model, reference):
             continue
-        hint = _order_hint(events)
+        hint = step_order_hint(events)
         if hint is None and step == 1 and "zero_grad" not in events:
             hint = (
                 "第二步的参数不对：梯度在两步之间累积了——忘了 optimizer.zero_grad()"
@@ -315,6 +330,12 @@ def _check_targets(
         if torch.equal(y[b], data[j + 1 : j + 1 + T]):
             continue
         shifted = [k for k in range(n - T + 1) if torch.equal(y[b], data[k : k + T])]
+        if shifted == [j - 1]:
+            fail(
+                f"{name} 返回的 x、y 对调了（{case}）：y[{b}] 比 x[{b}] 早一位。"
+                "输入在前、目标在后：x = data[i : i+T]，y = data[i+1 : i+1+T]，"
+                "返回 (x, y)。"
+            )
         if shifted and shifted[0] != j + 1:
             fail(
                 f"{name} 返回的 y[{b}] 从 data[{shifted[0]}] 开始，x[{b}] 从 "

@@ -51,6 +51,11 @@ DECODER_BATCH_HINTS = [
         "labels.masked_fill(labels == pad_id, -100)。",
         "mask_from_input",
     ),
+    (
+        "两个返回值的顺序反了：两者都算对了，应返回 (dec_in, labels)，"
+        "解码器输入在前、标签（含 -100）在后。",
+        "pair_swapped",
+    ),
 ]
 
 
@@ -79,6 +84,8 @@ def _batch_variant(tgt: Tensor, pad_id: int, mistake: str) -> tuple[Tensor, Tens
         labels = labels.masked_fill(labels == pad_id, IGNORE)
     if mistake == "input_masked":
         dec_in = dec_in.masked_fill(dec_in == pad_id, IGNORE)
+    if mistake == "pair_swapped":
+        return labels, dec_in
     return dec_in, labels
 
 
