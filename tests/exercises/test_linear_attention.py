@@ -197,7 +197,7 @@ def relu_with_eps(q, k, v):
         (read_first_guarded, "S_{i-1}"),
         (mean_instead_of_normaliser, "已见位置的个数 i + 1"),
         (denominator_with_key, "分母用了 φ(k_i)ᵀ u_i"),
-        (read_first_tiny_start, "先读后更新"),
+        (read_first_tiny_start, "状态 S_{i-1}）"),
     ],
     ids=[
         "no phi",

@@ -62,11 +62,12 @@ def make_pe(mistake):
 
 
 def test_sinusoidal_encoding(capsys):
-    for fn in (sinusoidal, sinusoidal_written_out, make_pe(None)):
+    for fn in (sinusoidal_written_out, make_pe(None)):
         assert_passes(ex.check_sinusoidal_encoding, fn, capsys)
     assert_skeleton(ex.check_sinusoidal_encoding, sinusoidal_skeleton, capsys)
 
 
+written = sinusoidal_written_out
 PE_REJECTS = [
     pytest.param(ex.check_sinusoidal_encoding, make_pe("swapped"), "sin 和 cos 的列放反了", id="sin/cos swapped"),
     pytest.param(ex.check_sinusoidal_encoding, make_pe("halves"), "交错排列", id="sin half, cos half"),
@@ -74,10 +75,11 @@ PE_REJECTS = [
     pytest.param(ex.check_sinusoidal_encoding, make_pe("exp_i"), "指数写错了", id="exponent i instead of 2i"),
     pytest.param(ex.check_sinusoidal_encoding, make_pe("multiply"), "你乘了它", id="multiplied by the frequency"),
     pytest.param(ex.check_sinusoidal_encoding, make_pe("per_column"), "共享一个频率", id="frequency per column"),
-    pytest.param(ex.check_sinusoidal_encoding, lambda n, d: sinusoidal(n, d).T, "行和列反了", id="transposed"),
-    pytest.param(ex.check_sinusoidal_encoding, lambda n, d: sinusoidal(n, d).long(), "浮点", id="integer table"),
-    pytest.param(ex.check_sinusoidal_encoding, lambda n, d: sinusoidal(n, d).numpy(), "numpy", id="numpy array"),
+    pytest.param(ex.check_sinusoidal_encoding, lambda n, d: written(n, d).T, "行和列反了", id="transposed"),
+    pytest.param(ex.check_sinusoidal_encoding, lambda n, d: written(n, d).long(), "浮点", id="integer table"),
+    pytest.param(ex.check_sinusoidal_encoding, lambda n, d: written(n, d).numpy(), "numpy", id="numpy array"),
     pytest.param(ex.check_sinusoidal_encoding, make_pe("int_div"), "整数除法", id="integer division in the exponent"),
+    pytest.param(ex.check_sinusoidal_encoding, sinusoidal, "不要直接调用", id="the package table called"),
 ]
 
 

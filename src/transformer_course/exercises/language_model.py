@@ -364,7 +364,8 @@ def check_lm_training(fn: Callable) -> str:
         )
     if val > math.log(V) - 0.3:
         fail(
-            f"验证损失 {val:.3f} 还接近 log V = {math.log(V):.3f}：模型几乎没学到东西。"
+            f"验证损失 {val:.3f}，不比均匀猜测的 log V = {math.log(V):.3f} 好多少："
+            "模型几乎没学到东西。"
             "检查顺序 zero_grad → backward → step，以及每步是否抽了新的批次。"
         )
     fail(

@@ -166,7 +166,7 @@ def check_rnn_linear_attention(fn) -> str:
             if hint is None and n > 1:
                 later = _rnn_variant(q, k, v, "read_first")[1:]
                 if close(out[1:], later):
-                    hint = dict((m, h) for h, m in _MISTAKES)["read_first"]
+                    hint = dict((m, h) for h, m in _MISTAKES)["read_first"].format()
         fail(
             f"{what} 与 tc.linear_attention(q, k, v, causal=True, eps=0.0) 不一致"
             f"（{case}；{where_differs(out, ref)}）。\n可能的原因："

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from ..positional import RotaryEmbedding, sinusoidal_table
 from ._protocol import (
+    calls_refused,
     checker,
     fail,
     name_of,
@@ -103,9 +104,13 @@ def check_sinusoidal_encoding(fn: Callable) -> str:
     name = name_of(fn)
     for i, (max_len, d) in enumerate(((7, 8), (1, 2), (50, 16), (11, 6))):
         case = f"max_len={max_len}, d_model={d}"
-        out = as_tensor(
-            run_learner(fn, max_len, d, what=name, case=case, first=i == 0), name, case
+        refused = (
+            f"{name}：不要直接调用 tc.sinusoidal_table（那就是参考答案）：按公式用 "
+            "torch.arange、幂和 sin/cos 自己算出每个位置、每一维。"
         )
+        with calls_refused((sinusoidal_table,), refused):
+            out = run_learner(fn, max_len, d, what=name, case=case, first=i == 0)
+        out = as_tensor(out, name, case)
         if tuple(out.shape) == (d, max_len) and d != max_len:
             fail(
                 f"{name}({max_len}, {d}) 的形状是 {tuple(out.shape)}：行和列反了，"
