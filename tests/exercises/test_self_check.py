@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from transformer_course import exercises as ex
-from transformer_course.exercises.self_check import QKV_QUESTIONS
+from transformer_course.exercises.self_check import QKV_QUESTIONS, _LeakyGPT
+from transformer_course.models import GPTConfig
 
 from .support import assert_passes, assert_rejects, assert_skeleton, rejection
 
@@ -109,6 +110,21 @@ def test_softmax_jacobian_mistakes(wrong, keyword, capsys):
     assert_rejects(ex.check_softmax_jacobian, wrong, keyword, capsys)
 
 
+def jacobian_1d_only(p):
+    """Learner test: right for one row, torch.outer refuses a batch."""
+    return torch.diag(p) - torch.outer(p, p)
+
+
+def jacobian_1d_broadcast(p):
+    """Learner test: the outer product by indexing a 1-D p; a batch does not broadcast."""
+    return torch.diag(p) - p[:, None] * p[None, :]
+
+
+@pytest.mark.parametrize("wrong", [jacobian_1d_only, jacobian_1d_broadcast])
+def test_softmax_jacobian_1d_only_crash_is_explained(wrong, capsys):
+    assert_rejects(ex.check_softmax_jacobian, wrong, "前导（批量）维", capsys)
+
+
 def probe_allclose(model, ids, t):
     changed = ids.clone()
     changed[:, t:] = (changed[:, t:] + 1) % 17
@@ -148,6 +164,33 @@ def test_causality_probe(capsys):
 )
 def test_causality_probe_mistakes(wrong, keyword, capsys):
     assert_rejects(ex.check_causality_probe, wrong, keyword, capsys)
+
+
+def probe_position_0_only(model, ids, t):
+    """Learner test: the tokens from t on changed, but only position 0 compared."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % 17
+    return torch.allclose(model(ids)[0][:, 0], model(changed)[0][:, 0], atol=1e-5)
+
+
+def test_causality_probe_catches_a_bounded_leak(capsys):
+    message = rejection(ex.check_causality_probe, probe_position_0_only)
+    assert "只比较位置 0" in message, message
+    assert "t = 3" in message, message
+
+
+def test_bounded_leak_reaches_back_two_positions_only():
+    """The one-ahead model: a change at t moves the logits at t - 2 and t - 1 (two
+    layers), not those before; what the hint says."""
+    cfg = GPTConfig(vocab_size=17, context_length=16, d_model=16, num_heads=2, num_layers=2)
+    model = _LeakyGPT(cfg, ahead=1).eval()
+    ids = torch.randint(0, 17, (2, 12))
+    for t in (3, 7, 11):
+        changed = ids.clone()
+        changed[:, t:] = (changed[:, t:] + 1) % 17
+        with torch.no_grad():
+            moved = (model(ids)[0] - model(changed)[0]).abs().amax((0, 2)) > 1e-5
+        assert moved[:t].nonzero().flatten().tolist() == [t - 2, t - 1]
 
 
 def probe_in_place(model, input_ids, t):

@@ -143,6 +143,16 @@ def _softmax_jacobian_autograd(p_logits: Tensor) -> Tensor:
     return jac.reshape(*p_logits.shape, p_logits.shape[-1])
 
 
+# a crash of the Jacobian: (pattern in "Type: message\nline", hint)
+SOFTMAX_JACOBIAN_CRASHES = [
+    (
+        r"Expected 1-D argument|\bdiag(flat)?\(|\b(outer|ger)\(",
+        "p 可以有前导（批量）维，形状 (…, L)：torch.diag、torch.outer 只接受一维。"
+        "对最后一维做：torch.diag_embed(p) − p.unsqueeze(-1) * p.unsqueeze(-2)。",
+    ),
+]
+
+
 @checker("检验标准 3：softmax 的雅可比矩阵")
 def check_softmax_jacobian(fn: object) -> str:
     """Grade ``fn(p)``: for probabilities ``p`` of shape ``(..., L)`` (rows summing to
@@ -156,7 +166,10 @@ def check_softmax_jacobian(fn: object) -> str:
         p = torch.softmax(z, dim=-1)
         case = f"p 的形状 {tuple(shape)}"
         got = as_tensor(
-            run_learner(fn, p, what=name, case=case, first=first),
+            run_learner(
+                fn, p, what=name, case=case, first=first,
+                causes=SOFTMAX_JACOBIAN_CRASHES,
+            ),  # fmt: skip
             f"{name} 的返回值",
             case,
         )
@@ -186,12 +199,25 @@ def check_softmax_jacobian(fn: object) -> str:
 
 
 class _LeakyGPT(MiniGPT):
-    """A MiniGPT whose blocks ignore the causal mask: position t sees the future."""
+    """A MiniGPT whose blocks ignore the causal mask: position t sees the future.
+    ``ahead``: each block lets position i see up to i + ahead only (a bounded leak:
+    with L layers a change at t reaches back to t - L·ahead, not to position 0)."""
 
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, ahead: int | None = None) -> None:
         super().__init__(cfg)
         for block in self.blocks:
             block.causal = False
+            if ahead is not None:
+                block.register_forward_pre_hook(
+                    functools.partial(_band_mask, ahead), with_kwargs=True
+                )
+
+
+def _band_mask(ahead: int, module: object, args: tuple, kwargs: dict) -> tuple:
+    """Forward pre-hook of a block: attend to keys ``j <= i + ahead``."""
+    T = args[0].size(1)
+    mask = torch.ones(T, T, dtype=torch.bool).tril(ahead)
+    return args, {**kwargs, "attn_mask": mask}
 
 
 @checker("检验标准 4：因果性的探针")
@@ -206,12 +232,14 @@ def check_causality_probe(fn: object) -> str:
     )
     with torch.random.fork_rng(devices=[]):
         causal, leaky = MiniGPT(cfg).eval(), _LeakyGPT(cfg).eval()
+        one_ahead = _LeakyGPT(cfg, ahead=1).eval()
     ids = torch.randint(0, 17, (2, 12), generator=g)
     first = True
     for t in (3, 7, 11):
         for model, expected, kind in (
             (causal, True, "因果的模型"),
             (leaky, False, "去掉了掩码的模型"),
+            (one_ahead, False, "每层多看一个未来位置的模型"),
         ):
             case = f"{kind}，t = {t}"
             fed: list[Tensor] = []
@@ -253,6 +281,13 @@ def check_causality_probe(fn: object) -> str:
                     f"{changed} 的词元，它在 t = {t} 之前。只改位置 t 及以后"
                     "（ids2[:, t:] = …），位置 < t 的输入保持不变，再比较 [:, :t]。"
                 )
+            if bool(out) != expected and model is one_ahead:
+                fail(
+                    f"{name} 返回 True，应为 False（{case}）：这个模型每层只多看"
+                    f"一个未来位置，两层下来只有位置 t − 2、t − 1 = {t - 2}、{t - 1} "
+                    "的 logits 会变，位置 0 不变。只比较位置 0（或某一个位置）就漏掉"
+                    "了这种泄漏：要比较整个 [:, :t]。"
+                )
             if bool(out) != expected:
                 why = (
                     "这个模型是因果的，位置 < t 的 logits 不会变：比较时只取 [:, :t]，"
@@ -263,7 +298,7 @@ def check_causality_probe(fn: object) -> str:
                     "（换成别的词元编号），再比较位置 < t 的 logits"
                 )
                 fail(f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：{why}。")
-    return "因果与不因果的模型、三个 t，判断都对"
+    return "因果的模型与两种泄漏未来的模型、三个 t，判断都对"
 
 
 def _keep_input(fed: list[Tensor], module: object, args: tuple, kwargs: dict) -> None:
