@@ -167,7 +167,11 @@ def check_softmax_jacobian(fn: object) -> str:
         case = f"p 的形状 {tuple(shape)}"
         got = as_tensor(
             run_learner(
-                fn, p, what=name, case=case, first=first,
+                fn,
+                p,
+                what=name,
+                case=case,
+                first=first,
                 causes=SOFTMAX_JACOBIAN_CRASHES,
             ),  # fmt: skip
             f"{name} 的返回值",
