@@ -42,6 +42,12 @@ def make_generate(mistake=None):
                         threshold = v[:, -1]
                     logits = logits.masked_fill(logits < threshold, float("-inf"))
                 probs = F.softmax(logits, dim=-1)
+                if mistake == "softmax_dim0_apart":
+                    probs = F.softmax(logits, dim=0)
+                if mistake == "softmax_dim0":
+                    nxt = torch.multinomial(F.softmax(logits, 0), 1, generator=generator)
+                    idx = torch.cat([idx, nxt], dim=1)
+                    continue
                 if mistake == "double_softmax":
                     probs = F.softmax(probs, dim=-1)
                 if mistake == "sample_logits":
@@ -198,6 +204,10 @@ GENERATE_REJECTS = [
     pytest.param(ex.check_generate, make_generate("no_keepdim"), "v[:, [-1]]", id="top-k threshold without keepdim"),
     pytest.param(ex.check_generate, make_generate("unpack"), "不是 (logits, loss) 元组", id="unpacks model(x)"),
     pytest.param(ex.check_generate, make_generate("sample_logits"), "非负", id="multinomial on logits"),
+    pytest.param(ex.check_generate, make_generate("softmax_dim0"), "softmax 沿错了维度", id="softmax over the batch"),
+    pytest.param(
+        ex.check_generate, make_generate("softmax_dim0_apart"), "dim=0 沿的是批", id="softmax over the batch, own line"
+    ),
     pytest.param(ex.check_generate, make_sample_probs("k_plus_1"), "k + 1", id="top-(k+1) by zeroed probabilities"),
     pytest.param(
         ex.check_generate, make_sample_probs("clamped_logits"), "top_k 也没有用上", id="clamped logits, no top-k"

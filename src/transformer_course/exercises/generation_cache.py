@@ -223,9 +223,17 @@ GENERATE_CRASHES = [
         "model(input_ids) 直接返回 logits (N, L, V)，不是 (logits, loss) 元组。",
     ),
     (
+        r"softmax\((?:[^()]|\([^()]*\))*,\s*(?:dim\s*=\s*)?0\s*\)"
+        r"|softmax\(\s*(?:dim\s*=\s*)?0\s*\)",
+        "softmax 沿错了维度：logits 的形状是 (N, V)，dim=0 是沿批的维度，各行不再"
+        "各自和为 1，某一列在所有行都是 -inf 时还得到 NaN。应沿词表维："
+        "torch.softmax(logits, dim=-1)。",
+    ),
+    (
         r"multinomial|probability tensor",
-        "torch.multinomial 需要非负、有限、和为正的概率：先对（屏蔽后的）logits 做 "
-        "softmax，再抽样。若某一行的 logits 全被设成了 -inf，softmax 给出 NaN：top-k "
+        "torch.multinomial 需要非负、有限、和为正的概率：先对（屏蔽后的）logits 沿"
+        "词表维做 softmax（dim=-1；dim=0 沿的是批，整列 -inf 时给出 NaN），再抽样。"
+        "若某一行的 logits 全被设成了 -inf，softmax 也给出 NaN：top-k "
         "的阈值要逐行取：每一行自己的第 k 大（v[:, [-1]]），不能整批共用一个阈值"
         "（如展平后的第 k 大）。",
     ),
