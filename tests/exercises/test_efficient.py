@@ -149,6 +149,11 @@ def gqa_groups_transposed(q, k, v):  # learner test: transpose(2, 3) before the 
     return out.view(N, Hkv, G, L, D).transpose(2, 3).reshape(N, G * Hkv, L, D)
 
 
+def gqa_groups_as_l_g(q, k, v):  # learner test 7b, 4.5: the folded rows read as (L, G)
+    out, (N, Hkv, G, L, D) = _gqa_folded(q, k, v, math.sqrt(q.size(-1)))
+    return out.view(N, Hkv, L, G, D).transpose(2, 3).reshape(N, G * Hkv, L, D)
+
+
 def gqa_q_transposed(back):
     """Learner test: q.transpose(1, 2) before the reshape into groups (rows of other
     groups' heads mixed in); ``back``: the output transposed back the same way."""
@@ -191,6 +196,7 @@ def test_grouped_attention_skeleton(capsys):
         (gqa_scale_by_keys, "√S"),
         (gqa_softmax_over_group_rows, "softmax 的 dim 写错了"),
         (gqa_groups_transposed, "不要先 transpose(2, 3)"),
+        (gqa_groups_as_l_g, "当成了 (N, H_kv, L, G, D)"),
         (gqa_q_transposed(back=True), "变形 q 之前先交换了 H 和 L"),
         (gqa_q_transposed(back=False), "变形 q 之前先交换了 H 和 L"),
     ],
@@ -202,7 +208,7 @@ def test_grouped_attention_rejects(fn, keyword, capsys):
 GQA_REJECTS = [
     pytest.param(ex.check_grouped_attention, fn, None, id=fn.__name__)
     for fn in (gqa_modulo, gqa_unscaled, gqa_scale_by_group, gqa_softmax_over_queries,
-               gqa_scale_by_keys, gqa_groups_transposed, gqa_q_transposed(back=True),
+               gqa_scale_by_keys, gqa_groups_transposed, gqa_groups_as_l_g, gqa_q_transposed(back=True),
                gqa_q_transposed(back=False))
 ]  # fmt: skip
 

@@ -383,6 +383,8 @@ def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
         mistake == "groups_transposed"
     ):  # (N, H_kv, G, L, D) -> transpose(2, 3) -> reshape
         return out.view(N, Hkv, G, L, D).transpose(2, 3).reshape(N, H, L, D)
+    if mistake == "groups_as_l_g":  # (N, H_kv, G·L, D) read as (N, H_kv, L, G, D)
+        return out.reshape(N, Hkv, L, G, D).transpose(2, 3).reshape(N, H, L, D)
     return out
 
 
@@ -419,6 +421,12 @@ _GQA_MISTAKES = [
         "就对（H_kv 与 G 相邻，合起来正是 H，头 h = 组·G + 组内序号），"
         "不要先 transpose(2, 3)。",
         "groups_transposed",
+    ),
+    (
+        "合并各组时把 (N, H_kv, G·L, D) 当成了 (N, H_kv, L, G, D)：q 变形时 G·L 这一维"
+        "是组内序号在前、位置在后（(N, H_kv, G, L, D) 合并而来），所以输出直接 "
+        "reshape(N, H, L, D) 就对，不要 view 成 (…, L, G, D) 再 transpose(2, 3)。",
+        "groups_as_l_g",
     ),
 ]
 
