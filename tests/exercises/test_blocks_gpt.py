@@ -210,6 +210,21 @@ class WithDropout(Block):
         return self.drop(super().forward(x))
 
 
+class TanhGeluFFN(Block):
+    """Learner test 7b (5.7): the block's FFN with GELU's tanh approximation."""
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        h = F.gelu(self.ffn.w1(self.norm2(x)), approximate="tanh")
+        return x + self.ffn.w2(h)
+
+
+class ReluFFN(Block):
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.ffn.w2(F.relu(self.ffn.w1(self.norm2(x))))
+
+
 def block_check(cls, keyword, id):
     return pytest.param(ex.check_transformer_block, cls, keyword, id=id)
 
@@ -237,6 +252,8 @@ BLOCK_REJECTS = [
     block_check(SmallEps, "eps", "LayerNorm(eps=1e-6)"),
     block_check(NoAffineNorm, "elementwise_affine=False", "LayerNorm without γ/β"),
     block_check(WithDropout, "dropout", "dropout"),
+    block_check(TanhGeluFFN, "FFN 里用了 GELU 的 tanh 近似", "tanh-GELU FFN"),
+    block_check(ReluFFN, "FFN 里激活函数用了 ReLU", "ReLU FFN"),
 ]
 
 

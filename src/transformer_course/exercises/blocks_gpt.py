@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from ..blocks import TransformerBlock
 from ..models import GPTConfig, MiniGPT
+from .norms_ffn import FFN_HINTS, _ffn_variant
 from ._protocol import (
     checker,
     construct,
@@ -166,6 +167,8 @@ def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor:
     norm1, norm2, ffn = block.norm1, block.norm2, block.ffn
     if mistake in _RESIDUAL_MISTAKES:
         return _residual_variant(x, attn, norm1, norm2, ffn, mistake)
+    if mistake in _FFN_ACTIVATIONS:  # the FFN with another activation
+        ffn = functools.partial(_ffn_variant, ffn.w1, ffn.w2, mistake=mistake)
     if mistake == "kv_from_x":  # only the query normalised
         x = x + block.self_attn(norm1(x), x, x, is_causal=True)
         return x + ffn(norm2(x))
@@ -226,6 +229,9 @@ def _residual_variant(
     return x + attn(norm1(x)) + ffn(norm2(x))  # "parallel"
 
 
+# the FFN's activation mistakes, named with check_feed_forward's hints
+_FFN_ACTIVATIONS = ("tanh", "relu")
+
 BLOCK_HINTS = [
     ("少了注意力子层的残差连接：x = x + self_attn(norm1(x))。", "no_res_attn"),
     ("少了 FFN 子层的残差连接：x = x + ffn(norm2(x))。", "no_res_ffn"),
@@ -280,6 +286,11 @@ BLOCK_HINTS = [
     (
         "没有用 norm1 和 norm2：Pre-LN 先归一化再进子层，x + self_attn(norm1(x))。",
         "no_norm",
+    ),
+    *(
+        (f"FFN 里{hint}", mistake)
+        for hint, mistake in FFN_HINTS
+        if mistake in _FFN_ACTIVATIONS
     ),
 ]
 
