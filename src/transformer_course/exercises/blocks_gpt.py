@@ -13,7 +13,6 @@ from torch import Tensor, nn
 
 from ..blocks import TransformerBlock
 from ..models import GPTConfig, MiniGPT
-from .norms_ffn import FFN_HINTS, _ffn_variant
 from ._protocol import (
     checker,
     construct,
@@ -34,6 +33,7 @@ from ._report import (
     first_reproduced,
     where_differs,
 )
+from .norms_ffn import FFN_HINTS, _ffn_variant
 
 
 def _named_parameters(module: nn.Module) -> list[tuple[str, Tensor]]:
