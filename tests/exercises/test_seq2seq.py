@@ -190,7 +190,8 @@ def test_decoder_layer_rejects(mistake, keyword, capsys):
 def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
         "no_causal", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
-        "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first", "no_res_self", "no_res_ffn",
+        "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
+        "no_res_self", "no_res_ffn",
         "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]

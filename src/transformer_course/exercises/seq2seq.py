@@ -69,13 +69,10 @@ def _decoder_variant(
             h, memory, attn_mask=None if mistake == "no_mask" else mask
         )
 
-    if mistake == "cross_query_from_input":  # queries from Y, residual from B1
-        b1 = n1(x + self_attn(x))
-        b2 = n2(b1 + cross_attn(x))
-        return n3(b2 + layer.ffn(b2))
-    if mistake == "cross_residual_from_input":  # queries from B1, residual from Y
-        b1 = n1(x + self_attn(x))
-        b2 = n2(x + cross_attn(b1))
+    if mistake in ("cross_query_from_input", "cross_residual_from_input"):
+        b1 = n1(x + self_attn(x))  # one of query and residual taken from Y instead
+        query, residual = (x, b1) if mistake == "cross_query_from_input" else (b1, x)
+        b2 = n2(residual + cross_attn(query))
         return n3(b2 + layer.ffn(b2))
     if mistake == "pre_ln":
         x = x + self_attn(n1(x))
@@ -118,8 +115,8 @@ _DECODER_HINTS = [
         "cross_query_from_input",
     ),
     (
-        "交叉注意力的残差加的是层输入 Y（forward 收到的 x）：norm2(Y + cross_attn(B1, …)) "
-        "跳过了第一个子层。查询对了，残差也应加在 B1 上："
+        "交叉注意力的残差加的是层输入 Y（forward 收到的 x）："
+        "norm2(Y + cross_attn(B1, …)) 跳过了第一个子层。查询对了，残差也应加在 B1 上："
         "norm2(B1 + cross_attn(B1, memory, memory, attn_mask=memory_mask))。",
         "cross_residual_from_input",
     ),
@@ -281,15 +278,13 @@ def _loss_model(g: torch.Generator) -> tuple[Transformer, Tensor, Tensor]:
 
 def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) -> Tensor:
     """The loss computed with one typical mistake."""
-    dec_in, labels = tgt[:, :-1], tgt[:, 1:]
-    if mistake == "no_shift":
-        dec_in, labels = tgt, tgt
-    elif mistake == "labels_not_shifted":
-        labels = tgt[:, :-1]
-    elif mistake == "input_shifted_too":
-        dec_in = tgt[:, 1:]
-    elif mistake == "reversed":
-        dec_in, labels = tgt[:, 1:], tgt[:, :-1]
+    head, tail = tgt[:, :-1], tgt[:, 1:]
+    dec_in, labels = {
+        "no_shift": (tgt, tgt),
+        "labels_not_shifted": (head, head),
+        "input_shifted_too": (tail, tail),
+        "reversed": (tail, head),
+    }.get(mistake, (head, tail))
     logits = model(src, dec_in)
     if mistake != "pad_kept":
         labels = labels.masked_fill(labels == _PAD, -100)
