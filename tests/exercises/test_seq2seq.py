@@ -469,13 +469,14 @@ def test_rectangular_mask_skeleton(capsys):
     [
         (lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(), "左上角"),
         (lambda L, S: torch.ones(L, S).tril(diagonal=S - L), "torch.bool"),
+        (lambda L, S: torch.zeros(L, S).masked_fill(~rect_arange(L, S), float("-inf")), "这是加性掩码"),
         (lambda L, S: torch.arange(S)[None, :] < torch.arange(L)[:, None] + (S - L), "<="),
         (lambda L, S: ~rect_arange(L, S), "不能看"),
         (lambda L, S: torch.ones(S, S, dtype=torch.bool).tril()[:L], "左上角"),
         (lambda L, S: torch.ones(L, L, dtype=torch.bool).tril(), "形状不对"),
         (lambda L, S: torch.arange(S)[None, :] <= torch.arange(L)[:, None] + (L - S), "偏移的符号反了"),
     ],
-    ids=["top-left", "float", "strict", "inverted", "first rows", "square", "offset L - S (learner test)"],
+    ids=["top-left", "float", "additive", "strict", "inverted", "first rows", "square", "offset L - S (learner test)"],
 )
 def test_rectangular_mask_rejects(candidate, keyword, capsys):
     assert_rejects(ex.check_rectangular_causal_mask, candidate, keyword, capsys)

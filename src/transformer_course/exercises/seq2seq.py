@@ -34,6 +34,7 @@ from ._report import (
     first_reproduced,
     where_differs,
 )
+from .attention import ADDITIVE_MASK_NOTE, is_additive_mask
 from .blocks_gpt import _load_into_reference
 
 # --- the decoder layer ---------------------------------------------------------------
@@ -588,9 +589,13 @@ def check_rectangular_causal_mask(fn: Callable) -> str:
         ref = causal_mask(L, S)
         if out.dtype != torch.bool:
             fail(
-                f"{name}({L}, {S}) 应返回 torch.bool 张量，得到 dtype {out.dtype}："
-                "0/1 的浮点掩码会被当作加到分数上的加性掩码；"
-                "比较运算（<=）本身就得到 bool。"
+                f"{name}({L}, {S}) 应返回 torch.bool 张量，得到 dtype {out.dtype}"
+                + (
+                    ADDITIVE_MASK_NOTE
+                    if is_additive_mask(out, ref)
+                    else "：0/1 的浮点掩码会被当作加到分数上的加性掩码；"
+                )
+                + "比较运算（<=）本身就得到 bool。"
             )
         if bool((out == ref).all()):
             continue
