@@ -397,6 +397,9 @@ REJECTS = [
     mask_check(lambda L: ones(L, L, dtype=torch.bool).triu(), "方向反了", "upper triangle"),
     mask_check(lambda L: ones(L, L, dtype=torch.bool).tril(-1), "对角线上应为 True", "diagonal missing"),
     mask_check(lambda L: ones(L, L).tril(), "浮点掩码会被当作加到分数上的加性掩码", "float mask"),
+    mask_check(
+        lambda L: torch.zeros(L, L).masked_fill(~tc.causal_mask(L), float("-inf")), "这是加性掩码", "additive mask"
+    ),  # learner test 7a, 1.3/3.8: the hint called it a 0/1 mask
     mask_check(lambda L: ones(L, L, dtype=torch.long).tril(), "整数的 0/1 不是布尔掩码", "int64 mask"),
     mask_check(lambda L: ones(L, L, dtype=torch.bool), "没有屏蔽", "all True"),
     mask_check(lambda L: ones(L, L, dtype=torch.bool).tril(1), "i + 1", "one step ahead"),

@@ -397,6 +397,11 @@ class BlocksReversed(GPT):
         return self.lm_head(self.norm_f(x))
 
 
+class FirstBlockOnly(GPT):  # learner test 7a, 3.6
+    def forward(self, input_ids):
+        return self.lm_head(self.norm_f(self.blocks[0](self.embed(input_ids))))
+
+
 class NoFinalNorm(GPT):
     def forward(self, input_ids):
         x = self.embed(input_ids)
@@ -521,6 +526,7 @@ GPT_REJECTS = [
     gpt_check(PositionsAfterBlocks, "位置嵌入加晚了", "positions added after the blocks"),
     gpt_check(FinalNormFirst, "norm_f 用在了进入块之前", "final norm before the blocks"),
     gpt_check(BlocksReversed, "块的顺序反了", "blocks in reverse order"),
+    gpt_check(FirstBlockOnly, "只用了第一个块", "blocks[0] only"),
     gpt_check(Probabilities, "未经 softmax", "returns probabilities"),
     gpt_check(SameInput, "上一个块的输出", "every block gets the embeddings"),
     gpt_check(LastOnly, "只返回了最后一个位置", "last position only"),

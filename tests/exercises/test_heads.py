@@ -228,6 +228,18 @@ class SplitWithQueryLength(MHA):
         return self.out_proj(self.merge(self.attend(q, k, v, attn_mask)))
 
 
+class KeysFromQuery(MHA):  # learner test 7a, 1.8/3.4: k_proj(Q), the package attention
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.k_proj(Q)), self.split(self.v_proj(V))
+        return self.out_proj(self.merge(tc.scaled_dot_product_attention(q, k, v, attn_mask)[0]))
+
+
+class KeysFromQueryMatmul(MHA):  # the same slip with attention written out
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.k_proj(Q)), self.split(self.v_proj(V))
+        return self.out_proj(self.merge(self.attend(q, k, v, None)))
+
+
 class ViewAfterTranspose(MHA):
     def merge(self, x):
         return x.transpose(1, 2).view(x.size(0), x.size(2), -1)
@@ -312,6 +324,8 @@ REJECTS = [
     check(KVProjectionsSwapped, "k_proj 和 v_proj 用反了", "k and v projections swapped"),
     check(SplitWithQueryLength, "K.size(1)", "K split with the query length"),
     check(ViewAfterTranspose, "不再连续", ".view after .transpose"),
+    check(KeysFromQuery, "k = k_proj(K)", "keys projected from Q"),
+    check(KeysFromQueryMatmul, "k = k_proj(K)", "keys projected from Q, attention written out"),
     check(HeadsNotMerged, "合并多头", "heads not merged"),
     check(NoBias, "应带偏置", "bias-free projection"),
     check(OtherNames, "缺少属性 q_proj", "other names"),

@@ -357,6 +357,16 @@ def train_step_before_backward(model, optimizer, train_data, num_steps):
     return losses
 
 
+def train_own_optimizer(model, optimizer, train_data, num_steps):
+    """Ignores the optimizer passed in and builds its own Adam."""
+    return train_with_lm_batch(model, torch.optim.Adam(model.parameters(), lr=3e-3), train_data, num_steps)
+
+
+def train_fixed_steps(model, optimizer, train_data, num_steps):
+    """Ignores num_steps: always 100 steps."""
+    return train_with_lm_batch(model, optimizer, train_data, 100)
+
+
 def train_returns_nothing_useful(model, optimizer, train_data, num_steps):
     train_with_lm_batch(model, optimizer, train_data, num_steps)
     return 1.0
@@ -384,6 +394,8 @@ def test_lm_training_accepts(fn, capsys):
         (train_keeps_loss_tensors, "loss 张量本身"),
         (train_no_zero_grad, "忘了 optimizer.zero_grad()"),
         (train_step_before_backward, "optimizer.step() 放在了 loss.backward() 之前"),
+        (train_own_optimizer, "应使用参数 optimizer"),
+        (train_fixed_steps, "要由参数 num_steps 决定"),
     ],
 )
 def test_lm_training_rejects(fn, keyword, capsys):

@@ -187,6 +187,7 @@ def relu_with_eps(q, k, v):
     [
         (make_rnn(feature=lambda x: x), "φ"),
         (relu_with_eps, "relu"),
+        (make_rnn(feature=lambda x: F.relu(x) + 1), "φ 用成了 relu(x) + 1"),  # learner test 7a, 2.11
         (make_rnn(feature=F.elu), "少了 + 1"),
         (make_rnn(feature=torch.exp), "exp"),
         (make_rnn(phi_v=True), "φ 也作用在了 v 上"),
@@ -202,6 +203,7 @@ def relu_with_eps(q, k, v):
     ids=[
         "no phi",
         "relu",
+        "relu + 1",
         "elu",
         "exp",
         "phi on v",

@@ -39,6 +39,9 @@ def post_ln_block(mistake=None):
             if mistake == "attn_unfixed":
                 h = x + self.norm1(attn(x))
                 return self.norm2(h + self.ffn(h))
+            if mistake == "ffn_residual_from_input":  # learner test 7a, 3.11
+                h = self.norm1(x + attn(x))
+                return self.norm2(x + self.ffn(h))
             if mistake == "beta_twice":  # no hint for this one: the generic message
                 h = self.norm1(x + attn(x)) + self.norm1.bias
                 return self.norm2(h + self.ffn(h))
@@ -181,6 +184,7 @@ BLOCK_REJECTS = [
         ("no_mask", "因果掩码"),
         ("ffn_unfixed", "只改好了注意力这一层"),
         ("attn_unfixed", "只改好了 FFN 这一层"),
+        ("ffn_residual_from_input", "FFN 这一层的残差加的是块的输入 x"),
         ("beta_twice", "对照第 3.3.1 节"),
     ]
 ]

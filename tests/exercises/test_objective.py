@@ -106,6 +106,14 @@ def raw_logits_as_log_probs(logits, labels, smoothing):
     return -(q * logits).sum(-1)[labels != 0].mean()
 
 
+def softmax_as_log_probs(logits, labels, smoothing):
+    """Learner test 7a, 2.8: −Σ q·softmax(logits), the log forgotten."""
+    p = logits.softmax(-1)
+    q = torch.full_like(p, smoothing / p.size(-1))
+    q = q.scatter_add(-1, labels.unsqueeze(-1), torch.full_like(p[..., :1], 1 - smoothing))
+    return -(q * p).sum(-1)[labels != 0].mean()
+
+
 # learner test 6a, 2.8: six mistakes that got only the generic hint
 
 
@@ -158,6 +166,7 @@ REJECTS = [
     (softmax_over_time, "softmax 沿错了维"),
     (pad_class_zeroed, "填充类别（编号 0）上的 q 置 0"),
     (raw_logits_as_log_probs, "用成了原始 logits"),
+    (softmax_as_log_probs, "用成了概率 softmax(logits)"),
     (target_share_only, "漏了均匀的那一份"),
     (no_smoothing, "标签平滑没有用上"),
     (smooth_over_others, "|V| − 1"),

@@ -61,6 +61,15 @@ def make_pe(mistake):
     return fn
 
 
+def pe_exponent_per_column(max_len, d_model):
+    """Learner test 7a, 2.14: exponent 2j/d with j the column index."""
+    j = torch.arange(d_model).float()
+    angles = torch.arange(max_len)[:, None].float() / 10000 ** (2 * j / d_model)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2], pe[:, 1::2] = angles[:, 0::2].sin(), angles[:, 1::2].cos()
+    return pe
+
+
 def test_sinusoidal_encoding(capsys):
     for fn in (sinusoidal_written_out, make_pe(None)):
         assert_passes(ex.check_sinusoidal_encoding, fn, capsys)
@@ -75,6 +84,7 @@ PE_REJECTS = [
     pytest.param(ex.check_sinusoidal_encoding, make_pe("exp_i"), "指数写错了", id="exponent i instead of 2i"),
     pytest.param(ex.check_sinusoidal_encoding, make_pe("multiply"), "你乘了它", id="multiplied by the frequency"),
     pytest.param(ex.check_sinusoidal_encoding, make_pe("per_column"), "共享一个频率", id="frequency per column"),
+    pytest.param(ex.check_sinusoidal_encoding, pe_exponent_per_column, "列号又被乘了 2", id="exponent 2j per column"),
     pytest.param(ex.check_sinusoidal_encoding, lambda n, d: written(n, d).T, "行和列反了", id="transposed"),
     pytest.param(ex.check_sinusoidal_encoding, lambda n, d: written(n, d).long(), "浮点", id="integer table"),
     pytest.param(ex.check_sinusoidal_encoding, lambda n, d: written(n, d).numpy(), "numpy", id="numpy array"),

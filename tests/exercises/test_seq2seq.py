@@ -63,6 +63,10 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 b1 = self.norm1(x + self.sa(x))
                 b2 = self.norm2(b1 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 return self.norm3(b2 + self.ffn(b2))
+            if mistake == "cross_residual_from_input":  # learner test 7a, 2.7: residual from Y
+                b1 = self.norm1(x + self.sa(x))
+                b2 = self.norm2(x + self.cross_attn(b1, memory, memory, attn_mask=memory_mask))
+                return self.norm3(b2 + self.ffn(b2))
             if mistake == "cross_first":  # cross-attention before the masked self-attention
                 x = self.norm1(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 x = self.norm2(x + self.sa(x))
@@ -169,6 +173,7 @@ def test_decoder_layer_skeleton(capsys):
         ("norm2_on_residual_only", "norm2 只用在了残差上"),
         ("norm_on_sublayer", "归一化只用在了子层的输出上"),
         ("cross_query_from_input", "交叉注意力的查询用了层输入 Y"),
+        ("cross_residual_from_input", "交叉注意力的残差加的是层输入 Y"),
         ("cross_first", "顺序不对"),
         ("no_res_self", "少了掩码自注意力的残差连接"),
         ("no_res_ffn", "少了 FFN 的残差连接"),
@@ -185,7 +190,8 @@ def test_decoder_layer_rejects(mistake, keyword, capsys):
 def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
         "no_causal", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
-        "norm_on_sublayer", "cross_query_from_input", "cross_first", "no_res_self", "no_res_ffn",
+        "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
+        "no_res_self", "no_res_ffn",
         "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
@@ -258,6 +264,8 @@ def make_loss(mistake):
             dec_in, labels = tgt, tgt
         if mistake == "labels_not_shifted":
             labels = tgt[:, :-1]
+        if mistake == "reversed":  # learner test 7a, 1.4: input and labels swapped
+            dec_in, labels = tgt[:, 1:], tgt[:, :-1]
         if mistake == "labels_edited_in_place":  # learner test 6a, 1.4: lab is a view of tgt
             labels[labels == pad_id] = -100
         if mistake == "labels_edited_in_place_late":  # the model already ran: tgt still changes
@@ -309,6 +317,7 @@ def test_seq2seq_loss_skeleton(capsys):
     [
         ("no_shift", "照抄"),
         ("labels_not_shifted", "标签没有右移"),
+        ("reversed", "右移的方向反了"),
         ("no_pad_mask", "-100"),
         ("labels_edited_in_place", "原地修改了传进来的 tgt"),
         ("labels_edited_in_place_late", "原地修改了传进来的 tgt"),
@@ -460,13 +469,14 @@ def test_rectangular_mask_skeleton(capsys):
     [
         (lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(), "左上角"),
         (lambda L, S: torch.ones(L, S).tril(diagonal=S - L), "torch.bool"),
+        (lambda L, S: torch.zeros(L, S).masked_fill(~rect_arange(L, S), float("-inf")), "这是加性掩码"),
         (lambda L, S: torch.arange(S)[None, :] < torch.arange(L)[:, None] + (S - L), "<="),
         (lambda L, S: ~rect_arange(L, S), "不能看"),
         (lambda L, S: torch.ones(S, S, dtype=torch.bool).tril()[:L], "左上角"),
         (lambda L, S: torch.ones(L, L, dtype=torch.bool).tril(), "形状不对"),
         (lambda L, S: torch.arange(S)[None, :] <= torch.arange(L)[:, None] + (L - S), "偏移的符号反了"),
     ],
-    ids=["top-left", "float", "strict", "inverted", "first rows", "square", "offset L - S (learner test)"],
+    ids=["top-left", "float", "additive", "strict", "inverted", "first rows", "square", "offset L - S (learner test)"],
 )
 def test_rectangular_mask_rejects(candidate, keyword, capsys):
     assert_rejects(ex.check_rectangular_causal_mask, candidate, keyword, capsys)
@@ -502,7 +512,7 @@ def align_skeleton(model, src, ys): ...
 
 def make_align(mistake):
     def align(model, src, ys):
-        decoder_in = ys if mistake == "full_ys" else ys[:, :-1]
+        decoder_in = ys if mistake in ("full_ys", "full_ys_drop_first") else ys[:, :-1]
         layers = [m for m in model.modules() if isinstance(m, tc.DecoderLayer)]
         module = layers[0].cross_attn if mistake == "first" else layers[-1].cross_attn
         if mistake == "self":
@@ -511,8 +521,12 @@ def make_align(mistake):
             model(src, decoder_in)
         w = maps[module][0]  # (H, L, S)
         w = w[0] if mistake == "one_head" else w.mean(0)
+        if mistake == "max_heads":  # learner test 7a, 1.10
+            w = maps[module][0].amax(0)
         if mistake == "max_values":
             return w.max(-1).values
+        if mistake == "full_ys_drop_first":  # learner test 7a, 1.10: an off-by-one
+            return w.argmax(-1)[1:]
         return w.argmax(0 if mistake == "over_queries" else -1)
 
     return align
@@ -533,6 +547,8 @@ ALIGN_REJECTS = [
     pytest.param(ex.check_cross_attention_alignment, make_align("one_head"), "对头取平均", id="one head"),
     pytest.param(ex.check_cross_attention_alignment, make_align("full_ys"), "ys[:, :-1]", id="full ys"),
     pytest.param(ex.check_cross_attention_alignment, make_align("over_queries"), "dim=-1", id="over queries"),
+    pytest.param(ex.check_cross_attention_alignment, make_align("max_heads"), "对头取的是最大值", id="max heads"),
+    pytest.param(ex.check_cross_attention_alignment, make_align("full_ys_drop_first"), "错开了一位", id="off by one"),
     pytest.param(ex.check_cross_attention_alignment, make_align("max_values"), "整数位置", id="max values"),
 ]
 

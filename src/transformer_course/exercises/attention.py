@@ -538,6 +538,23 @@ CAUSAL_MASK_HINTS = [
 ]
 
 
+def is_additive_mask(out: Tensor, ref: Tensor) -> bool:
+    """Whether the float ``out`` is the additive form of the bool mask ``ref``: 0 where
+    ``ref`` allows, a large negative number (−inf) where it blocks."""
+    return (
+        out.is_floating_point()
+        and out.shape == ref.shape
+        and bool((out[ref] == 0).all())
+        and bool((out[~ref] < -1e4).all())
+    )
+
+
+ADDITIVE_MASK_NOTE = (
+    "：这是加性掩码（可以看的位置 0、屏蔽的位置 −inf），位置本身是对的；"
+    "本课程的掩码是布尔的，True = 可以看，注意力内部才把 False 换成 −inf。"
+)
+
+
 @checker("因果掩码")
 def check_causal_mask(fn: Callable) -> str:
     """Grade ``fn(L)``: a bool ``(L, L)`` mask, ``True`` on and below the diagonal
@@ -552,6 +569,12 @@ def check_causal_mask(fn: Callable) -> str:
         check_shape(out, (L, L), name, case)
         ref = causal_mask(L)
         if out.dtype != torch.bool:
+            if is_additive_mask(out, ref):
+                fail(
+                    f"{name}({L}) 应返回 torch.bool 张量，得到 dtype {out.dtype}"
+                    + ADDITIVE_MASK_NOTE
+                    + "用 torch.ones(L, L, dtype=torch.bool).tril()。"
+                )
             same = out.shape == ref.shape and bool(((out != 0) == ref).all())
             fail(
                 f"{name}({L}) 应返回 torch.bool 张量，得到 dtype {out.dtype}"

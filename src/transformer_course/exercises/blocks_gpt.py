@@ -413,7 +413,10 @@ def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
     if x is None:
         return None
     h = ref.norm_f(x) if mistake == "norm_f_first" else x
-    blocks = reversed(ref.blocks) if mistake == "blocks_reversed" else ref.blocks
+    blocks = {
+        "blocks_reversed": lambda: reversed(ref.blocks),
+        "first_block_only": lambda: ref.blocks[:1],
+    }.get(mistake, lambda: ref.blocks)()
     for block in blocks:
         if mistake == "no_causal":
             h = _block_variant(block, h, "no_causal")
@@ -476,6 +479,11 @@ GPT_HINTS = [
     (
         "块的顺序反了：按 self.blocks 的顺序逐个过，for block in self.blocks。",
         "blocks_reversed",
+    ),
+    (
+        "只用了第一个块（self.blocks[0]）：num_layers 个块都要按顺序过一遍，"
+        "for block in self.blocks: x = block(x)。",
+        "first_block_only",
     ),
 ]
 

@@ -201,6 +201,12 @@ MHA_CRASHES = [
         "拆分多头时 view 的形状与元素个数不符：交叉注意力里 K、V 的长度 S 可以与 Q 的"
         "长度 L 不同，拆分 K、V 时用它们自己的长度（K.size(1)），不要用 Q 的 L。",
     ),
+    (
+        r"key and value must share the length S|first two dimensions of batch2 tensor",
+        "键和值的长度对不上（交叉注意力里 L ≠ S）：只有查询来自 Q（q = q_proj(Q)），"
+        "键和值来自另外两个输入：k = k_proj(K)，v = v_proj(V)。"
+        "k_proj 或 v_proj 是不是用在了 Q 上？",
+    ),
 ]
 
 

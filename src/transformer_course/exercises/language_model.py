@@ -234,6 +234,8 @@ def check_dropout_row_sum_variance(fn: Callable) -> str:
 #: the stated goal of the training exercise, in nats per character
 VAL_LOSS_TARGET = 2.0
 TRAINING_STEPS = 100
+#: the second, short call: a loop must run ``num_steps`` times, not a fixed count
+SHORT_STEPS = 3
 TRAINING_LR = 1e-2
 _TRAINING_CONFIG = dict(context_length=16, d_model=32, num_heads=4, num_layers=1)
 
@@ -293,6 +295,42 @@ def _record_calls(optimizer: torch.optim.Optimizer) -> list[str]:
     return events
 
 
+def _check_step_count(
+    fn: Callable,
+    name: str,
+    train_data: Tensor,
+    cfg: GPTConfig,
+    events: list[str] | None,
+    num_steps: int,
+) -> None:
+    """Fail unless ``fn`` ran ``optimizer.step()`` and returned a loss ``num_steps``
+    times; ``events`` None: run ``fn`` again on a fresh model for ``num_steps``."""
+    if events is None:
+        model = MiniGPT(cfg)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=TRAINING_LR)
+        events = _record_calls(optimizer)
+        out = run_learner(
+            fn,
+            model,
+            optimizer,
+            train_data,
+            num_steps,
+            what=name,
+            case=f"num_steps = {num_steps}",
+        )
+        n_losses = len(out) if isinstance(out, (list, tuple, Tensor)) else None
+    else:
+        n_losses = num_steps  # already checked by _training_losses
+    n_steps = events.count("step")
+    if n_losses != num_steps or n_steps != num_steps:
+        fail(
+            f"num_steps = {num_steps} 时 {name} 返回了 {n_losses} 个损失、"
+            f"optimizer.step() 运行了 {n_steps} 次，两者都应是 {num_steps}："
+            "循环次数要由参数 num_steps 决定（for _ in range(num_steps)），"
+            "不能写死，每次循环恰好一次 optimizer.step()。"
+        )
+
+
 @checker("训练 MiniGPT")
 def check_lm_training(fn: Callable) -> str:
     """Grade ``fn(model, optimizer, train_data, num_steps)``: a training loop.
@@ -302,7 +340,9 @@ def check_lm_training(fn: Callable) -> str:
     book) and ``AdamW(lr=1e-2)``; ``fn`` trains it for ``num_steps`` steps on random
     windows of ``train_data`` (1-D character ids) and returns the list of training
     losses, one float per step. Passes when the model's validation loss, measured by
-    the checker on held-out windows, is at most :data:`VAL_LOSS_TARGET` nats.
+    the checker on held-out windows, is at most :data:`VAL_LOSS_TARGET` nats, the given
+    optimizer's ``step`` ran once per step, and a second call with ``num_steps`` =
+    :data:`SHORT_STEPS` runs exactly that many steps.
     """
     name = name_of(fn)
     train_data, val_data, V = _corpus_splits()
@@ -343,10 +383,21 @@ def check_lm_training(fn: Callable) -> str:
                 "也不能放在 backward 和 step 之间），训练的应是传进来的 model。"
             )
         )
+    if "step" not in events:
+        fail(
+            f"{name} 改动了模型参数，传进来的 optimizer 却一次 step() 也没有运行："
+            "循环里另建了优化器？应使用参数 optimizer（检查器给的是 "
+            f"AdamW(lr={TRAINING_LR})）。"
+        )
     val = _validation_loss(model, val_data, cfg.context_length)
     tail = sum(losses[-10:]) / 10
     if val <= VAL_LOSS_TARGET and tail > 0.5 * val:
-        return f"{TRAINING_STEPS} 步后验证损失 {val:.3f} ≤ 目标 {VAL_LOSS_TARGET}"
+        _check_step_count(fn, name, train_data, cfg, events, TRAINING_STEPS)
+        _check_step_count(fn, name, train_data, cfg, None, SHORT_STEPS)
+        return (
+            f"{TRAINING_STEPS} 步后验证损失 {val:.3f} ≤ 目标 {VAL_LOSS_TARGET}；"
+            f"num_steps = {SHORT_STEPS} 时恰好 {SHORT_STEPS} 步"
+        )
     if sum(stale) > len(stale) // 2:
         fail(
             f"{TRAINING_STEPS} 步后验证损失 {val:.3f}（目标 ≤ {VAL_LOSS_TARGET}）："

@@ -37,6 +37,11 @@ _MISTAKES = [
         "no_phi",
     ),
     ("φ 用成了 relu：本题的 φ 是 elu(x) + 1（F.elu(x) + 1），处处严格为正。", "relu"),
+    (
+        "φ 用成了 relu(x) + 1：本题的 φ 是 elu(x) + 1（F.elu(x) + 1）。两者在 x > 0 "
+        "时相同；x < 0 时 elu(x) + 1 = exp(x) 平滑地趋于 0，relu(x) + 1 却恒为 1。",
+        "relu_plus_one",
+    ),
     ("φ 用成了 elu(x)，少了 + 1：φ(x) = F.elu(x) + 1。", "elu"),
     ("φ 用成了 exp：本题的 φ 是 elu(x) + 1。", "exp"),
     ("φ 也作用在了 v 上：φ 只作用于 q 和 k，状态里累加的是 φ(k_i) v_iᵀ。", "phi_v"),
@@ -84,6 +89,7 @@ def _rnn_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
     phi = {
         "no_phi": lambda x: x,
         "relu": F.relu,
+        "relu_plus_one": lambda x: F.relu(x) + 1,
         "elu": F.elu,
         "exp": torch.exp,
     }.get(mistake, lambda x: F.elu(x) + 1)

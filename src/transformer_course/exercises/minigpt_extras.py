@@ -51,6 +51,11 @@ POST_LN_HINTS = [
     ),
     ("少了残差：应为 LN(x + F(x))，不是 LN(F(x))。", "no_residual"),
     (
+        "FFN 这一层的残差加的是块的输入 x：norm2(x + ffn(h)) 跳过了注意力子层。"
+        "残差应加 FFN 自己的输入 h：输出 norm2(h + ffn(h))，h = norm1(x + attn(x))。",
+        "ffn_residual_from_input",
+    ),
+    (
         "注意力没有因果掩码，位置看得见未来：调用 self.self_attn(x, is_causal=True)。",
         "no_mask",
     ),
@@ -78,7 +83,9 @@ def _post_ln_variant(ref: TransformerBlock, x: Tensor, mistake: str) -> Tensor:
     if mistake == "attn_unfixed":
         h = x + n1(attend(x))
         return n2(h + ffn(h))
-    h = n1(x + attend(x))  # "no_mask": the right wiring, attention not causal
+    h = n1(x + attend(x))
+    if mistake == "ffn_residual_from_input":
+        return n2(x + ffn(h))  # "no_mask": the right wiring, attention not causal
     return n2(h + ffn(h))
 
 

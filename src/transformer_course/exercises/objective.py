@@ -80,6 +80,12 @@ _MISTAKES = [
         "先做 logp = F.log_softmax(logits, dim=-1)，再算 −(q * logp).sum(-1)。",
         "raw_logits",
     ),
+    (
+        "−Σ q·log p 里的 log p 用成了概率 softmax(logits)：少了对数。"
+        "用 logp = F.log_softmax(logits, dim=-1)（比 softmax 再 log 稳定），"
+        "再算 −(q * logp).sum(-1)。",
+        "softmax_as_logp",
+    ),
 ]
 
 
@@ -118,7 +124,10 @@ def _loss(logits: Tensor, labels: Tensor, eps: float, mistake: str = "") -> Tens
     if mistake == "double_softmax":
         logits = torch.softmax(logits, -1)
     dim = 1 if mistake == "softmax_dim1" else -1
-    logp = logits if mistake == "raw_logits" else F.log_softmax(logits, dim)
+    logp = {
+        "raw_logits": lambda: logits,
+        "softmax_as_logp": lambda: torch.softmax(logits, -1),
+    }.get(mistake, lambda: F.log_softmax(logits, dim))()
     q = _target(F.one_hot(labels, logp.size(-1)).to(logp.dtype), eps, mistake)
     per_token = -(q * logp).sum(-1)
     if mistake == "kl_div":

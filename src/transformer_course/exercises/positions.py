@@ -37,7 +37,7 @@ def _pe_variant(max_len: int, d: int, mistake: str) -> Tensor:
         freq = 10000.0 ** (-(i / 2) / d)
     elif mistake == "multiply":
         freq = 10000.0 ** (i / d)
-    elif mistake == "per_column":  # every column its own index j
+    elif mistake in ("per_column", "per_column_2j"):  # every column its own index j
         freq = None
     elif mistake == "int_div":  # arange(0, d, 2) // d is 0: every frequency 1
         freq = torch.ones_like(i)
@@ -46,7 +46,7 @@ def _pe_variant(max_len: int, d: int, mistake: str) -> Tensor:
     pe = torch.zeros(max_len, d, dtype=torch.float64)
     if freq is None:
         j = torch.arange(d, dtype=torch.float64)
-        angles = pos * 10000.0 ** (-j / d)
+        angles = pos * 10000.0 ** (-(2 if mistake == "per_column_2j" else 1) * j / d)
         pe[:, 0::2], pe[:, 1::2] = angles[:, 0::2].sin(), angles[:, 1::2].cos()
         return pe
     angles = pos * freq
@@ -87,6 +87,13 @@ PE_HINTS = [
         "每一列用了自己的列号 j 算频率：同一对 (2i, 2i+1) 应共享一个频率 "
         "10000^(−2i/d_model)。",
         "per_column",
+    ),
+    (
+        "指数用了 2j/d_model，j 是列号（0, 1, 2, …）："
+        "这样每列一个频率，列号又被乘了 2。"
+        "公式里的 2i 本身就是每对的偶数列号（0, 2, 4, …）："
+        "torch.arange(0, d_model, 2) / d_model，同一对 (2i, 2i+1) 共享这个频率。",
+        "per_column_2j",
     ),
     (
         "指数 2i/d_model 用了整数除法（// 或整数张量相除），结果全是 0："

@@ -34,6 +34,7 @@ from ._report import (
     first_reproduced,
     where_differs,
 )
+from .attention import ADDITIVE_MASK_NOTE, is_additive_mask
 from .blocks_gpt import _load_into_reference
 
 # --- the decoder layer ---------------------------------------------------------------
@@ -69,9 +70,10 @@ def _decoder_variant(
             h, memory, attn_mask=None if mistake == "no_mask" else mask
         )
 
-    if mistake == "cross_query_from_input":  # queries from Y, residual from B1
-        b1 = n1(x + self_attn(x))
-        b2 = n2(b1 + cross_attn(x))
+    if mistake in ("cross_query_from_input", "cross_residual_from_input"):
+        b1 = n1(x + self_attn(x))  # one of query and residual taken from Y instead
+        query, residual = (x, b1) if mistake == "cross_query_from_input" else (b1, x)
+        b2 = n2(residual + cross_attn(query))
         return n3(b2 + layer.ffn(b2))
     if mistake == "pre_ln":
         x = x + self_attn(n1(x))
@@ -112,6 +114,12 @@ _DECODER_HINTS = [
         "B1 = norm1(Y + self_attn(Y))，即 cross_attn(B1, memory, memory, "
         "attn_mask=memory_mask)，残差同样加在 B1 上：norm2(B1 + cross_attn(B1, …))。",
         "cross_query_from_input",
+    ),
+    (
+        "交叉注意力的残差加的是层输入 Y（forward 收到的 x）："
+        "norm2(Y + cross_attn(B1, …)) 跳过了第一个子层。查询对了，残差也应加在 B1 上："
+        "norm2(B1 + cross_attn(B1, memory, memory, attn_mask=memory_mask))。",
+        "cross_residual_from_input",
     ),
     (
         "交叉注意力没有用 memory_mask：源句的填充位置不能被看到"
@@ -271,13 +279,13 @@ def _loss_model(g: torch.Generator) -> tuple[Transformer, Tensor, Tensor]:
 
 def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) -> Tensor:
     """The loss computed with one typical mistake."""
-    dec_in, labels = tgt[:, :-1], tgt[:, 1:]
-    if mistake == "no_shift":
-        dec_in, labels = tgt, tgt
-    elif mistake == "labels_not_shifted":
-        labels = tgt[:, :-1]
-    elif mistake == "input_shifted_too":
-        dec_in = tgt[:, 1:]
+    head, tail = tgt[:, :-1], tgt[:, 1:]
+    dec_in, labels = {
+        "no_shift": (tgt, tgt),
+        "labels_not_shifted": (head, head),
+        "input_shifted_too": (tail, tail),
+        "reversed": (tail, head),
+    }.get(mistake, (head, tail))
     logits = model(src, dec_in)
     if mistake != "pad_kept":
         labels = labels.masked_fill(labels == _PAD, -100)
@@ -316,6 +324,11 @@ _LOSS_HINTS = [
     (
         "解码器输入也右移了：输入应以 BOS 开头（tgt[:, :-1]），标签才是 tgt[:, 1:]。",
         "input_shifted_too",
+    ),
+    (
+        "右移的方向反了（输入与标签对调）：解码器输入要以 BOS 开头（tgt[:, :-1]），"
+        "标签要以第一个词开头、以 EOS 结尾（tgt[:, 1:]）。",
+        "reversed",
     ),
     (
         "填充位置也算进了损失：把标签里的 pad_id 换成 -100"
@@ -576,9 +589,13 @@ def check_rectangular_causal_mask(fn: Callable) -> str:
         ref = causal_mask(L, S)
         if out.dtype != torch.bool:
             fail(
-                f"{name}({L}, {S}) 应返回 torch.bool 张量，得到 dtype {out.dtype}："
-                "0/1 的浮点掩码会被当作加到分数上的加性掩码；"
-                "比较运算（<=）本身就得到 bool。"
+                f"{name}({L}, {S}) 应返回 torch.bool 张量，得到 dtype {out.dtype}"
+                + (
+                    ADDITIVE_MASK_NOTE
+                    if is_additive_mask(out, ref)
+                    else "：0/1 的浮点掩码会被当作加到分数上的加性掩码；"
+                )
+                + "比较运算（<=）本身就得到 bool。"
             )
         if bool((out == ref).all()):
             continue
@@ -641,7 +658,7 @@ def _alignment_variant(model: Transformer, src: Tensor, ys: Tensor, mistake: str
         kind: [m for name, m in model.named_modules() if name.endswith(kind)]
         for kind in ("cross_attn", "self_attn")
     }
-    decoder_in = ys if mistake == "full_ys" else ys[:, :-1]
+    decoder_in = ys if mistake in ("full_ys", "full_ys_drop_first") else ys[:, :-1]
     with torch.no_grad(), record_attention(model) as maps:
         model(src, decoder_in)
     module = {
@@ -649,8 +666,12 @@ def _alignment_variant(model: Transformer, src: Tensor, ys: Tensor, mistake: str
         "self_attn": attn["self_attn"][-1],  # the last decoder layer's self-attention
     }.get(mistake, attn["cross_attn"][-1])
     weights = maps[module][0]  # (H, L, S)
-    weights = weights[0] if mistake == "head0" else weights.mean(0)
-    return weights.argmax(0 if mistake == "argmax_queries" else -1)
+    if mistake == "head0":
+        weights = weights[0]
+    else:
+        weights = weights.amax(0) if mistake == "max_heads" else weights.mean(0)
+    positions = weights.argmax(0 if mistake == "argmax_queries" else -1)
+    return positions[1:] if mistake == "full_ys_drop_first" else positions
 
 
 _ALIGNMENT_HINTS = [
@@ -664,6 +685,17 @@ _ALIGNMENT_HINTS = [
         "self_attn",
     ),
     ("只取了一个头：先对头取平均（.mean(0)），再取 argmax。", "head0"),
+    (
+        "对头取的是最大值（amax / max）：一个头的尖峰就会盖过其余头。"
+        "应对头取平均（.mean(0)），再对每行取 argmax。",
+        "max_heads",
+    ),
+    (
+        "行与解码器输入错开了一位：解码器输入用了完整的 ys，又丢掉了第 0 行。"
+        "输入应是 ys[:, :-1]（以 BOS 开头），第 t 行就对应输入 ys[0, t]，"
+        "一行也不要丢。",
+        "full_ys_drop_first",
+    ),
 ]
 
 
