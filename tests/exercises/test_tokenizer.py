@@ -256,6 +256,20 @@ def step_first_of_ties(ids, new_id):
     return pair, merge_while(ids, pair, new_id)
 
 
+def step_largest_of_ties(ids, new_id):  # learner test: ties broken toward the largest pair
+    counts = Counter(zip(ids, ids[1:], strict=False))
+    pair = max(counts, key=lambda p: (counts[p], p))
+    return pair, merge_while(ids, pair, new_id)
+
+
+def test_bpe_tie_hint_names_the_one_liner_only_when_it_is_the_code(capsys):
+    """The remark on max(counts, key=counts.get) fits only code that picks the pair seen first."""
+    largest = rejection(bx.check_bpe_merge, step_largest_of_ties)
+    first = rejection(bx.check_bpe_merge, step_first_of_ties)
+    assert "并列时约定取最小的一对" in largest and "最先出现" not in largest, largest
+    assert "最先出现的一对" in first, first
+
+
 def step_least_frequent(ids, new_id):
     counts = Counter(zip(ids, ids[1:], strict=False))
     pair = min(counts, key=lambda p: (counts[p], p))

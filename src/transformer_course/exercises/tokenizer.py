@@ -227,10 +227,13 @@ def _diagnose_choice(name: str, pair: tuple, ids: list[int]) -> None:
         return
     head = f"{name}({ids}) 选了 {pair}（出现 {counts.get(pair, 0)} 次），应选 {want}。"
     if counts.get(pair, 0) == counts[want]:
+        one_liner = "max(counts, key=counts.get) 在并列时取的是最先出现的一对。"
         fail(
             head + f"这几对都出现 {counts[want]} 次，并列时约定取最小的一对（元组按"
             "字典序比较：先比第一个 id，再比第二个），与 tc.BPETokenizer 一致，训练才"
-            "可复现。max(counts, key=counts.get) 在并列时取的是最先出现的一对。"
+            "可复现。"
+            # the remark fits only code that picks what the usual one-liner picks
+            + (one_liner if pair == max(counts, key=counts.get) else "")
         )
     fail(head + "要合并的是出现次数最多的一对。")
 
