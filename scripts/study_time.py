@@ -35,7 +35,7 @@ CHARS_PER_MIN = 150  # technical Chinese with inline formulas, read with care
 CODE_LINES_PER_MIN = 4  # read the code, run it, look at what it prints or draws
 MIN_PER_EQUATION = 1
 MIN_PER_STAR = {1: 5, 2: 15, 3: 30}
-MAIN_PATH_LIMIT_MIN = 60  # the house style: the main path's prose reads in at most an hour
+MAIN_PATH_LIMIT_MIN = 60  # the house style: the whole main path (prose and code) takes at most an hour
 
 LINE_PREFIX = "**学习时间**"
 HANZI = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
@@ -66,13 +66,18 @@ class Study:
         return math.ceil(self.code_lines / CODE_LINES_PER_MIN / 5) * 5
 
     @property
+    def main_min(self) -> int:
+        """The main path: reading plus code, each rounded up to 5 minutes."""
+        return self.reading_min + self.code_min
+
+    @property
     def exercise_min(self) -> int:
         return sum(MIN_PER_STAR[s] * n for s, n in self.exercises.items())
 
     def line(self) -> str:
         stars = "、".join(f"{'★' * s} {n} 道" for s, n in self.exercises.items() if n)
         hours = f"{self.exercise_min / 60:.1f}".removesuffix(".0")
-        main = self.reading_min + self.code_min
+        main = self.main_min
         return (
             f"{LINE_PREFIX}：主线约 {main} 分钟（读正文约 {self.reading_min} 分钟，"
             f"读代码、运行、看结果约 {self.code_min} 分钟）；"
