@@ -272,6 +272,9 @@ def make_loss(mistake):
             logits = model(src, dec_in)
             labels[labels == pad_id] = -100
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        if mistake == "pad_zero":  # learner test 8a, 1.4: ignore_index=0, not pad_id
+            logits = model(src, dec_in)
+            return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=0)
         if mistake == "no_pad_mask":
             logits = model(src, dec_in)
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
@@ -319,6 +322,7 @@ def test_seq2seq_loss_skeleton(capsys):
         ("labels_not_shifted", "标签没有右移"),
         ("reversed", "右移的方向反了"),
         ("no_pad_mask", "-100"),
+        ("pad_zero", "填充的编号写死成了 0"),
         ("labels_edited_in_place", "原地修改了传进来的 tgt"),
         ("labels_edited_in_place_late", "原地修改了传进来的 tgt"),
         ("softmax", "softmax"),

@@ -259,26 +259,31 @@ def check_decoder_layer(cls: type) -> str:
 _PAD, _BOS, _EOS = 0, 1, 2
 
 
-def _loss_model(g: torch.Generator) -> tuple[Transformer, Tensor, Tensor]:
-    """A small random model and a batch: targets ``BOS … EOS`` with right padding."""
+def _loss_model(
+    g: torch.Generator, pad: int = _PAD
+) -> tuple[Transformer, Tensor, Tensor]:
+    """A small random model and a batch: targets ``BOS … EOS`` right-padded with
+    ``pad`` (words are drawn from 4 on, so ``pad`` may also be 3)."""
     cfg = TransformerConfig(9, 11, d_model=16, num_heads=2, num_encoder_layers=1,
                             num_decoder_layers=1, d_ff=32, dropout=0.0,
-                            context_length=16, pad_id=_PAD)  # fmt: skip
+                            context_length=16, pad_id=pad)  # fmt: skip
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(torch.randint(0, 10_000, (1,), generator=g)))
         model = Transformer(cfg).eval()
-    src = torch.randint(3, 9, (3, 5), generator=g)
-    src[1, 3:] = _PAD
+    src = torch.randint(4, 9, (3, 5), generator=g)
+    src[1, 3:] = pad
     lengths = [6, 3, 4]  # words between BOS and EOS
-    tgt = torch.full((3, 8), _PAD, dtype=torch.long)
+    tgt = torch.full((3, 8), pad, dtype=torch.long)
     for b, n in enumerate(lengths):
         tgt[b, 0], tgt[b, n + 1] = _BOS, _EOS
-        tgt[b, 1 : n + 1] = torch.randint(3, 11, (n,), generator=g)
+        tgt[b, 1 : n + 1] = torch.randint(4, 11, (n,), generator=g)
     return model, src, tgt
 
 
-def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) -> Tensor:
-    """The loss computed with one typical mistake."""
+def _loss_variant(
+    model: Transformer, src: Tensor, tgt: Tensor, mistake: str, pad: int = _PAD
+) -> Tensor:
+    """The loss computed with one typical mistake (``pad`` is the batch's pad id)."""
     head, tail = tgt[:, :-1], tgt[:, 1:]
     dec_in, labels = {
         "no_shift": (tgt, tgt),
@@ -288,7 +293,8 @@ def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) ->
     }.get(mistake, (head, tail))
     logits = model(src, dec_in)
     if mistake != "pad_kept":
-        labels = labels.masked_fill(labels == _PAD, -100)
+        ignored = 0 if mistake == "pad_zero" else pad
+        labels = labels.masked_fill(labels == ignored, -100)
     if mistake == "label_smoothing":
         return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
     if mistake == "mean_per_sentence":
@@ -329,6 +335,11 @@ _LOSS_HINTS = [
         "右移的方向反了（输入与标签对调）：解码器输入要以 BOS 开头（tgt[:, :-1]），"
         "标签要以第一个词开头、以 EOS 结尾（tgt[:, 1:]）。",
         "reversed",
+    ),
+    (
+        "填充的编号写死成了 0（ignore_index=0 或 labels == 0）：这一批的 pad_id 是 "
+        "{pad}，填充位置于是都算进了损失。用传进来的参数 pad_id，不要写常数。",
+        "pad_zero",
     ),
     (
         "填充位置也算进了损失：把标签里的 pad_id 换成 -100"
@@ -386,13 +397,14 @@ def check_seq2seq_loss(fn: Callable) -> str:
     """
     name = name_of(fn)
     g = seeded_generator(32)
-    for i in range(3):
-        case = f"第 {i + 1} 个随机模型与批次"
-        model, src, tgt = _loss_model(g)
+    # the last batch pads with 3: code with the pad id 0 as a constant fails there
+    for i, pad in enumerate((_PAD, _PAD, 3)):
+        case = f"第 {i + 1} 个随机模型与批次（pad_id = {pad}）"
+        model, src, tgt = _loss_model(g, pad)
         given, crash = tgt.clone(), None
         try:
             loss = run_learner(
-                fn, model, src, given, _PAD, what=name, case=case, first=i == 0,
+                fn, model, src, given, pad, what=name, case=case, first=i == 0,
                 copy_inputs=False,
             )  # fmt: skip
         except ExerciseError as err:
@@ -422,23 +434,27 @@ def check_seq2seq_loss(fn: Callable) -> str:
                 "也不要 .item()/.detach()——训练要对它调用 backward()。"
             )
         with torch.no_grad():
-            expected = _loss_variant(model, src, tgt, "right")
+            expected = _loss_variant(model, src, tgt, "right", pad)
         if close(loss, expected):
             continue
         with torch.no_grad():
             hint = first_reproduced(
                 loss,
                 _LOSS_HINTS,
-                lambda m, model=model, src=src, tgt=tgt: _loss_variant(
-                    model, src, tgt, m
+                lambda m, model=model, src=src, tgt=tgt, pad=pad: _loss_variant(
+                    model, src, tgt, m, pad
                 ),
+                pad=pad,
             )
         fail(
             f"{name} 的损失不对（{case}）：应为 {expected.item():.6f}，得到 "
             f"{loss.item():.6f}。"
             + (hint or "解码器输入 tgt[:, :-1]，标签 tgt[:, 1:]，填充换成 -100。")
         )
-    return "3 个随机模型；右移、-100 屏蔽填充、对非填充位置取平均、可反向传播"
+    return (
+        "3 个随机模型（pad_id 为 0 和 3）；右移、-100 屏蔽填充、"
+        "对非填充位置取平均、可反向传播"
+    )
 
 
 # --- greedy decoding -----------------------------------------------------------------
