@@ -212,6 +212,25 @@ def scores_transposed(Q, K, V, attn_mask=None):
     return torch.softmax(scores, dim=-1) @ V
 
 
+def mask_transposed(Q, K, V, attn_mask=None):
+    """Learner test 8a, 1.1: a square mask used transposed, filled with -inf."""
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        mask = attn_mask.mT if attn_mask.size(-1) == attn_mask.size(-2) else attn_mask
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ V, weights
+
+
+def weights_before_mask(Q, K, V, attn_mask=None):
+    """Learner test 8a, 1.1: the output masked, the weights returned unmasked."""
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    unmasked = scores.softmax(-1)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return scores.softmax(-1) @ V, unmasked
+
+
 def attention_fill_large_negative(Q, K, V, attn_mask=None):
     """-1e9 instead of -inf: the same weights wherever a row keeps a key (no check
     masks a whole row), so it is accepted."""
@@ -373,6 +392,8 @@ REJECTS = [
     check(masked_to_zero, "填成了 0", "masked scores set to 0"),
     check(masked_fill_value(0.0), "填 0 不行", "masked scores set to 0, weights returned"),
     check(masked_fill_value(-10.0), "有限值（约 -10）", "masked scores filled with -10"),
+    check(mask_transposed, "掩码用转置了", "square mask transposed"),
+    check(weights_before_mask, "返回的权重是屏蔽之前的 softmax", "weights from before the mask"),
     check(mask_after_softmax, "softmax 之后才乘掩码", "mask applied after softmax"),
     check(mask_zeroed_after_softmax_with_weights, "softmax 之后才把被屏蔽的权重置 0", "weights zeroed after softmax"),
     check(scores_transposed, "把分数矩阵转置了", "score matrix transposed"),

@@ -423,8 +423,24 @@ def _finite_fill(
 
 
 def _leak_hint(weights: Tensor, Q: Tensor, K: Tensor, mask: Tensor, idx: tuple) -> str:
-    """Why masked keys still get weight: a fill of 0, a finite fill too small, or
-    the mask not applied."""
+    """Why masked keys still get weight: the mask transposed, the weights returned
+    from before the masking, a finite fill too small, or the mask not applied."""
+    scores = _scores(Q, K, None).double()
+    if mask.size(-1) == mask.size(-2) and close(
+        weights.double(),
+        torch.softmax(scores.masked_fill(~mask.mT, float("-inf")), dim=-1),
+    ):
+        return (
+            "掩码用转置了（像是 attn_mask.mT 或 attn_mask.transpose(-2, -1)）："
+            "attn_mask[i, j] 说 query i 能否看 key j，形状 (L, S) 与 scores 对齐，"
+            "直接 scores.masked_fill(~attn_mask, float('-inf'))，不要转置。"
+        )
+    if close(weights.double(), torch.softmax(scores, dim=-1)):
+        return (
+            "返回的权重是屏蔽之前的 softmax：屏蔽像是只用在了输出上，返回的却是"
+            "另算的、未屏蔽的权重。返回与 V 相乘的那个权重，即 "
+            "softmax(scores.masked_fill(~attn_mask, -inf), dim=-1)。"
+        )
     fill = _finite_fill(weights, Q, K, mask, idx)
     if fill is not None and abs(fill) > 0.5:
         return (
