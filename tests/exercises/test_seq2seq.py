@@ -366,6 +366,22 @@ def decode_list(model, src, bos_id, eos_id, max_len):
     return torch.tensor([ids])
 
 
+def decode_without_src_mask(model, src, bos_id, eos_id, max_len):
+    """Learner test 8a, 1.5: encode(src, None), decode(..., None): the padding is seen."""
+    memory = model.encode(src, None)
+    ys = torch.tensor([[bos_id]])
+    for _ in range(max_len - 1):
+        next_id = model.lm_head(model.decode(ys, memory, None)[:, -1]).argmax(-1, keepdim=True)
+        ys = torch.cat([ys, next_id], dim=1)
+        if next_id.item() == eos_id:
+            break
+    return ys
+
+
+def test_greedy_decode_rejects_no_source_mask(capsys):
+    assert_rejects(ex.check_greedy_decode, decode_without_src_mask, "源句的填充没有屏蔽", capsys)
+
+
 def make_decode(mistake):
     def decode(model, src, bos_id, eos_id, max_len):
         ids = [] if mistake == "no_bos" else [bos_id]

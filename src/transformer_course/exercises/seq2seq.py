@@ -466,7 +466,11 @@ def _greedy_reference(
     return model.greedy_decode(src, bos, eos, max_len=max_len)
 
 
-def _decode_model(g: torch.Generator) -> tuple[Transformer, Tensor]:
+def _decode_model(
+    g: torch.Generator, padded: bool = False
+) -> tuple[Transformer, Tensor]:
+    """A small random model and a source ``(1, 5)``, ending in two pads if
+    ``padded`` (then the source mask changes what is decoded)."""
     cfg = TransformerConfig(9, 12, d_model=16, num_heads=2, num_encoder_layers=1,
                             num_decoder_layers=2, d_ff=32, dropout=0.0,
                             context_length=32, pad_id=_PAD)  # fmt: skip
@@ -475,7 +479,21 @@ def _decode_model(g: torch.Generator) -> tuple[Transformer, Tensor]:
         model = Transformer(cfg).eval()
     with torch.no_grad():  # larger logits: the argmax is not a near tie
         model.lm_head.weight.mul_(4.0)
-    return model, torch.randint(3, 9, (1, 5), generator=g)
+    src = torch.randint(3, 9, (1, 5), generator=g)
+    if padded:
+        src[0, 3:] = _PAD
+    return model, src
+
+
+def _decode_unmasked(
+    model: Transformer, src: Tensor, bos: int, eos: int, max_len: int
+) -> list[int]:
+    """Greedy decoding that ignores the source padding (no source mask anywhere)."""
+    memory, ys = model.encode(src, None), torch.tensor([[bos]])
+    while ys.size(1) < max_len and (ys.size(1) == 1 or int(ys[0, -1]) != eos):
+        nxt = model.lm_head(model.decode(ys, memory, None)[:, -1]).argmax(-1)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+    return ys[0].tolist()
 
 
 def _stop_id(ids: list[int]) -> int | None:
@@ -487,7 +505,18 @@ def _stop_id(ids: list[int]) -> int | None:
     return None
 
 
-def _decode_hint(got: list[int], ref: list[int], eos: int, max_len: int) -> str:
+def _decode_hint(
+    got: list[int], ref: list[int], eos: int, max_len: int, run: tuple
+) -> str:
+    model, src = run
+    if bool((src == _PAD).any()):
+        with torch.no_grad():
+            if got == _decode_unmasked(model, src, ref[0], eos, max_len):
+                return (
+                    "源句的填充没有屏蔽：编码和每一步解码都要传源句掩码 "
+                    "src_mask = model.src_mask(src)（encode(src, src_mask)、"
+                    "decode(ys, memory, src_mask)），否则填充位置也被注意到。"
+                )
     if got[:1] != ref[:1]:
         return "输出应以 BOS 开头：ys = torch.tensor([[bos_id]])，再逐个接上新词元。"
     if len(got) > max_len:
@@ -536,7 +565,7 @@ def check_greedy_decode(fn: Callable) -> str:
     g = seeded_generator(33)
     runs = 0
     for i in range(3):
-        model, src = _decode_model(g)
+        model, src = _decode_model(g, padded=i == 2)
         free = _greedy_reference(model, src, _BOS, -1, 12)[0].tolist()
         eos = _stop_id(free)
         # an EOS the model never emits within 7 tokens (still a valid id)
@@ -545,6 +574,7 @@ def check_greedy_decode(fn: Callable) -> str:
             if eos_arg is None:
                 continue
             what = "EOS 会提前出现" if eos_arg == eos else "EOS 从不出现"
+            what += "，源句末尾有填充" if i == 2 else ""
             case = f"随机模型 {i + 1}，{what}，max_len={max_len}"
             with _modes_seen(model) as modes:
                 out = run_learner(
@@ -580,7 +610,7 @@ def check_greedy_decode(fn: Callable) -> str:
                 )
             fail(
                 f"{name} 的输出不对（{case}）：应为 {ref}，得到 {got}。"
-                + _decode_hint(got, ref, eos_arg, max_len)
+                + _decode_hint(got, ref, eos_arg, max_len, (model, src))
             )
     if runs < 4:  # the seeded models always give both cases; guard the guarantee
         fail(f"检查器内部错误：只检查了 {runs} 种情形。")
