@@ -73,6 +73,7 @@ def _attention_variant(
         "no_scale": 1.0,
         "scale_d": d,
         "scale_len": math.sqrt(s),
+        "scale_queries": math.sqrt(Q.size(-2)),
         "scale_times": 1 / math.sqrt(d),  # multiplied by √d_k
         "scale_dv": math.sqrt(V.size(-1)),
     }
@@ -118,6 +119,11 @@ ATTENTION_HINTS = [
         "缩放用了键的个数 S = {s}（√{s}）：应除以向量维度的平方根 √d_k = √{d}"
         "（d_k = Q.size(-1)）。",
         "scale_len",
+    ),
+    (
+        "缩放用了查询的个数 L = {l}（√{l}，Q.size(-2) 或 Q.shape[-2]）：应除以向量"
+        "维度的平方根 √d_k = √{d}（d_k = Q.size(-1)，最后一维）。",
+        "scale_queries",
     ),
     (
         "权重在 key 维度上之和不是 1：softmax 的 dim 可能写错了"
@@ -397,6 +403,7 @@ def _attention_hint(
         d=d,
         sqrt_d=math.sqrt(d),
         s=K.size(-2),
+        l=Q.size(-2),
         dv=V.size(-1),
     )
     return hint or (
