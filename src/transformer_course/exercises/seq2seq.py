@@ -70,11 +70,18 @@ def _decoder_variant(
             h, memory, attn_mask=None if mistake == "no_mask" else mask
         )
 
-    if mistake in ("cross_query_from_input", "cross_residual_from_input"):
-        b1 = n1(x + self_attn(x))  # one of query and residual taken from Y instead
-        query, residual = (x, b1) if mistake == "cross_query_from_input" else (b1, x)
+    if mistake in (
+        "cross_query_from_input",
+        "cross_residual_from_input",
+        "ffn_from_b1",
+    ):
+        b1 = n1(x + self_attn(x))  # a sublayer fed from the wrong place
+        query, residual = {
+            "cross_query_from_input": (x, b1),
+            "cross_residual_from_input": (b1, x),
+        }.get(mistake, (b1, b1))
         b2 = n2(residual + cross_attn(query))
-        return n3(b2 + layer.ffn(b2))
+        return n3(b2 + layer.ffn(b1 if mistake == "ffn_from_b1" else b2))
     if mistake == "pre_ln":
         x = x + self_attn(n1(x))
         x = x + cross_attn(n2(x))
@@ -120,6 +127,12 @@ _DECODER_HINTS = [
         "norm2(Y + cross_attn(B1, …)) 跳过了第一个子层。查询对了，残差也应加在 B1 上："
         "norm2(B1 + cross_attn(B1, memory, memory, attn_mask=memory_mask))。",
         "cross_residual_from_input",
+    ),
+    (
+        "FFN 的输入用了第一个子层的输出 B1（ffn(B1)）：FFN 应作用在交叉注意力之后的 "
+        "B2 = norm2(B1 + cross_attn(B1, …)) 上，即 norm3(B2 + ffn(B2))，"
+        "否则交叉注意力只经残差进到输出。",
+        "ffn_from_b1",
     ),
     (
         "交叉注意力没有用 memory_mask：源句的填充位置不能被看到"
