@@ -112,6 +112,13 @@ def scale_by_d(Q, K, V, attn_mask=None):
     return w @ V, w
 
 
+def scale_by_query_count(Q, K, V, attn_mask=None):  # learner test 8a, 2.4: √L
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-2])
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return scores.softmax(-1) @ V
+
+
 def scale_by_length(Q, K, V, attn_mask=None):
     scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-2])
     if attn_mask is not None:
@@ -210,6 +217,25 @@ def scores_transposed(Q, K, V, attn_mask=None):
     if scores.size(-1) == scores.size(-2):
         scores = scores.transpose(-2, -1)
     return torch.softmax(scores, dim=-1) @ V
+
+
+def mask_transposed(Q, K, V, attn_mask=None):
+    """Learner test 8a, 1.1: a square mask used transposed, filled with -inf."""
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        mask = attn_mask.mT if attn_mask.size(-1) == attn_mask.size(-2) else attn_mask
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ V, weights
+
+
+def weights_before_mask(Q, K, V, attn_mask=None):
+    """Learner test 8a, 1.1: the output masked, the weights returned unmasked."""
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    unmasked = scores.softmax(-1)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return scores.softmax(-1) @ V, unmasked
 
 
 def attention_fill_large_negative(Q, K, V, attn_mask=None):
@@ -363,6 +389,7 @@ REJECTS = [
     check(scales_q_in_place, "原地修改了输入 Q", "Q scaled in place"),
     check(scale_by_value_dim, "除以了 √d_v", "divided by the root of d_v"),
     check(scale_by_length, "键的个数", "divided by the root of the key count"),
+    check(scale_by_query_count, "查询的个数", "divided by the root of the query count"),
     check(softmax_over_queries, "softmax 的 dim 可能写错了", "softmax over queries"),
     check(weights_times_keys, "应是 V，不是 K", "weights times K"),
     check(weights_transposed_when_square, "乘 V 之前把权重转置了", "weights transposed"),
@@ -373,6 +400,8 @@ REJECTS = [
     check(masked_to_zero, "填成了 0", "masked scores set to 0"),
     check(masked_fill_value(0.0), "填 0 不行", "masked scores set to 0, weights returned"),
     check(masked_fill_value(-10.0), "有限值（约 -10）", "masked scores filled with -10"),
+    check(mask_transposed, "掩码用转置了", "square mask transposed"),
+    check(weights_before_mask, "返回的权重是屏蔽之前的 softmax", "weights from before the mask"),
     check(mask_after_softmax, "softmax 之后才乘掩码", "mask applied after softmax"),
     check(mask_zeroed_after_softmax_with_weights, "softmax 之后才把被屏蔽的权重置 0", "weights zeroed after softmax"),
     check(scores_transposed, "把分数矩阵转置了", "score matrix transposed"),

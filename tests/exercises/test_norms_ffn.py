@@ -171,6 +171,12 @@ FEED_FORWARD_REJECTS = [
     ),
     pytest.param(ex.check_feed_forward, make_ffn(bias=False), "应带偏置", id="bias-free w1"),
     pytest.param(ex.check_feed_forward, make_ffn(dropout=0.1), "dropout", id="nanoGPT dropout"),
+    pytest.param(
+        ex.check_feed_forward,
+        make_ffn(act=lambda h: F.dropout(F.gelu(h), 0.1, training=True)),
+        "两次调用，输出不同",
+        id="functional dropout",
+    ),  # learner test 8a, 3.2
 ]
 
 

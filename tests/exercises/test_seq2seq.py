@@ -67,6 +67,10 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 b1 = self.norm1(x + self.sa(x))
                 b2 = self.norm2(x + self.cross_attn(b1, memory, memory, attn_mask=memory_mask))
                 return self.norm3(b2 + self.ffn(b2))
+            if mistake == "ffn_from_b1":  # learner test 8a, 2.7: ffn(b1)
+                b1 = self.norm1(x + self.sa(x))
+                b2 = self.norm2(b1 + self.cross_attn(b1, memory, memory, attn_mask=memory_mask))
+                return self.norm3(b2 + self.ffn(b1))
             if mistake == "cross_first":  # cross-attention before the masked self-attention
                 x = self.norm1(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 x = self.norm2(x + self.sa(x))
@@ -175,6 +179,7 @@ def test_decoder_layer_skeleton(capsys):
         ("cross_query_from_input", "交叉注意力的查询用了层输入 Y"),
         ("cross_residual_from_input", "交叉注意力的残差加的是层输入 Y"),
         ("cross_first", "顺序不对"),
+        ("ffn_from_b1", "FFN 的输入用了第一个子层的输出 B1"),
         ("no_res_self", "少了掩码自注意力的残差连接"),
         ("no_res_ffn", "少了 FFN 的残差连接"),
         ("norms_swapped", "norm1 与 norm3 用反了"),
@@ -191,7 +196,7 @@ def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
         "no_causal", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
-        "no_res_self", "no_res_ffn",
+        "no_res_self", "no_res_ffn", "ffn_from_b1",
         "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
@@ -272,6 +277,9 @@ def make_loss(mistake):
             logits = model(src, dec_in)
             labels[labels == pad_id] = -100
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        if mistake == "pad_zero":  # learner test 8a, 1.4: ignore_index=0, not pad_id
+            logits = model(src, dec_in)
+            return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=0)
         if mistake == "no_pad_mask":
             logits = model(src, dec_in)
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
@@ -319,6 +327,7 @@ def test_seq2seq_loss_skeleton(capsys):
         ("labels_not_shifted", "标签没有右移"),
         ("reversed", "右移的方向反了"),
         ("no_pad_mask", "-100"),
+        ("pad_zero", "填充的编号写死成了 0"),
         ("labels_edited_in_place", "原地修改了传进来的 tgt"),
         ("labels_edited_in_place_late", "原地修改了传进来的 tgt"),
         ("softmax", "softmax"),
@@ -360,6 +369,22 @@ def decode_list(model, src, bos_id, eos_id, max_len):
             logits = model(src, torch.tensor([ids]))
             ids.append(int(logits[0, -1].softmax(-1).argmax()))
     return torch.tensor([ids])
+
+
+def decode_without_src_mask(model, src, bos_id, eos_id, max_len):
+    """Learner test 8a, 1.5: encode(src, None), decode(..., None): the padding is seen."""
+    memory = model.encode(src, None)
+    ys = torch.tensor([[bos_id]])
+    for _ in range(max_len - 1):
+        next_id = model.lm_head(model.decode(ys, memory, None)[:, -1]).argmax(-1, keepdim=True)
+        ys = torch.cat([ys, next_id], dim=1)
+        if next_id.item() == eos_id:
+            break
+    return ys
+
+
+def test_greedy_decode_rejects_no_source_mask(capsys):
+    assert_rejects(ex.check_greedy_decode, decode_without_src_mask, "源句的填充没有屏蔽", capsys)
 
 
 def make_decode(mistake):

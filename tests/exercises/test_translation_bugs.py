@@ -65,6 +65,12 @@ def pair_swapped(tgt, pad_id):  # learner test 6a, 1.9: (labels, dec_in)
     return labels, dec_in
 
 
+def rolled(tgt, pad_id):  # learner test 8a, 1.9: labels by a cyclic shift of dec_in
+    dec_in = tgt[:, :-1]
+    labels = torch.roll(dec_in, -1, 1)
+    return dec_in, labels.masked_fill(labels == pad_id, -100)
+
+
 def float_labels(tgt, pad_id):
     dec_in, labels = slicing(tgt, pad_id)
     return dec_in, labels.float()
@@ -94,6 +100,7 @@ REJECTS = [
     pytest.param(ex.check_decoder_batch, mask_from_input, "-100 放错了位置", id="mask-from-input"),
     pytest.param(ex.check_decoder_batch, one_tensor, "两个张量", id="one-tensor"),
     pytest.param(ex.check_decoder_batch, pair_swapped, "两个返回值的顺序反了", id="pair-swapped"),
+    pytest.param(ex.check_decoder_batch, rolled, "torch.roll", id="rolled"),
 ]
 
 

@@ -73,6 +73,7 @@ def _attention_variant(
         "no_scale": 1.0,
         "scale_d": d,
         "scale_len": math.sqrt(s),
+        "scale_queries": math.sqrt(Q.size(-2)),
         "scale_times": 1 / math.sqrt(d),  # multiplied by √d_k
         "scale_dv": math.sqrt(V.size(-1)),
     }
@@ -118,6 +119,11 @@ ATTENTION_HINTS = [
         "缩放用了键的个数 S = {s}（√{s}）：应除以向量维度的平方根 √d_k = √{d}"
         "（d_k = Q.size(-1)）。",
         "scale_len",
+    ),
+    (
+        "缩放用了查询的个数 L = {l}（√{l}，Q.size(-2) 或 Q.shape[-2]）：应除以向量"
+        "维度的平方根 √d_k = √{d}（d_k = Q.size(-1)，最后一维）。",
+        "scale_queries",
     ),
     (
         "权重在 key 维度上之和不是 1：softmax 的 dim 可能写错了"
@@ -397,6 +403,7 @@ def _attention_hint(
         d=d,
         sqrt_d=math.sqrt(d),
         s=K.size(-2),
+        l=Q.size(-2),
         dv=V.size(-1),
     )
     return hint or (
@@ -423,8 +430,24 @@ def _finite_fill(
 
 
 def _leak_hint(weights: Tensor, Q: Tensor, K: Tensor, mask: Tensor, idx: tuple) -> str:
-    """Why masked keys still get weight: a fill of 0, a finite fill too small, or
-    the mask not applied."""
+    """Why masked keys still get weight: the mask transposed, the weights returned
+    from before the masking, a finite fill too small, or the mask not applied."""
+    scores = _scores(Q, K, None).double()
+    if mask.size(-1) == mask.size(-2) and close(
+        weights.double(),
+        torch.softmax(scores.masked_fill(~mask.mT, float("-inf")), dim=-1),
+    ):
+        return (
+            "掩码用转置了（像是 attn_mask.mT 或 attn_mask.transpose(-2, -1)）："
+            "attn_mask[i, j] 说 query i 能否看 key j，形状 (L, S) 与 scores 对齐，"
+            "直接 scores.masked_fill(~attn_mask, float('-inf'))，不要转置。"
+        )
+    if close(weights.double(), torch.softmax(scores, dim=-1)):
+        return (
+            "返回的权重是屏蔽之前的 softmax：屏蔽像是只用在了输出上，返回的却是"
+            "另算的、未屏蔽的权重。返回与 V 相乘的那个权重，即 "
+            "softmax(scores.masked_fill(~attn_mask, -inf), dim=-1)。"
+        )
     fill = _finite_fill(weights, Q, K, mask, idx)
     if fill is not None and abs(fill) > 0.5:
         return (

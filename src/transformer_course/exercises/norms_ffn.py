@@ -264,6 +264,20 @@ FFN_CRASHES = [
 ]
 
 
+def _check_repeatable(module: nn.Module, x: Tensor, out: object, what: str, case: str):
+    """A second call on the same ``x`` must give the same output: a functional
+    dropout (``F.dropout``, whose ``training`` defaults to True) makes it random."""
+    with torch.no_grad():
+        again = module(x)
+    if isinstance(out, Tensor) and isinstance(again, Tensor) and not close(out, again):
+        fail(
+            f"{what} 对同一个输入两次调用，输出不同（{case}）：像是留了 dropout"
+            "（例如 F.dropout(h, p)：它的 training 默认为 True，"
+            "model.eval() 也关不掉）。"
+            "题目写明“不加 dropout”：去掉它，FFN 就是 w2(gelu(w1(x)))。"
+        )
+
+
 def _check_ffn_output(
     out: object,
     x: Tensor,
@@ -329,6 +343,7 @@ def check_feed_forward(cls: type) -> str:
         l1 = linear_attr(module, "w1", E, d_ff, what, bias=True)
         l2 = linear_attr(module, "w2", d_ff, E, what, bias=True)
         check_no_dropout(module, what)
+        _check_repeatable(module, x, out, what, case)
         ref_mod = FeedForward(E, d_ff, activation="gelu")
         _copy_linear(l1, ref_mod.w1)
         _copy_linear(l2, ref_mod.w2)

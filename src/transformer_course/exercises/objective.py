@@ -34,6 +34,12 @@ _MISTAKES = [
         "pad_counted",
     ),
     (
+        "交叉熵那一项只对真实词元求了平均，平滑那一项 ε·(−mean_v log p_v) 却对"
+        "全部位置（含填充）求了平均：两项都只在 labels != 0 的位置上平均，"
+        "或先逐词元合成 −Σ q·log p，再 per_token[labels != 0].mean()。",
+        "smooth_pad_counted",
+    ),
+    (
         "填充位置的损失置 0 了，但平均时仍除以全部位置数：应只除以真实词元的个数。",
         "pad_in_denominator",
     ),
@@ -128,6 +134,9 @@ def _loss(logits: Tensor, labels: Tensor, eps: float, mistake: str = "") -> Tens
         "raw_logits": lambda: logits,
         "softmax_as_logp": lambda: torch.softmax(logits, -1),
     }.get(mistake, lambda: F.log_softmax(logits, dim))()
+    if mistake == "smooth_pad_counted":  # only the NLL term skips the padding
+        nll = -logp.gather(-1, labels[..., None]).squeeze(-1)[labels != PAD]
+        return (1 - eps) * nll.mean() + eps * (-logp.mean(-1)).mean()
     q = _target(F.one_hot(labels, logp.size(-1)).to(logp.dtype), eps, mistake)
     per_token = -(q * logp).sum(-1)
     if mistake == "kl_div":

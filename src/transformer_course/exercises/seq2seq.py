@@ -70,11 +70,18 @@ def _decoder_variant(
             h, memory, attn_mask=None if mistake == "no_mask" else mask
         )
 
-    if mistake in ("cross_query_from_input", "cross_residual_from_input"):
-        b1 = n1(x + self_attn(x))  # one of query and residual taken from Y instead
-        query, residual = (x, b1) if mistake == "cross_query_from_input" else (b1, x)
+    if mistake in (
+        "cross_query_from_input",
+        "cross_residual_from_input",
+        "ffn_from_b1",
+    ):
+        b1 = n1(x + self_attn(x))  # a sublayer fed from the wrong place
+        query, residual = {
+            "cross_query_from_input": (x, b1),
+            "cross_residual_from_input": (b1, x),
+        }.get(mistake, (b1, b1))
         b2 = n2(residual + cross_attn(query))
-        return n3(b2 + layer.ffn(b2))
+        return n3(b2 + layer.ffn(b1 if mistake == "ffn_from_b1" else b2))
     if mistake == "pre_ln":
         x = x + self_attn(n1(x))
         x = x + cross_attn(n2(x))
@@ -120,6 +127,12 @@ _DECODER_HINTS = [
         "norm2(Y + cross_attn(B1, …)) 跳过了第一个子层。查询对了，残差也应加在 B1 上："
         "norm2(B1 + cross_attn(B1, memory, memory, attn_mask=memory_mask))。",
         "cross_residual_from_input",
+    ),
+    (
+        "FFN 的输入用了第一个子层的输出 B1（ffn(B1)）：FFN 应作用在交叉注意力之后的 "
+        "B2 = norm2(B1 + cross_attn(B1, …)) 上，即 norm3(B2 + ffn(B2))，"
+        "否则交叉注意力只经残差进到输出。",
+        "ffn_from_b1",
     ),
     (
         "交叉注意力没有用 memory_mask：源句的填充位置不能被看到"
@@ -259,26 +272,31 @@ def check_decoder_layer(cls: type) -> str:
 _PAD, _BOS, _EOS = 0, 1, 2
 
 
-def _loss_model(g: torch.Generator) -> tuple[Transformer, Tensor, Tensor]:
-    """A small random model and a batch: targets ``BOS … EOS`` with right padding."""
+def _loss_model(
+    g: torch.Generator, pad: int = _PAD
+) -> tuple[Transformer, Tensor, Tensor]:
+    """A small random model and a batch: targets ``BOS … EOS`` right-padded with
+    ``pad`` (words are drawn from 4 on, so ``pad`` may also be 3)."""
     cfg = TransformerConfig(9, 11, d_model=16, num_heads=2, num_encoder_layers=1,
                             num_decoder_layers=1, d_ff=32, dropout=0.0,
-                            context_length=16, pad_id=_PAD)  # fmt: skip
+                            context_length=16, pad_id=pad)  # fmt: skip
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(torch.randint(0, 10_000, (1,), generator=g)))
         model = Transformer(cfg).eval()
-    src = torch.randint(3, 9, (3, 5), generator=g)
-    src[1, 3:] = _PAD
+    src = torch.randint(4, 9, (3, 5), generator=g)
+    src[1, 3:] = pad
     lengths = [6, 3, 4]  # words between BOS and EOS
-    tgt = torch.full((3, 8), _PAD, dtype=torch.long)
+    tgt = torch.full((3, 8), pad, dtype=torch.long)
     for b, n in enumerate(lengths):
         tgt[b, 0], tgt[b, n + 1] = _BOS, _EOS
-        tgt[b, 1 : n + 1] = torch.randint(3, 11, (n,), generator=g)
+        tgt[b, 1 : n + 1] = torch.randint(4, 11, (n,), generator=g)
     return model, src, tgt
 
 
-def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) -> Tensor:
-    """The loss computed with one typical mistake."""
+def _loss_variant(
+    model: Transformer, src: Tensor, tgt: Tensor, mistake: str, pad: int = _PAD
+) -> Tensor:
+    """The loss computed with one typical mistake (``pad`` is the batch's pad id)."""
     head, tail = tgt[:, :-1], tgt[:, 1:]
     dec_in, labels = {
         "no_shift": (tgt, tgt),
@@ -288,7 +306,8 @@ def _loss_variant(model: Transformer, src: Tensor, tgt: Tensor, mistake: str) ->
     }.get(mistake, (head, tail))
     logits = model(src, dec_in)
     if mistake != "pad_kept":
-        labels = labels.masked_fill(labels == _PAD, -100)
+        ignored = 0 if mistake == "pad_zero" else pad
+        labels = labels.masked_fill(labels == ignored, -100)
     if mistake == "label_smoothing":
         return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
     if mistake == "mean_per_sentence":
@@ -329,6 +348,11 @@ _LOSS_HINTS = [
         "右移的方向反了（输入与标签对调）：解码器输入要以 BOS 开头（tgt[:, :-1]），"
         "标签要以第一个词开头、以 EOS 结尾（tgt[:, 1:]）。",
         "reversed",
+    ),
+    (
+        "填充的编号写死成了 0（ignore_index=0 或 labels == 0）：这一批的 pad_id 是 "
+        "{pad}，填充位置于是都算进了损失。用传进来的参数 pad_id，不要写常数。",
+        "pad_zero",
     ),
     (
         "填充位置也算进了损失：把标签里的 pad_id 换成 -100"
@@ -386,13 +410,14 @@ def check_seq2seq_loss(fn: Callable) -> str:
     """
     name = name_of(fn)
     g = seeded_generator(32)
-    for i in range(3):
-        case = f"第 {i + 1} 个随机模型与批次"
-        model, src, tgt = _loss_model(g)
+    # the last batch pads with 3: code with the pad id 0 as a constant fails there
+    for i, pad in enumerate((_PAD, _PAD, 3)):
+        case = f"第 {i + 1} 个随机模型与批次（pad_id = {pad}）"
+        model, src, tgt = _loss_model(g, pad)
         given, crash = tgt.clone(), None
         try:
             loss = run_learner(
-                fn, model, src, given, _PAD, what=name, case=case, first=i == 0,
+                fn, model, src, given, pad, what=name, case=case, first=i == 0,
                 copy_inputs=False,
             )  # fmt: skip
         except ExerciseError as err:
@@ -422,23 +447,27 @@ def check_seq2seq_loss(fn: Callable) -> str:
                 "也不要 .item()/.detach()——训练要对它调用 backward()。"
             )
         with torch.no_grad():
-            expected = _loss_variant(model, src, tgt, "right")
+            expected = _loss_variant(model, src, tgt, "right", pad)
         if close(loss, expected):
             continue
         with torch.no_grad():
             hint = first_reproduced(
                 loss,
                 _LOSS_HINTS,
-                lambda m, model=model, src=src, tgt=tgt: _loss_variant(
-                    model, src, tgt, m
+                lambda m, model=model, src=src, tgt=tgt, pad=pad: _loss_variant(
+                    model, src, tgt, m, pad
                 ),
+                pad=pad,
             )
         fail(
             f"{name} 的损失不对（{case}）：应为 {expected.item():.6f}，得到 "
             f"{loss.item():.6f}。"
             + (hint or "解码器输入 tgt[:, :-1]，标签 tgt[:, 1:]，填充换成 -100。")
         )
-    return "3 个随机模型；右移、-100 屏蔽填充、对非填充位置取平均、可反向传播"
+    return (
+        "3 个随机模型（pad_id 为 0 和 3）；右移、-100 屏蔽填充、"
+        "对非填充位置取平均、可反向传播"
+    )
 
 
 # --- greedy decoding -----------------------------------------------------------------
@@ -450,7 +479,11 @@ def _greedy_reference(
     return model.greedy_decode(src, bos, eos, max_len=max_len)
 
 
-def _decode_model(g: torch.Generator) -> tuple[Transformer, Tensor]:
+def _decode_model(
+    g: torch.Generator, padded: bool = False
+) -> tuple[Transformer, Tensor]:
+    """A small random model and a source ``(1, 5)``, ending in two pads if
+    ``padded`` (then the source mask changes what is decoded)."""
     cfg = TransformerConfig(9, 12, d_model=16, num_heads=2, num_encoder_layers=1,
                             num_decoder_layers=2, d_ff=32, dropout=0.0,
                             context_length=32, pad_id=_PAD)  # fmt: skip
@@ -459,7 +492,21 @@ def _decode_model(g: torch.Generator) -> tuple[Transformer, Tensor]:
         model = Transformer(cfg).eval()
     with torch.no_grad():  # larger logits: the argmax is not a near tie
         model.lm_head.weight.mul_(4.0)
-    return model, torch.randint(3, 9, (1, 5), generator=g)
+    src = torch.randint(3, 9, (1, 5), generator=g)
+    if padded:
+        src[0, 3:] = _PAD
+    return model, src
+
+
+def _decode_unmasked(
+    model: Transformer, src: Tensor, bos: int, eos: int, max_len: int
+) -> list[int]:
+    """Greedy decoding that ignores the source padding (no source mask anywhere)."""
+    memory, ys = model.encode(src, None), torch.tensor([[bos]])
+    while ys.size(1) < max_len and (ys.size(1) == 1 or int(ys[0, -1]) != eos):
+        nxt = model.lm_head(model.decode(ys, memory, None)[:, -1]).argmax(-1)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+    return ys[0].tolist()
 
 
 def _stop_id(ids: list[int]) -> int | None:
@@ -471,7 +518,18 @@ def _stop_id(ids: list[int]) -> int | None:
     return None
 
 
-def _decode_hint(got: list[int], ref: list[int], eos: int, max_len: int) -> str:
+def _decode_hint(
+    got: list[int], ref: list[int], eos: int, max_len: int, run: tuple
+) -> str:
+    model, src = run
+    if bool((src == _PAD).any()):
+        with torch.no_grad():
+            if got == _decode_unmasked(model, src, ref[0], eos, max_len):
+                return (
+                    "源句的填充没有屏蔽：编码和每一步解码都要传源句掩码 "
+                    "src_mask = model.src_mask(src)（encode(src, src_mask)、"
+                    "decode(ys, memory, src_mask)），否则填充位置也被注意到。"
+                )
     if got[:1] != ref[:1]:
         return "输出应以 BOS 开头：ys = torch.tensor([[bos_id]])，再逐个接上新词元。"
     if len(got) > max_len:
@@ -520,7 +578,7 @@ def check_greedy_decode(fn: Callable) -> str:
     g = seeded_generator(33)
     runs = 0
     for i in range(3):
-        model, src = _decode_model(g)
+        model, src = _decode_model(g, padded=i == 2)
         free = _greedy_reference(model, src, _BOS, -1, 12)[0].tolist()
         eos = _stop_id(free)
         # an EOS the model never emits within 7 tokens (still a valid id)
@@ -529,6 +587,7 @@ def check_greedy_decode(fn: Callable) -> str:
             if eos_arg is None:
                 continue
             what = "EOS 会提前出现" if eos_arg == eos else "EOS 从不出现"
+            what += "，源句末尾有填充" if i == 2 else ""
             case = f"随机模型 {i + 1}，{what}，max_len={max_len}"
             with _modes_seen(model) as modes:
                 out = run_learner(
@@ -564,7 +623,7 @@ def check_greedy_decode(fn: Callable) -> str:
                 )
             fail(
                 f"{name} 的输出不对（{case}）：应为 {ref}，得到 {got}。"
-                + _decode_hint(got, ref, eos_arg, max_len)
+                + _decode_hint(got, ref, eos_arg, max_len, (model, src))
             )
     if runs < 4:  # the seeded models always give both cases; guard the guarantee
         fail(f"检查器内部错误：只检查了 {runs} 种情形。")

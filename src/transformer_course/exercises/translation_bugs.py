@@ -56,6 +56,12 @@ DECODER_BATCH_HINTS = [
         "解码器输入在前、标签（含 -100）在后。",
         "pair_swapped",
     ),
+    (
+        "标签是用 torch.roll 移出来的：roll 是循环移位，最后一列绕回成了 "
+        "dec_in 的第一列 <bos>，而不是 tgt 的最后一个词元。用切片：labels = tgt[:, 1:]"
+        "（再把 pad_id 换成 -100）。",
+        "rolled",
+    ),
 ]
 
 
@@ -74,6 +80,8 @@ def _batch_variant(tgt: Tensor, pad_id: int, mistake: str) -> tuple[Tensor, Tens
     dec_in, labels = tgt[:, :-1], tgt[:, 1:]
     if mistake == "copy":
         labels = dec_in
+    elif mistake == "rolled":  # a cyclic shift: the last label wraps round to BOS
+        labels = torch.roll(dec_in, -1, 1)
     elif mistake == "reversed":
         dec_in, labels = labels, dec_in
     if mistake == "input_shifted":
