@@ -233,7 +233,7 @@ def _diagnose_choice(name: str, pair: tuple, ids: list[int]) -> None:
             "字典序比较：先比第一个 id，再比第二个），与 tc.BPETokenizer 一致，训练才"
             "可复现。"
             # the remark fits only code that picks what the usual one-liner picks
-            + (one_liner if pair == max(counts, key=counts.get) else "")
+             + (one_liner if pair == max(counts, key=counts.get) else "")
         )
     fail(head + "要合并的是出现次数最多的一对。")
 
