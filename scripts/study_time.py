@@ -14,6 +14,8 @@ What counts as the main path: everything outside 选读 blocks (``:class: option
   ``remove-cell``), plus the code that a cell prints: the package's with
   ``tc.show_source(...)``, the page's own functions with ``inspect.getsource(name)``, at
   ``CODE_LINES_PER_MIN`` (read, run, look at the output);
+- figures: ``MIN_PER_FIGURE`` each, for every ``plt.show()`` and diagram ``.draw(`` of a main-path
+  cell, hidden or not (the reader sees the figure either way);
 - display equations: ``MIN_PER_EQUATION`` each.
 
 Exercises: by their ★ mark, ``MIN_PER_STAR`` minutes for ★, ★★ and ★★★.
@@ -34,14 +36,18 @@ from pathlib import Path
 CHARS_PER_MIN = 150  # technical Chinese with inline formulas, read with care
 CODE_LINES_PER_MIN = 4  # read the code, run it, look at what it prints or draws
 MIN_PER_EQUATION = 1
+MIN_PER_FIGURE = 1  # look at a plot or a diagram and find in it what the prose says
 MIN_PER_STAR = {1: 5, 2: 15, 3: 30}
-MAIN_PATH_LIMIT_MIN = 60  # the house style: the whole main path (prose and code) takes at most an hour
+READING_LIMIT_MIN = 60  # the house style: the main path's prose and equations read in at most an hour
+MAIN_PATH_LIMIT_MIN = 80  # and the whole main path, with its code, outputs and figures, in at most 80 minutes
 
 LINE_PREFIX = "**学习时间**"
 HANZI = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
 HIDDEN_TAGS = ("hide-input", "remove-input", "remove-cell")
 SHOW_SOURCE = re.compile(r"tc\.show_source\((.+)\)\s*$", re.M)
+# a figure the cell shows: a matplotlib plot or a package diagram
+FIGURE = re.compile(r"plt\.show\(\)|\.draw\(")
 # a function of the page itself shown as code: Code(inspect.getsource(name), ...)
 GET_SOURCE = re.compile(r"inspect\.getsource\((\w+)\)")
 
@@ -50,6 +56,7 @@ GET_SOURCE = re.compile(r"inspect\.getsource\((\w+)\)")
 class Study:
     chars: int = 0
     code_lines: int = 0
+    figures: int = 0
     equations: int = 0
     exercises: dict[int, int] = field(default_factory=lambda: {1: 0, 2: 0, 3: 0})
     unmarked: list[str] = field(default_factory=list)  # exercise titles without ★
@@ -62,8 +69,9 @@ class Study:
 
     @property
     def code_min(self) -> int:
-        """The code a reader sees or a cell prints, rounded up to 5 minutes."""
-        return math.ceil(self.code_lines / CODE_LINES_PER_MIN / 5) * 5
+        """The code a reader sees or a cell prints, and the figures, rounded up to 5 minutes."""
+        minutes = self.code_lines / CODE_LINES_PER_MIN + self.figures * MIN_PER_FIGURE
+        return math.ceil(minutes / 5) * 5
 
     @property
     def main_min(self) -> int:
@@ -78,9 +86,10 @@ class Study:
         stars = "、".join(f"{'★' * s} {n} 道" for s, n in self.exercises.items() if n)
         hours = f"{self.exercise_min / 60:.1f}".removesuffix(".0")
         main = self.main_min
+        figures = f"，含 {self.figures} 幅图" if self.figures else ""
         return (
             f"{LINE_PREFIX}：主线约 {main} 分钟（读正文约 {self.reading_min} 分钟，"
-            f"读代码、运行、看结果约 {self.code_min} 分钟）；"
+            f"读代码、运行、看结果约 {self.code_min} 分钟{figures}）；"
             f"练习约 {hours} 小时（{stars}）；折叠的选读块不计在内。"
         )
 
@@ -188,6 +197,7 @@ def measure(path: Path) -> Study:
         source = "\n".join(lines)
         if "remove-cell" in tags:
             continue
+        study.figures += len(FIGURE.findall(source))
         printed = SHOW_SOURCE.findall(source)
         own = GET_SOURCE.findall(source)
         if printed or own:

@@ -319,6 +319,7 @@ import study_time  # noqa: E402
 
 @pytest.mark.parametrize("page", CHAPTERS, ids=_ids(CHAPTERS))
 def test_study_time_is_stated_as_computed_and_the_main_path_reads_in_an_hour(page):
+    """The prose reads in an hour; prose, code and figures together take at most 80 minutes."""
     study = study_time.measure(page)
     lines = page.read_text(encoding="utf-8").splitlines()
     assert study.line() in lines, (
@@ -326,9 +327,14 @@ def test_study_time_is_stated_as_computed_and_the_main_path_reads_in_an_hour(pag
         f"python scripts/study_time.py --write {page.relative_to(BOOK.parent)}"
     )
     assert not study.unmarked, f"exercises without a ★ difficulty mark: {study.unmarked}"
+    assert study.reading_min <= study_time.READING_LIMIT_MIN, (
+        f"main-path prose {study.reading_min} min > {study_time.READING_LIMIT_MIN}: "
+        "move proofs, measurements and history into 选读 blocks"
+    )
     assert study.main_min <= study_time.MAIN_PATH_LIMIT_MIN, (
-        f"main path {study.main_min} min (prose {study.reading_min} + code {study.code_min}) > "
-        f"{study_time.MAIN_PATH_LIMIT_MIN}: move proofs, measurements and history into 选读 blocks"
+        f"main path {study.main_min} min (prose {study.reading_min} + code and "
+        f"{study.figures} figures {study.code_min}) > {study_time.MAIN_PATH_LIMIT_MIN}: "
+        "move proofs, measurements and history into 选读 blocks"
     )
 
 
@@ -402,3 +408,20 @@ def test_study_time_counts_the_code_a_cell_prints(tmp_path):
 
     printed = len(inspect.getsource(tc.causal_mask).strip().splitlines())
     assert study_time.measure(page).code_lines == 3 + printed
+
+
+def test_study_time_counts_the_figures_of_the_main_path(tmp_path):
+    page = tmp_path / "ch99_z.md"
+    fence = "```"
+    page.write_text(
+        f"{fence}{{code-cell}} ipython3\n---\ntags: [hide-input]\n---\n"
+        f"plt.plot([1, 2])\nplt.show()\nfig = d.draw(width=6)\n{fence}\n"
+        f"{fence}{{code-cell}} ipython3\n---\ntags: [remove-cell]\n---\nplt.show()\n{fence}\n"
+        f"{fence}{{admonition}} 选读：细节\n:class: optional\n\n说明\n{fence}\n\n"
+        f"{fence}{{code-cell}} ipython3\nplt.show()\n{fence}\n\n*（选读结束）*\n\n% optional-end\n",
+        encoding="utf-8",
+    )
+    study = study_time.measure(page)
+    assert study.figures == 2  # the hidden cell's plot and diagram; not the removed cell, not the 选读
+    assert study.code_min == 5  # 2 figures at MIN_PER_FIGURE, rounded up to 5
+    assert "，含 2 幅图）" in study.line()
