@@ -57,6 +57,14 @@ def test_no_sphinx_only_constructs(page):
     assert not glue, f"glue renders as raw text in Jupyter: {glue[:3]}"
 
 
+@pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
+def test_exercise_references_are_not_doubled(page):
+    """An exercise's reference already renders as "练习 1.8": "练习 {ref}`…`" reads "练习 练习 1.8"."""
+    text = page.read_text(encoding="utf-8")
+    doubled = re.findall(r"练习\s*\{(?:ref|numref)\}`[^`<]*-ex-[^`<]*`", text)
+    assert not doubled, f"drop the word 练习 before these references: {doubled[:3]}"
+
+
 @pytest.mark.parametrize("page", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_code_cells_fit_the_page(page):
     wide = []
