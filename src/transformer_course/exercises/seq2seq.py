@@ -36,6 +36,7 @@ from ._report import (
 )
 from .attention import ADDITIVE_MASK_NOTE, is_additive_mask
 from .blocks_gpt import _load_into_reference
+from .translation_bugs import fail_if_tgt_edited
 
 # --- the decoder layer ---------------------------------------------------------------
 
@@ -422,16 +423,7 @@ def check_seq2seq_loss(fn: Callable) -> str:
             )  # fmt: skip
         except ExerciseError as err:
             crash = str(err)
-        if not torch.equal(given, tgt):
-            fail(
-                f"{name} 原地修改了传进来的 tgt（{case}）：labels = tgt[:, 1:] 是 tgt "
-                "的视图（共用同一块内存），labels[labels == pad_id] = -100 也就改了 "
-                "tgt，解码器输入 tgt[:, :-1] 里于是有了 -100（查嵌入表时下标越界，"
-                "IndexError: index out of range），调用者的 tgt 也坏了。用返回新张量"
-                "的写法：labels = tgt[:, 1:].masked_fill(tgt[:, 1:] == pad_id, -100)"
-                "，或先 tgt[:, 1:].clone()。"
-                + (f"\n（你的代码随后出错：{crash}）" if crash else "")
-            )
+        fail_if_tgt_edited(given, tgt, name, case, crash or "")
         if crash:
             fail(crash)
         loss = as_tensor(loss, name, case)
