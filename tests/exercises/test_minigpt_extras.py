@@ -107,6 +107,24 @@ class OffsetStays0(ConcatCache):
         super().__init__(offset_mistake=True)
 
 
+class LenIsBatch(ConcatCache):  # learner test 9a, 3.15
+    def __len__(self):
+        return 0 if self.k is None else self.k.size(0)
+
+
+class LenCountsUpdates(ConcatCache):
+    def __init__(self):
+        super().__init__()
+        self.updates = 0
+
+    def update(self, k, v):
+        self.updates += 1
+        return super().update(k, v)
+
+    def __len__(self):
+        return self.updates
+
+
 class NoWindow(ConcatCache):
     def __init__(self):
         super().__init__()
@@ -165,8 +183,9 @@ def test_the_package_block_passes(capsys):
 
 
 def test_correct_caches_pass(capsys):
-    assert_passes(ex.check_kv_cache_in_model, ConcatCache, capsys)
-    assert_passes(ex.check_kv_cache_in_model, ListCache, capsys)
+    for cache in (ConcatCache, ListCache):
+        assert_passes(ex.check_kv_cache_in_model, cache, capsys)
+        assert_passes(ex.check_kv_cache, cache, capsys)  # the page's unit check reads offset too
 
 
 def test_skeletons(capsys):
@@ -191,7 +210,10 @@ BLOCK_REJECTS = [
 CACHE_REJECTS = [
     pytest.param(ex.check_kv_cache_in_model, NoOffset, "缺少 offset", id="no-offset"),
     pytest.param(ex.check_kv_cache_in_model, NoWindow, "self.window = None", id="no-window"),
-    pytest.param(ex.check_kv_cache_in_model, OffsetStays0, "offset 要随每次", id="offset-stays-0"),
+    pytest.param(ex.check_kv_cache_in_model, OffsetStays0, "offset 应为 9，得到 0", id="offset-stays-0"),
+    pytest.param(ex.check_kv_cache, OffsetStays0, "offset 应为 1，得到 0", id="unit-check-offset-stays-0"),
+    pytest.param(ex.check_kv_cache_in_model, LenIsBatch, "__len__ 应返回缓存的位置数", id="len-is-batch"),
+    pytest.param(ex.check_kv_cache_in_model, LenCountsUpdates, "不是 update 的调用次数", id="len-counts-updates"),
     pytest.param(ex.check_kv_cache_in_model, NewestFirst, "旧位置在前", id="newest-first"),
     pytest.param(ex.check_kv_cache_in_model, Overwrites, "update 每次都覆盖了旧的键和值", id="overwrites"),
 ]
