@@ -42,6 +42,9 @@ def post_ln_block(mistake=None):
             if mistake == "ffn_residual_from_input":  # learner test 7a, 3.11
                 h = self.norm1(x + attn(x))
                 return self.norm2(x + self.ffn(h))
+            if mistake == "norms_swapped":  # learner test 9a, 3.11
+                h = self.norm2(x + attn(x))
+                return self.norm1(h + self.ffn(h))
             if mistake == "beta_twice":  # no hint for this one: the generic message
                 h = self.norm1(x + attn(x)) + self.norm1.bias
                 return self.norm2(h + self.ffn(h))
@@ -204,6 +207,7 @@ BLOCK_REJECTS = [
         ("ffn_unfixed", "只改好了注意力这一层"),
         ("attn_unfixed", "只改好了 FFN 这一层"),
         ("ffn_residual_from_input", "FFN 这一层的残差加的是块的输入 x"),
+        ("norms_swapped", "两个 LayerNorm 却用反了"),
         ("beta_twice", "对照第 3.3.1 节"),
     ]
 ]

@@ -60,6 +60,12 @@ POST_LN_HINTS = [
         "注意力没有因果掩码，位置看得见未来：调用 self.self_attn(x, is_causal=True)。",
         "no_mask",
     ),
+    (
+        "接线对了，两个 LayerNorm 却用反了：注意力子层之后是 norm1，"
+        "FFN 子层之后是 norm2，h = norm1(x + attn(x))，输出 norm2(h + ffn(h))"
+        "（两者的 γ、β 各不相同，后面的单元格要按名字复制参数）。",
+        "norms_swapped",
+    ),
 ]
 
 
@@ -70,6 +76,8 @@ def _post_ln_variant(ref: TransformerBlock, x: Tensor, mistake: str) -> Tensor:
         return ref.self_attn(z, is_causal=mistake != "no_mask")
 
     n1, n2, ffn = ref.norm1, ref.norm2, ref.ffn
+    if mistake == "norms_swapped":
+        n1, n2 = n2, n1
     if mistake == "inner_norm":
         h = x + n1(attend(x))
         return h + n2(ffn(h))
