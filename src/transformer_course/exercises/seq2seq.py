@@ -717,6 +717,8 @@ def _alignment_variant(model: Transformer, src: Tensor, ys: Tensor, mistake: str
         "self_attn": attn["self_attn"][-1],  # the last decoder layer's self-attention
     }.get(mistake, attn["cross_attn"][-1])
     weights = maps[module][0]  # (H, L, S)
+    if mistake == "mean_layers":  # every layer's cross-attention, averaged
+        weights = torch.stack([maps[m][0] for m in attn["cross_attn"]]).mean(0)
     if mistake == "head0":
         weights = weights[0]
     else:
@@ -734,6 +736,11 @@ _ALIGNMENT_HINTS = [
         "读的是解码器的自注意力（看目标自己的词）：对齐要看交叉注意力 cross_attn，"
         "它的键是源句。",
         "self_attn",
+    ),
+    (
+        "对所有层的交叉注意力取了平均：本题只读最后一层，"
+        "cross_attention_modules(model)[-1]，对它的头取平均，再对每行取 argmax。",
+        "mean_layers",
     ),
     ("只取了一个头：先对头取平均（.mean(0)），再取 argmax。", "head0"),
     (
