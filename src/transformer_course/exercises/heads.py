@@ -47,6 +47,8 @@ def _mha_variant(
 ) -> Tensor | None:
     """What multi-head attention with the learner's four layers outputs with one of
     :data:`MHA_HINTS`' mistakes."""
+    # wrong inputs: K and V both from Q, or forward(Q, V, K) (keys from V)
+    K, V = {"kv_from_q": (Q, Q), "kv_inputs_swapped": (V, K)}.get(mistake, (K, V))
     if mistake != "attend_heads":
         return _mha_wiring_variant(layers, H, Q, K, V, mask, mistake)
     # (N, T, H, D) fed to attention: each token's heads attend to each other
@@ -86,10 +88,6 @@ def _mha_wiring_variant(
         _, role, source = mistake.split("_")
         layer = {"q": q_proj, "k": k_proj}[source]
         k_proj, v_proj = (layer, v_proj) if role == "k" else (k_proj, layer)
-    if mistake == "kv_from_q":
-        K = V = Q
-    if mistake == "kv_inputs_swapped":  # forward(Q, V, K): keys from V, values from K
-        K, V = V, K
     if mistake == "mask_transposed":  # (L, S) read as (S, L): needs L == S
         mask = mask.transpose(-2, -1)
     H = 1 if mistake == "one_head" else H

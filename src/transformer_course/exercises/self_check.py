@@ -191,8 +191,8 @@ def check_softmax_jacobian(fn: object) -> str:
                 hint = (
                     "减去的是逐元素平方 p²，不是外积 p pᵀ：p.unsqueeze(-1) * "
                     "p.unsqueeze(-1) 的形状是 (…, L, 1)，元素是 p_i²，广播后第 i 行"
-                    "处处减同一个 p_i²。外积要一列乘一行：p.unsqueeze(-1) * p.unsqueeze(-2)"
-                    "，第 (i, j) 个元素是 p_i p_j。"
+                    "处处减同一个 p_i²。外积要一列乘一行："
+                    "p.unsqueeze(-1) * p.unsqueeze(-2)，第 (i, j) 个元素是 p_i p_j。"
                 )
             elif close(got, p[..., :, None] * p[..., None, :] - torch.diag_embed(p)):
                 hint = "符号反了：应是 diag(p) − p pᵀ。"
