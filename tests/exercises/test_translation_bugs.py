@@ -107,9 +107,7 @@ REJECTS = [
     pytest.param(ex.check_decoder_batch, one_tensor, "两个张量", id="one-tensor"),
     pytest.param(ex.check_decoder_batch, pair_swapped, "两个返回值的顺序反了", id="pair-swapped"),
     pytest.param(ex.check_decoder_batch, rolled, "torch.roll", id="rolled"),
-    pytest.param(
-        ex.check_decoder_batch, labels_edited_in_place, "原地修改了传进来的 tgt", id="in-place"
-    ),
+    pytest.param(ex.check_decoder_batch, labels_edited_in_place, "原地修改了传进来的 tgt", id="in-place"),
 ]
 
 
