@@ -360,6 +360,15 @@ class PositionsFrom1(GPT):
         return self.tok_emb(input_ids) + self.pos_emb.weight[1 : input_ids.size(1) + 1]
 
 
+class PositionsFrom1LargerTable(GPT):  # learner test 9a, 3.6: a table of C + 1 rows for 1..L
+    def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
+        super().__init__(vocab_size, context_length, d_model, num_heads, num_layers)
+        self.pos_emb = nn.Embedding(context_length + 1, d_model)
+
+    def embed(self, input_ids):
+        return self.tok_emb(input_ids) + self.pos_emb(torch.arange(1, input_ids.size(1) + 1))
+
+
 class LastPositions(GPT):
     def embed(self, input_ids):
         return self.tok_emb(input_ids) + self.pos_emb.weight[-input_ids.size(1) :]
@@ -520,6 +529,7 @@ GPT_REJECTS = [
     gpt_check(NoPositions, "忘了加位置嵌入", "no position embedding"),
     gpt_check(PositionsById, "不是按 token id", "positions looked up by token id (crashes)"),
     gpt_check(PositionsFrom1, "位置应从 0 开始", "positions 1..L"),
+    gpt_check(PositionsFrom1LargerTable, "让位置从 1 编号", "positions 1..L, table of C + 1 rows"),
     gpt_check(LastPositions, "最后 L 行", "the table's last L rows"),
     gpt_check(ScaledTokenEmbeddings, "乘了 √d_model", "token embeddings scaled by sqrt(d)"),
     gpt_check(NoFinalNorm, "norm_f", "no final norm"),

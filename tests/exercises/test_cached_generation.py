@@ -39,7 +39,7 @@ def make_forward(mistake=None):
             if mistake == "one_cache":
                 i = 0
             attn = block.self_attn
-            h = block.norm1(x)
+            h = x if mistake == "no_norm1" else block.norm1(x)
             if mistake == "heads_no_transpose":  # learner test 6b, 5.16: reshape straight to (N, H, T, D)
                 q, k, v = (p(h).reshape(N, num_heads, T, -1) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
             else:
@@ -65,7 +65,8 @@ def make_forward(mistake=None):
             if mistake not in ("heads_no_transpose", "merge_no_transpose"):
                 o = o.transpose(1, 2)
             x = x + attn.out_proj(o.reshape(N, T, -1))
-            x = x + block.ffn(block.norm2(x))
+            # learner test 9b, 5.16: norm2 skipped
+            x = x + block.ffn(x if mistake == "no_norm2" else block.norm2(x))
         if mistake != "no_norm_f":
             x = model.norm_f(x)
         return model.lm_head(x)
@@ -114,6 +115,8 @@ def test_skeleton(capsys):
         ("no_mask", "因果掩码"),
         ("no_scale", "√D"),
         ("no_norm_f", "norm_f"),
+        ("no_norm2", "FFN 之前漏了 norm2"),
+        ("no_norm1", "注意力之前漏了 norm1"),
         ("cache_not_read", "cache.update"),
         ("one_cache", "共用了一个缓存"),
         ("top_left_padded", "对齐到了左上角"),

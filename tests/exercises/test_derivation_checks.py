@@ -48,6 +48,9 @@ REJECTS = [
     check(lambda L, S: (torch.arange(S) + 1 < L[:, None])[:, None, None], "少了最后一个", "one-less"),
     check(lambda L, S: torch.arange(S) < L[:, None], "[:, None, None, :]", "flat"),
     check(lambda L, S: (torch.arange(S) < L[:, None]).float()[:, None, None], "torch.bool", "float"),
+    check(  # learner test 9a, 2.5
+        lambda L, S: (torch.arange(S) < L[:, None]).long()[:, None, None], "torch.int64：非布尔的掩码", "int64"
+    ),
     check(lambda L, S: (torch.arange(S) < L[:, None])[None, None], "形状不对", "shape"),
     check(lambda L, S: torch.ones(len(L), 1, 1, S, dtype=torch.bool), "位置 0..ℓ−1", "all-true"),
     check(lambda L, S: L.tolist(), "torch.Tensor", "list"),

@@ -272,6 +272,8 @@ def make_cache(mistake=None):
                 self.k, self.v = torch.cat([k, self.k], dim), torch.cat([v, self.v], dim)
             else:
                 self.k, self.v = torch.cat([self.k, k], dim), torch.cat([self.v, v], dim)
+            if mistake == "keys_twice":  # learner test 9a, 3.15: (K, K)
+                return self.k, self.k
             return (self.v, self.k) if mistake == "swapped" else (self.k, self.v)
 
         def __len__(self):
@@ -279,6 +281,8 @@ def make_cache(mistake=None):
                 return sum(t.size(-2) for t in self.shared)
             if mistake == "count_updates":
                 return self.updates
+            if mistake == "len_batch":  # learner test 9a, 3.15: the batch size
+                return 0 if self.k is None else self.k.size(0)
             return 0 if self.k is None else self.k.size(-2)
 
     return Cache
@@ -304,6 +308,8 @@ KV_CACHE_REJECTS = [
     pytest.param(ex.check_kv_cache, make_cache("swapped"), "K 和 V 顺序反了", id="(V, K)"),
     pytest.param(ex.check_kv_cache, make_cache("count_updates"), "调用次数", id="len counts updates"),
     pytest.param(ex.check_kv_cache, make_cache("shared"), "共享", id="class-level storage"),
+    pytest.param(ex.check_kv_cache, make_cache("len_batch"), "批大小 N = 2", id="len is the batch size"),
+    pytest.param(ex.check_kv_cache, make_cache("keys_twice"), "值 V 没有返回", id="(K, K)"),
     pytest.param(ex.check_kv_cache, make_cache("transposed_new"), "拼接的维度不对", id="cat of mismatched shapes"),
 ]
 

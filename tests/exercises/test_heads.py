@@ -302,7 +302,15 @@ class AttentionOverHeads(MHA):
         return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2)
 
 
+class KVInputsSwapped(MHA):
+    """Learner test 9a, 3.4: super().forward(Q, V, K): keys from V, values from K."""
+
+    def forward(self, Q, K, V, attn_mask=None):
+        return super().forward(Q, V, K, attn_mask)
+
+
 REJECTS = [
+    check(KVInputsSwapped, "K 和 V 两个输入用反了", "K and V inputs swapped"),
     check(AttentionOverHeads, "注意力算在了头的维度上", "attention over the heads"),
     check(MergeWithoutTranspose, "合并多头时没有先转置", "heads merged without transposing"),
     check(SplitWithoutTranspose, "拆分多头时直接 view", "heads split without transposing"),

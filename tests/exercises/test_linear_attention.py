@@ -182,11 +182,16 @@ def relu_with_eps(q, k, v):
     return make_rnn(feature=lambda x: F.relu(x) + 1e-6)(q, k, v)
 
 
+def relu_with_larger_eps(q, k, v):  # learner test 9a, 2.11
+    return make_rnn(feature=lambda x: F.relu(x) + 1e-3)(q, k, v)
+
+
 @pytest.mark.parametrize(
     "fn, keyword",
     [
         (make_rnn(feature=lambda x: x), "φ"),
-        (relu_with_eps, "relu"),
+        (relu_with_eps, "φ 用成了 relu"),
+        (relu_with_larger_eps, "φ 用成了 relu"),
         (make_rnn(feature=lambda x: F.relu(x) + 1), "φ 用成了 relu(x) + 1"),  # learner test 7a, 2.11
         (make_rnn(feature=F.elu), "少了 + 1"),
         (make_rnn(feature=torch.exp), "exp"),
@@ -203,6 +208,7 @@ def relu_with_eps(q, k, v):
     ids=[
         "no phi",
         "relu",
+        "relu + 1e-3",
         "relu + 1",
         "elu",
         "exp",

@@ -42,6 +42,9 @@ def post_ln_block(mistake=None):
             if mistake == "ffn_residual_from_input":  # learner test 7a, 3.11
                 h = self.norm1(x + attn(x))
                 return self.norm2(x + self.ffn(h))
+            if mistake == "norms_swapped":  # learner test 9a, 3.11
+                h = self.norm2(x + attn(x))
+                return self.norm1(h + self.ffn(h))
             if mistake == "beta_twice":  # no hint for this one: the generic message
                 h = self.norm1(x + attn(x)) + self.norm1.bias
                 return self.norm2(h + self.ffn(h))
@@ -107,6 +110,24 @@ class OffsetStays0(ConcatCache):
         super().__init__(offset_mistake=True)
 
 
+class LenIsBatch(ConcatCache):  # learner test 9a, 3.15
+    def __len__(self):
+        return 0 if self.k is None else self.k.size(0)
+
+
+class LenCountsUpdates(ConcatCache):
+    def __init__(self):
+        super().__init__()
+        self.updates = 0
+
+    def update(self, k, v):
+        self.updates += 1
+        return super().update(k, v)
+
+    def __len__(self):
+        return self.updates
+
+
 class NoWindow(ConcatCache):
     def __init__(self):
         super().__init__()
@@ -165,8 +186,9 @@ def test_the_package_block_passes(capsys):
 
 
 def test_correct_caches_pass(capsys):
-    assert_passes(ex.check_kv_cache_in_model, ConcatCache, capsys)
-    assert_passes(ex.check_kv_cache_in_model, ListCache, capsys)
+    for cache in (ConcatCache, ListCache):
+        assert_passes(ex.check_kv_cache_in_model, cache, capsys)
+        assert_passes(ex.check_kv_cache, cache, capsys)  # the page's unit check reads offset too
 
 
 def test_skeletons(capsys):
@@ -185,13 +207,17 @@ BLOCK_REJECTS = [
         ("ffn_unfixed", "只改好了注意力这一层"),
         ("attn_unfixed", "只改好了 FFN 这一层"),
         ("ffn_residual_from_input", "FFN 这一层的残差加的是块的输入 x"),
+        ("norms_swapped", "两个 LayerNorm 却用反了"),
         ("beta_twice", "对照第 3.3.1 节"),
     ]
 ]
 CACHE_REJECTS = [
     pytest.param(ex.check_kv_cache_in_model, NoOffset, "缺少 offset", id="no-offset"),
     pytest.param(ex.check_kv_cache_in_model, NoWindow, "self.window = None", id="no-window"),
-    pytest.param(ex.check_kv_cache_in_model, OffsetStays0, "offset 要随每次", id="offset-stays-0"),
+    pytest.param(ex.check_kv_cache_in_model, OffsetStays0, "offset 应为 9，得到 0", id="offset-stays-0"),
+    pytest.param(ex.check_kv_cache, OffsetStays0, "offset 应为 1，得到 0", id="unit-check-offset-stays-0"),
+    pytest.param(ex.check_kv_cache_in_model, LenIsBatch, "__len__ 应返回缓存的位置数", id="len-is-batch"),
+    pytest.param(ex.check_kv_cache_in_model, LenCountsUpdates, "不是 update 的调用次数", id="len-counts-updates"),
     pytest.param(ex.check_kv_cache_in_model, NewestFirst, "旧位置在前", id="newest-first"),
     pytest.param(ex.check_kv_cache_in_model, Overwrites, "update 每次都覆盖了旧的键和值", id="overwrites"),
 ]

@@ -52,6 +52,8 @@ def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=T
                 return (y + b) * g
             if mistake == "no_bias":  # learner test 6a, 3.1
                 return y * g
+            if mistake == "bias_inside":  # learner test 9a, 3.1: (x - mu + b) / sqrt(var + eps) * w
+                return (x - mean + b) / torch.sqrt(var + self.eps) * g
             return y * g + b
 
     return Candidate
@@ -90,6 +92,7 @@ LAYER_NORM_REJECTS = [
     pytest.param(ex.check_layer_norm, make_ln(mistake="dim1"), "不是第 1 维", id="normalised over dim 1"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="all"), "不要把其它维也算进去", id="normalised over all dims"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="shift_then_scale"), "先加 β 再乘 γ", id="(x̂ + β)γ"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="bias_inside"), "β 加在了归一化里面", id="β inside"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_keepdim"), "keepdim=True", id="no keepdim"),
     pytest.param(
         ex.check_layer_norm,

@@ -268,6 +268,18 @@ def test_nan_is_reported_as_nan(capsys):
     assert "NaN" in message and "得到 nan" not in message, message
 
 
+def mask_inverted(Q, K, V, attn_mask=None):  # learner test 9b, 5.4: the ~ dropped
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if attn_mask is not None:
+        scores = scores.masked_fill(attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ V
+
+
+def test_an_inverted_mask_is_named_as_in_the_attention_check(capsys):
+    for checker in (ex.check_leak_fixed, ex.check_self_attention):
+        assert_rejects(checker, mask_inverted, "掩码方向可能反了（True = 可以看）", capsys)
+
+
 def test_the_bug_is_reported_by_its_symptom_not_its_line(capsys):
     for wrong in (softmax_over_queries, mask_ignored_and_unscaled):
         message = rejection(ex.check_leak_fixed, wrong)

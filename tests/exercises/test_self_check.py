@@ -102,7 +102,10 @@ def test_softmax_jacobian(capsys):
         (lambda p: torch.diag_embed(p), "漏了 −p pᵀ"),
         (lambda p: torch.diag_embed(p - p * p), "只减了对角线"),
         (lambda p: p.unsqueeze(-1) * p.unsqueeze(-2) - torch.diag_embed(p), "符号反了"),
-        (lambda p: torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-1), "δ_ij"),
+        # learner test 9b, 5.19: the elementwise square p², not the outer product
+        (lambda p: torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-1), "不是外积 p pᵀ"),
+        (lambda p: torch.diag_embed(p) - p.unsqueeze(-2) * p.unsqueeze(-2), "不是外积 p pᵀ"),
+        (lambda p: torch.diag_embed(p) - 0.5 * p.unsqueeze(-1) * p.unsqueeze(-2), "δ_ij"),
         (jacobian_flattened_outer, "一维的 p 对了，批量的错了"),
     ],
 )

@@ -71,6 +71,12 @@ def rolled(tgt, pad_id):  # learner test 8a, 1.9: labels by a cyclic shift of de
     return dec_in, labels.masked_fill(labels == pad_id, -100)
 
 
+def labels_edited_in_place(tgt, pad_id):  # learner test 9a, 1.9: labels is a view of tgt
+    labels = tgt[:, 1:]
+    labels[labels == pad_id] = -100
+    return tgt[:, :-1], labels
+
+
 def float_labels(tgt, pad_id):
     dec_in, labels = slicing(tgt, pad_id)
     return dec_in, labels.float()
@@ -101,6 +107,7 @@ REJECTS = [
     pytest.param(ex.check_decoder_batch, one_tensor, "两个张量", id="one-tensor"),
     pytest.param(ex.check_decoder_batch, pair_swapped, "两个返回值的顺序反了", id="pair-swapped"),
     pytest.param(ex.check_decoder_batch, rolled, "torch.roll", id="rolled"),
+    pytest.param(ex.check_decoder_batch, labels_edited_in_place, "原地修改了传进来的 tgt", id="in-place"),
 ]
 
 

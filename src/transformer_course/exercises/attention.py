@@ -371,6 +371,27 @@ def _check_attention_output_shape(
     check_float(out, f"{name} 的输出")
 
 
+INVERTED_MASK_NAN = (
+    "NaN 出现在掩码整行为 True（全都可以看）的 query 上，说明填成 -inf 的恰是"
+    "「可以看」的位置：掩码方向可能反了（True = 可以看）："
+    "应写 masked_fill(~attn_mask, -inf)。"
+)
+
+
+def nan_from_inverted_mask(out: Tensor, mask: Tensor | None) -> bool:
+    """Whether the non-finite rows of ``out`` ``(…, L, D)`` are all queries whose
+    bool ``mask`` row is all True (may see every key): the -inf went where the mask
+    says "may attend"."""
+    if mask is None:
+        return False
+    bad = ~torch.isfinite(out).all(-1)  # (…, L)
+    try:
+        full = torch.broadcast_to(mask.all(-1), bad.shape)
+    except RuntimeError:  # a mask that does not broadcast: no diagnosis
+        return False
+    return bool(bad.any()) and bool(full[bad].all())
+
+
 def _check_attention_finite(
     fn: Callable, out: Tensor, mask: Tensor | None, case: str
 ) -> None:
@@ -378,12 +399,8 @@ def _check_attention_finite(
     mask."""
     if bool(torch.isfinite(out).all()):
         return
-    if mask is not None and bool(mask.all(-1).any()):
-        fail(
-            f"{name_of(fn)} 的输出含 NaN（{case}）：NaN 出现在掩码整行为 True"
-            "（全都可以看）的 query 上，说明填成 -inf 的恰是「可以看」的位置："
-            "掩码方向可能反了（True = 可以看）：应写 masked_fill(~attn_mask, -inf)。"
-        )
+    if nan_from_inverted_mask(out, mask):
+        fail(f"{name_of(fn)} 的输出含 NaN（{case}）：{INVERTED_MASK_NAN}")
     fail(
         f"{name_of(fn)} 的输出含 NaN 或 inf（{case}）：检查 softmax 之前的"
         "分数，是否某一行全被填成了 -inf？"

@@ -85,9 +85,16 @@ def _check_parameters(learner: nn.Module, ref: nn.Module, what: str) -> None:
                 )
             _missing_parameter(learner, name, what)
         if tuple(mine[name].shape) != tuple(p.shape):
+            extra = ""
+            if name == "pos_emb.weight" and mine[name].size(0) == p.size(0) + 1:
+                extra = (
+                    "多出的一行多半是为了让位置从 1 编号（arange(1, L + 1)）：位置从 0 "
+                    "开始，pos_emb(torch.arange(L))，表正好 context_length 行，"
+                    "nn.Embedding(context_length, d_model)。"
+                )
             fail(
                 f"{what}.{name} 的形状应为 {tuple(p.shape)}，"
-                f"得到 {tuple(mine[name].shape)}。"
+                f"得到 {tuple(mine[name].shape)}。{extra}"
             )
     for name in mine.keys() - theirs.keys():
         owner, _, leaf = name.rpartition(".")

@@ -90,6 +90,16 @@ _MISTAKES = [
         "no_norm_f",
     ),
     (
+        "FFN 之前漏了 norm2：前归一化的块里两个子层都先归一化，"
+        "x = x + block.ffn(block.norm2(x))。",
+        "no_norm2",
+    ),
+    (
+        "注意力之前漏了 norm1：q、k、v 都从 h = block.norm1(x) 投影，"
+        "残差加回的才是 x。",
+        "no_norm1",
+    ),
+    (
         "所有层共用了一个缓存：各层缓存各自的 k、v，caches[i] 属于 blocks[i]，"
         "for block, cache in zip(model.blocks, caches)。",
         "one_cache",
@@ -133,7 +143,7 @@ def _cached_variant(
     for i, block in enumerate(model.blocks):
         cache = caches[0 if mistake == "one_cache" else i]
         attn, H = block.self_attn, model.num_heads
-        h = block.norm1(x)
+        h = x if mistake == "no_norm1" else block.norm1(x)
         flat = mistake == "heads_no_transpose"
         q = _heads(attn.q_proj(h), H, flat)
         k, v = _heads(attn.k_proj(h), H, flat), _heads(attn.v_proj(h), H, flat)
@@ -153,7 +163,7 @@ def _cached_variant(
         if mistake not in ("heads_no_transpose", "merge_no_transpose"):
             o = o.transpose(1, 2)
         x = x + attn.out_proj(o.reshape(N, T, -1))
-        x = x + block.ffn(block.norm2(x))
+        x = x + block.ffn(x if mistake == "no_norm2" else block.norm2(x))
     if mistake != "no_norm_f":
         x = model.norm_f(x)
     return model.lm_head(x)

@@ -67,9 +67,16 @@ def check_padding_mask(fn: Callable) -> str:
             )
         check_shape(out, ref.shape, name, case)
         if out.dtype != torch.bool:
+            why = (
+                "0/1 的浮点张量会被当作加到分数上的加性掩码。"
+                if out.is_floating_point()
+                else "非布尔的掩码，masked_fill 和 scaled_dot_product_attention 都会"
+                "报错（它们只收 torch.bool）。比较运算直接给出布尔值，"
+                "不要再 .long() 或 .int()。"
+            )
             fail(
                 f"{name} 应返回 torch.bool 张量（{case}），得到 dtype {out.dtype}："
-                "0/1 的浮点张量会被当作加到分数上的加性掩码。"
+                + why
             )
         if bool((out == ref).all()):
             continue

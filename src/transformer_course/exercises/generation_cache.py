@@ -461,7 +461,8 @@ def check_kv_cache(cls: type) -> str:
     positions) and returns ``(K_all, V_all)``: everything cached so far, old positions
     first, concatenated along dim -2 (``torch.cat([old, new], dim=-2)``);
     ``len(cache)`` is the number of cached positions (0 when empty). Two caches do not
-    share state.
+    share state. A cache with an ``offset`` (chapter 3: where the position embedding
+    goes on) must keep it equal to ``len(cache)``.
     """
     name = name_of(cls)
     g = seeded_generator(14)
@@ -497,7 +498,8 @@ def check_kv_cache(cls: type) -> str:
             for got, n in ((K_all, "K_all"), (V_all, "V_all")):
                 _check_cache_shape(name, got, n, (N, H, T, D), total, step + 1, case)
             _check_cache_contents(name, K_all, V_all, keys, values, case)
-            _check_cache_len(name, cache, total, step + 1, case)
+            _check_cache_len(name, cache, total, step + 1, N, case)
+            _check_cache_offset(name, cache, total, case, first=step == 0)
         if _call_len(other, name) != 0:
             fail(
                 f"另一个新建的 {name}() 的 len 不是 0：两个缓存共享了数据。把 "
@@ -554,6 +556,16 @@ def _check_cache_contents(
         return
     if torch.equal(K_all, exp_v) and torch.equal(V_all, exp_k):
         fail(f"{name}.update 返回的 K 和 V 顺序反了（{case}）：应为 (K_all, V_all)。")
+    if torch.equal(K_all, exp_k) and torch.equal(V_all, exp_k):
+        fail(
+            f"{name}.update 返回的 V_all 就是 K_all（{case}）：两个返回值都是键，"
+            "值 V 没有返回。值要像键一样存下、沿 dim=-2 拼接，返回 (K_all, V_all)。"
+        )
+    if torch.equal(K_all, exp_k):
+        fail(
+            f"{name}.update 返回的 K_all 对了，V_all 不对（{case}）：值 v 要像键 k "
+            "一样存下、沿 dim=-2 拼接并返回。"
+        )
     if len(keys) > 1 and torch.equal(K_all, torch.cat(keys[::-1], dim=-2)):
         fail(
             f"{name}.update 拼接的顺序反了（{case}）：旧的位置在前、新的在后，"
@@ -566,17 +578,43 @@ def _check_cache_contents(
 
 
 def _check_cache_len(
-    name: str, cache: object, total: int, updates: int, case: str
+    name: str, cache: object, total: int, updates: int, batch: int, case: str
 ) -> None:
-    """``len(cache)`` is the number of cached positions, not of ``update`` calls."""
+    """``len(cache)`` is the number of cached positions, not of ``update`` calls nor
+    the batch size."""
     n_len = _call_len(cache, name)
     if n_len != total:
-        extra = (
-            "：len 应是缓存的位置数（每次新增 T 个的总和），不是 update 的调用次数。"
-            if n_len == updates
-            else "：len 应是缓存的位置数（dim=-2 的长度）。"
-        )
+        if n_len == updates:
+            extra = (
+                "：len 应是缓存的位置数（每次新增 T 个的总和），"
+                "不是 update 的调用次数。"
+            )
+        elif n_len == batch:
+            extra = (
+                f"：这是批大小 N = {batch}（dim=0）。__len__ 应返回缓存的位置数，"
+                "即时间维 dim=-2 的长度：self.k.size(-2)。"
+            )
+        else:
+            extra = "：len 应是缓存的位置数（dim=-2 的长度）。"
         fail(f"len({name}) 应为 {total}，得到 {n_len}（{case}）{extra}")
+
+
+def _check_cache_offset(
+    name: str, cache: object, total: int, case: str, first: bool = False
+) -> None:
+    """A cache that has an ``offset`` (the position the next token gets) keeps it
+    equal to the number of cached positions."""
+    if "offset" not in dir(cache):
+        return
+    offset = run_learner(
+        getattr, cache, "offset", what=f"{name}.offset", case=case, first=first
+    )
+    if offset != total:
+        fail(
+            f"{name}.offset 应为 {total}，得到 {offset!r}（{case}）：offset 是已经送入"
+            "的位置数，下一个位置的位置嵌入从这里接着编号，要随每次 update 增加新"
+            "位置的个数（例如写成 property：return len(self)）。"
+        )
 
 
 CACHE_CRASHES = [

@@ -47,6 +47,8 @@ def _mha_variant(
 ) -> Tensor | None:
     """What multi-head attention with the learner's four layers outputs with one of
     :data:`MHA_HINTS`' mistakes."""
+    # wrong inputs: K and V both from Q, or forward(Q, V, K) (keys from V)
+    K, V = {"kv_from_q": (Q, Q), "kv_inputs_swapped": (V, K)}.get(mistake, (K, V))
     if mistake != "attend_heads":
         return _mha_wiring_variant(layers, H, Q, K, V, mask, mistake)
     # (N, T, H, D) fed to attention: each token's heads attend to each other
@@ -86,8 +88,6 @@ def _mha_wiring_variant(
         _, role, source = mistake.split("_")
         layer = {"q": q_proj, "k": k_proj}[source]
         k_proj, v_proj = (layer, v_proj) if role == "k" else (k_proj, layer)
-    if mistake == "kv_from_q":
-        K = V = Q
     if mistake == "mask_transposed":  # (L, S) read as (S, L): needs L == S
         mask = mask.transpose(-2, -1)
     H = 1 if mistake == "one_head" else H
@@ -173,6 +173,12 @@ MHA_HINTS = [
     (
         "k_proj 和 v_proj 用反了：键是 k_proj(K)，值是 v_proj(V)。",
         "kv_swapped",
+    ),
+    (
+        "K 和 V 两个输入用反了：键是从 V 投影的、值是从 K 投影的"
+        "（例如调用时写成了 (Q, V, K)）。自注意力里 K = V 看不出来，"
+        "交叉注意力里就错了：k = k_proj(K)，v = v_proj(V)。",
+        "kv_inputs_swapped",
     ),
     ("键用 q_proj 投影了（复制粘贴？）：应为 k_proj(K)。", "copied_k_q"),
     ("值用 q_proj 投影了（复制粘贴？）：应为 v_proj(V)。", "copied_v_q"),

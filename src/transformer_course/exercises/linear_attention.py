@@ -36,7 +36,11 @@ _MISTAKES = [
         "再更新状态和读出（φ 保证分母为正）。",
         "no_phi",
     ),
-    ("φ 用成了 relu：本题的 φ 是 elu(x) + 1（F.elu(x) + 1），处处严格为正。", "relu"),
+    (
+        "φ 用成了 relu（或 relu 加一个防止除以 0 的小常数 ε）：本题的 φ 是 "
+        "elu(x) + 1（F.elu(x) + 1），处处严格为正，分母不会是 0，也就不需要 ε。",
+        "relu",
+    ),
     (
         "φ 用成了 relu(x) + 1：本题的 φ 是 elu(x) + 1（F.elu(x) + 1）。两者在 x > 0 "
         "时相同；x < 0 时 elu(x) + 1 = exp(x) 平滑地趋于 0，relu(x) + 1 却恒为 1。",
@@ -84,11 +88,20 @@ _REFERENCE_CALLED = (
 )
 
 
-def _rnn_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
-    """What a recurrent linear attention with one typical mistake outputs."""
+_HINT_OF = {mistake: hint for hint, mistake in _MISTAKES}
+_RELU_EPS = tuple(10.0**-e for e in range(1, 10))  # φ = relu + ε: the ε learners add
+
+
+def _rnn_variant(
+    q: Tensor, k: Tensor, v: Tensor, mistake: str, relu_eps: float = 1e-6
+) -> Tensor:
+    """What a recurrent linear attention with one typical mistake outputs; ``relu``
+    means ``φ = relu + relu_eps``."""
     phi = {
         "no_phi": lambda x: x,
-        "relu": F.relu,
+        # the default ε is vanishing: pure relu where it is defined, and its ε -> 0
+        # limit in a row whose φ(q_i)ᵀ φ(k_j) are all 0 (0/0 for pure relu)
+        "relu": lambda x: F.relu(x) + relu_eps,
         "relu_plus_one": lambda x: F.relu(x) + 1,
         "elu": F.elu,
         "exp": torch.exp,
@@ -167,12 +180,18 @@ def check_rnn_linear_attention(fn) -> str:
             hint = first_reproduced(
                 out, _MISTAKES, functools.partial(_rnn_variant, q, k, v)
             )
+            # relu plus a larger ε against 0/0: the output depends on ε (relu's
+            # φ(q)ᵀφ(k) can be tiny), so the usual constants are tried
+            if hint is None and any(
+                close(out, _rnn_variant(q, k, v, "relu", eps)) for eps in _RELU_EPS
+            ):
+                hint = _HINT_OF["relu"]
             # read before the update, with a state started at a tiny value instead of
             # 0: position 0 reads whatever that start gives, every later one is off by 1
             if hint is None and n > 1:
                 later = _rnn_variant(q, k, v, "read_first")[1:]
                 if close(out[1:], later):
-                    hint = dict((m, h) for h, m in _MISTAKES)["read_first"].format()
+                    hint = _HINT_OF["read_first"].format()
         fail(
             f"{what} 与 tc.linear_attention(q, k, v, causal=True, eps=0.0) 不一致"
             f"（{case}；{where_differs(out, ref)}）。\n可能的原因："

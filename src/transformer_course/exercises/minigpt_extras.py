@@ -21,6 +21,7 @@ from ._protocol import (
 )
 from ._report import as_tensor, check_shape, close, first_reproduced, where_differs
 from .blocks_gpt import copy_parameters
+from .generation_cache import _check_cache_len, _check_cache_offset
 
 __all__ = ["check_kv_cache_in_model", "check_post_ln_block"]
 
@@ -59,6 +60,12 @@ POST_LN_HINTS = [
         "注意力没有因果掩码，位置看得见未来：调用 self.self_attn(x, is_causal=True)。",
         "no_mask",
     ),
+    (
+        "接线对了，两个 LayerNorm 却用反了：注意力子层之后是 norm1，"
+        "FFN 子层之后是 norm2，h = norm1(x + attn(x))，输出 norm2(h + ffn(h))"
+        "（两者的 γ、β 各不相同，后面的单元格要按名字复制参数）。",
+        "norms_swapped",
+    ),
 ]
 
 
@@ -69,6 +76,8 @@ def _post_ln_variant(ref: TransformerBlock, x: Tensor, mistake: str) -> Tensor:
         return ref.self_attn(z, is_causal=mistake != "no_mask")
 
     n1, n2, ffn = ref.norm1, ref.norm2, ref.ffn
+    if mistake == "norms_swapped":
+        n1, n2 = n2, n1
     if mistake == "inner_norm":
         h = x + n1(attend(x))
         return h + n2(ffn(h))
@@ -214,12 +223,9 @@ def check_kv_cache_in_model(cls: type) -> str:
                 "应把新位置沿 dim=-2 接在旧位置后面（torch.cat([self.k, k], dim=-2)），"
                 "返回的是全部位置的 K、V。"
             )
-        if len(cache) != ids.size(1) or cache.offset != ids.size(1):
-            fail(
-                f"逐段送完 {ids.size(1)} 个位置后，第 {i} 层缓存的 len = {len(cache)}、"
-                f"offset = {cache.offset!r}，两者都应是 {ids.size(1)}：offset 要随每次 "
-                "update 增加新位置的个数（例如写成 property：return len(self)）。"
-            )
+        case = f"逐段送完 {ids.size(1)} 个位置后，第 {i} 层缓存"
+        _check_cache_len(name, cache, ids.size(1), len(chunks), ids.size(0), case)
+        _check_cache_offset(name, cache, ids.size(1), case)
     if not close(got, full):
         fail(
             f"用 {name} 逐段解码的 logits 与一次性前向不同："

@@ -67,6 +67,8 @@ def _ln_variant(
     var = x.var(dim=dims, keepdim=True, unbiased=mistake == "unbiased")
     if mistake == "no_center":
         return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w + b
+    if mistake == "bias_inside":  # β added to x - mean, then normalised and scaled
+        return (x - mean + b) / torch.sqrt(var + eps) * w
     if mistake == "std_eps":
         y = (x - mean) / (var.sqrt() + eps)
     elif mistake == "no_sqrt":
@@ -109,6 +111,12 @@ LAYER_NORM_HINTS = [
     ("乘了 γ，却漏了 + β：应为 x̂ * weight + bias。", "no_bias"),
     ("weight 和 bias 用反了：应为 x̂ * weight + bias。", "swapped"),
     ("先加 β 再乘 γ 了：应先乘再加，x̂ * weight + bias。", "shift_then_scale"),
+    (
+        "β 加在了归一化里面：(x − mean + bias) / sqrt(var + eps) 让 β 也被除以了"
+        "标准差。先标准化 x̂ = (x − mean) / sqrt(var + eps)，"
+        "最后才加 β：x̂ * weight + bias。",
+        "bias_inside",
+    ),
     (
         "没有使用构造函数传入的 eps：把它存成 self.eps，forward 里用 self.eps。",
         "eps_ignored",

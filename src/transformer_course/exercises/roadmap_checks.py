@@ -15,7 +15,12 @@ from ..data import char_ngram_loss
 from ..masks import causal_mask
 from ._protocol import checker, fail, name_of, run_learner, seeded_generator
 from ._report import as_tensor, first_reproduced, where_differs
-from .attention import ATTENTION_CRASHES, check_self_attention
+from .attention import (
+    ATTENTION_CRASHES,
+    INVERTED_MASK_NAN,
+    check_self_attention,
+    nan_from_inverted_mask,
+)
 
 __all__ = ["check_leak_fixed", "check_witten_bell"]
 
@@ -24,9 +29,10 @@ __all__ = ["check_leak_fixed", "check_witten_bell"]
 def check_leak_fixed(fn: object) -> str:
     """Grade the fixed attention of the bug hunt by its symptom first: with a causal
     mask, changing only the last token must leave every earlier position's output
-    unchanged. The message names the symptom, never the line; once the symptom is gone
-    the full :func:`check_self_attention` grades the function (its ``✓`` line is not
-    echoed, its messages are)."""
+    unchanged. The message names the symptom, never the line (save a mask inverted
+    by the "fix", named as :func:`check_self_attention` names it); once the symptom
+    is gone the full :func:`check_self_attention` grades the function (its ``✓`` line
+    is not echoed, its messages are)."""
     name = name_of(fn)
     g = seeded_generator(51)
     L = 6
@@ -49,6 +55,8 @@ def check_leak_fixed(fn: object) -> str:
         out = out[0] if isinstance(out, tuple | list) else out
         outs.append(as_tensor(out, f"{name} 的输出", "因果掩码"))
     before, after = outs[0][:, : L - 1], outs[1][:, : L - 1]
+    if any(nan_from_inverted_mask(o, causal_mask(L)) for o in outs):
+        fail(f"{name} 的输出里有 NaN 或 inf（因果掩码）：{INVERTED_MASK_NAN}")
     if not all(bool(torch.isfinite(o).all()) for o in outs):
         fail(
             f"{name} 的输出里有 NaN 或 inf（因果掩码）：有一组做 softmax 的分数"

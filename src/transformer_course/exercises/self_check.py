@@ -185,6 +185,15 @@ def check_softmax_jacobian(fn: object) -> str:
                 hint = "只有 diag(p)，漏了 −p pᵀ（p_i 变大时其余的 p_j 要变小）。"
             elif close(got, torch.diag_embed(p - p * p)):
                 hint = "只减了对角线上的 p_i²：−p pᵀ 是整个外积 p_i p_j。"
+            elif any(  # p.unsqueeze(-1) * p.unsqueeze(-1): (…, L, 1), p_i² per row
+                close(got, torch.diag_embed(p) - (p * p).unsqueeze(d)) for d in (-1, -2)
+            ):
+                hint = (
+                    "减去的是逐元素平方 p²，不是外积 p pᵀ：p.unsqueeze(-1) * "
+                    "p.unsqueeze(-1) 的形状是 (…, L, 1)，元素是 p_i²，广播后第 i 行"
+                    "处处减同一个 p_i²。外积要一列乘一行："
+                    "p.unsqueeze(-1) * p.unsqueeze(-2)，第 (i, j) 个元素是 p_i p_j。"
+                )
             elif close(got, p[..., :, None] * p[..., None, :] - torch.diag_embed(p)):
                 hint = "符号反了：应是 diag(p) − p pᵀ。"
             elif p.dim() > 1:  # the 1-D p (the first case) passed

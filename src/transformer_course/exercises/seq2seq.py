@@ -36,6 +36,7 @@ from ._report import (
 )
 from .attention import ADDITIVE_MASK_NOTE, is_additive_mask
 from .blocks_gpt import _load_into_reference
+from .translation_bugs import fail_if_tgt_edited
 
 # --- the decoder layer ---------------------------------------------------------------
 
@@ -422,16 +423,7 @@ def check_seq2seq_loss(fn: Callable) -> str:
             )  # fmt: skip
         except ExerciseError as err:
             crash = str(err)
-        if not torch.equal(given, tgt):
-            fail(
-                f"{name} 原地修改了传进来的 tgt（{case}）：labels = tgt[:, 1:] 是 tgt "
-                "的视图（共用同一块内存），labels[labels == pad_id] = -100 也就改了 "
-                "tgt，解码器输入 tgt[:, :-1] 里于是有了 -100（查嵌入表时下标越界，"
-                "IndexError: index out of range），调用者的 tgt 也坏了。用返回新张量"
-                "的写法：labels = tgt[:, 1:].masked_fill(tgt[:, 1:] == pad_id, -100)"
-                "，或先 tgt[:, 1:].clone()。"
-                + (f"\n（你的代码随后出错：{crash}）" if crash else "")
-            )
+        fail_if_tgt_edited(given, tgt, name, case, crash or "")
         if crash:
             fail(crash)
         loss = as_tensor(loss, name, case)
@@ -725,6 +717,8 @@ def _alignment_variant(model: Transformer, src: Tensor, ys: Tensor, mistake: str
         "self_attn": attn["self_attn"][-1],  # the last decoder layer's self-attention
     }.get(mistake, attn["cross_attn"][-1])
     weights = maps[module][0]  # (H, L, S)
+    if mistake == "mean_layers":  # every layer's cross-attention, averaged
+        weights = torch.stack([maps[m][0] for m in attn["cross_attn"]]).mean(0)
     if mistake == "head0":
         weights = weights[0]
     else:
@@ -742,6 +736,11 @@ _ALIGNMENT_HINTS = [
         "读的是解码器的自注意力（看目标自己的词）：对齐要看交叉注意力 cross_attn，"
         "它的键是源句。",
         "self_attn",
+    ),
+    (
+        "对所有层的交叉注意力取了平均：本题只读最后一层，"
+        "cross_attention_modules(model)[-1]，对它的头取平均，再对每行取 argmax。",
+        "mean_layers",
     ),
     ("只取了一个头：先对头取平均（.mean(0)），再取 argmax。", "head0"),
     (

@@ -97,6 +97,25 @@ def _batch_variant(tgt: Tensor, pad_id: int, mistake: str) -> tuple[Tensor, Tens
     return dec_in, labels
 
 
+def fail_if_tgt_edited(
+    given: Tensor, tgt: Tensor, name: str, case: str, crash: str = ""
+) -> None:
+    """Fail if the learner's code changed ``given`` (its copy of ``tgt``) in place: the
+    labels ``tgt[:, 1:]`` are a view of ``tgt``, so an in-place ``-100`` reaches the
+    decoder input ``tgt[:, :-1]`` too. ``crash``: the learner's later error, if any."""
+    if torch.equal(given, tgt):
+        return
+    fail(
+        f"{name} 原地修改了传进来的 tgt（{case}）：labels = tgt[:, 1:] 是 tgt "
+        "的视图（共用同一块内存），labels[labels == pad_id] = -100 也就改了 "
+        "tgt，解码器输入 tgt[:, :-1] 里于是有了 -100（查嵌入表时下标越界，"
+        "IndexError: index out of range），调用者的 tgt 也坏了。用返回新张量"
+        "的写法：labels = tgt[:, 1:].masked_fill(tgt[:, 1:] == pad_id, -100)"
+        "，或先 tgt[:, 1:].clone()。"
+        + (f"\n（你的代码随后出错：{crash}）" if crash else "")
+    )
+
+
 def _joined(dec_in: Tensor, labels: Tensor) -> Tensor:
     return torch.cat([dec_in.flatten(), labels.flatten()]).double()
 
@@ -113,7 +132,11 @@ def check_decoder_batch(fn: Callable) -> str:
         case = f"第 {i + 1} 个批次（pad_id = {pad_id}）"
         tgt = _batch(g)
         tgt[tgt == _PAD] = pad_id
-        out = run_learner(fn, tgt, pad_id, what=name, case=case, first=i == 0)
+        given = tgt.clone()  # the learner's own copy: an in-place edit shows
+        out = run_learner(
+            fn, given, pad_id, what=name, case=case, first=i == 0, copy_inputs=False
+        )
+        fail_if_tgt_edited(given, tgt, name, case)
         if not (isinstance(out, tuple | list) and len(out) == 2):
             fail(
                 f"{name} 应返回两个张量 (dec_in, labels)，"
