@@ -16,11 +16,20 @@ from transformer_course.exercises import _protocol, translation_model
 from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 
-class PageDecoderLayer(tc.DecoderLayer):
-    """The page's decoder layer (chapter 1's solution): forward(x, memory, memory_mask=None)."""
+class PageDecoderLayer(nn.Module):
+    """The page's decoder layer (chapter 1's solution, as printed)."""
+
+    def __init__(self, d_model, num_heads, d_ff):
+        super().__init__()
+        self.self_attn = tc.MultiHeadAttention(d_model, num_heads)
+        self.cross_attn = tc.MultiHeadAttention(d_model, num_heads)
+        self.ffn = tc.FeedForward(d_model, d_ff)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
 
     def forward(self, x, memory, memory_mask=None):
-        return super().forward(x, memory, memory_mask=memory_mask)
+        x = self.norm1(x + self.self_attn(x, is_causal=True))
+        x = self.norm2(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+        return self.norm3(x + self.ffn(x))
 
 
 class WrongDecoderLayer(PageDecoderLayer):
