@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import transformer_course as tc
 from transformer_course import exercises as ex
@@ -15,6 +16,27 @@ def with_cross_entropy(logits, labels, smoothing):
     return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=smoothing, ignore_index=0)
 
 
+def with_loss_module(logits, labels, smoothing):
+    loss = nn.CrossEntropyLoss(ignore_index=0, label_smoothing=smoothing)
+    return loss(logits.flatten(0, 1), labels.flatten())
+
+
+def package_loss(logits, labels, smoothing):
+    return tc.label_smoothing_loss(logits.flatten(0, 1), labels.flatten(), smoothing, ignore_index=0)
+
+
+def package_targets(logits, labels, smoothing):
+    q = tc.smoothed_targets(labels, logits.size(-1), smoothing)
+    return -(q * F.log_softmax(logits, -1)).sum(-1)[labels != 0].mean()
+
+
+def test_one_line_answers_are_refused(capsys):
+    for fn in (with_cross_entropy, with_loss_module, package_loss, package_targets):
+        assert_rejects(
+            ex.check_smoothed_loss, fn, "本题要亲手写出平滑后的目标分布：不要用 label_smoothing= 参数", capsys
+        )
+
+
 def by_hand(logits, labels, smoothing):
     logp = F.log_softmax(logits, dim=-1)
     V = logp.size(-1)
@@ -25,10 +47,6 @@ def by_hand(logits, labels, smoothing):
     return (per_token * keep).sum() / keep.sum()
 
 
-def package_loss(logits, labels, smoothing):
-    return tc.label_smoothing_loss(logits.flatten(0, 1), labels.flatten(), smoothing, ignore_index=0)
-
-
 def mix_of_losses(logits, labels, smoothing):
     # (1 - ε)·NLL + ε·(mean of −log p over the classes), on the kept tokens
     logp = F.log_softmax(logits, -1)[labels != 0]
@@ -37,14 +55,42 @@ def mix_of_losses(logits, labels, smoothing):
     return ((1 - smoothing) * nll + smoothing * -logp.mean(-1)).mean()
 
 
+def mix_with_ignore_index(logits, labels, smoothing):
+    """(1 − ε)·F.cross_entropy(ignore_index=0) (no label_smoothing=) + ε·uniform term."""
+    nll = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=0)
+    uniform = -F.log_softmax(logits, -1).mean(-1)[labels != 0].mean()
+    return (1 - smoothing) * nll + smoothing * uniform
+
+
+def kl_plus_entropy(logits, labels, smoothing):
+    """KL(q‖p) + H(q) = −Σ q·log p, with a one-hot target and F.kl_div."""
+    logp = F.log_softmax(logits, -1)
+    q = (1 - smoothing) * F.one_hot(labels, logp.size(-1)).to(logp.dtype) + smoothing / logp.size(-1)
+    per_token = F.kl_div(logp, q, reduction="none").sum(-1) - torch.xlogy(q, q).sum(-1)
+    return per_token[labels != 0].mean()
+
+
 def skeleton(logits, labels, smoothing):
     pass
 
 
 def test_smoothed_loss_accepts(capsys):
-    for fn in (with_cross_entropy, by_hand, package_loss, mix_of_losses):
+    for fn in (by_hand, mix_of_losses, mix_with_ignore_index, kl_plus_entropy):
         assert_passes(ex.check_smoothed_loss, fn, capsys)
     assert_skeleton(ex.check_smoothed_loss, skeleton, capsys)
+
+
+def hand_loss(logits, labels, smoothing, reduction="mean"):
+    """Correct per-token losses, reduced as asked: the base of the mutants below."""
+    logp = F.log_softmax(logits, -1)
+    q = torch.full_like(logp, smoothing / logp.size(-1))
+    q = q.scatter_add(-1, labels[..., None], torch.full_like(logp[..., :1], 1 - smoothing))
+    per_token = -(q * logp).sum(-1) * (labels != 0)
+    if reduction == "none":
+        return per_token
+    if reduction == "sum":
+        return per_token.sum()
+    return per_token.sum() / (labels != 0).sum()
 
 
 def no_smoothing(logits, labels, smoothing):
@@ -61,35 +107,33 @@ def smooth_over_others(logits, labels, smoothing):
 
 
 def pad_counted(logits, labels, smoothing):
-    return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=smoothing)
+    logp = F.log_softmax(logits, -1)
+    return -(_q(logp, labels, smoothing) * logp).sum(-1).mean()
 
 
 def pad_in_denominator(logits, labels, smoothing):
-    per_token = F.cross_entropy(
-        logits.transpose(1, 2), labels, label_smoothing=smoothing, ignore_index=0, reduction="none"
-    )
-    return per_token.mean()
+    return hand_loss(logits, labels, smoothing, "none").mean()
 
 
 def summed(logits, labels, smoothing):
-    return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=smoothing, ignore_index=0, reduction="sum")
+    return hand_loss(logits, labels, smoothing, "sum")
 
 
-def softmax_first(logits, labels, smoothing):
-    return with_cross_entropy(torch.softmax(logits, -1), labels, smoothing)
+def softmax_first(logits, labels, smoothing):  # log_softmax of probabilities
+    return hand_loss(torch.softmax(logits, -1), labels, smoothing)
 
 
 def as_number(logits, labels, smoothing):
-    return with_cross_entropy(logits, labels, smoothing).item()
+    return hand_loss(logits, labels, smoothing).item()
 
 
 def detached(logits, labels, smoothing):
     with torch.no_grad():
-        return with_cross_entropy(logits, labels, smoothing)
+        return hand_loss(logits, labels, smoothing)
 
 
 def per_token(logits, labels, smoothing):
-    return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=smoothing, ignore_index=0, reduction="none")
+    return hand_loss(logits, labels, smoothing, "none")
 
 
 def target_share_only(logits, labels, smoothing):

@@ -158,7 +158,7 @@ def test_causality_probe(capsys):
     ("wrong", "keyword"),
     [
         (lambda m, ids, t: True, "没有掩码"),
-        (lambda m, ids, t: torch.equal(m(ids)[0], m(ids)[0]), "没有掩码"),  # never changes ids
+        (lambda m, ids, t: torch.equal(m(ids)[0], m(ids)[0]), "一个词元也没有改"),  # never changes ids
         (
             lambda m, ids, t: torch.allclose(m(ids)[0], m(torch.cat([ids[:, :t], (ids[:, t:] + 1) % 17], 1))[0]),
             "只取 [:, :t]",
@@ -220,6 +220,31 @@ def test_causality_probe_names_a_change_before_t(capsys):
     message = rejection(ex.check_causality_probe, probe_changes_from_t_minus_1)
     assert "只改位置 t 及以后" in message, message
     assert "位置 2 的词元" in message, message  # t = 3: position t - 1
+
+
+def probe_last_token_only(model, ids, t):
+    """Learner test (the page's 5.2 demo does this): only the last token changed, the
+    positions before t compared; enough for a model without a mask, not for a leak
+    that reaches back two positions."""
+    changed = ids.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 17
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
+
+
+def probe_from_t_plus_1(model, ids, t):
+    """Learner test: the tokens changed from t + 1 on (a leak reaching back one
+    position still shows); at t = 11 nothing is left to change."""
+    changed = ids.clone()
+    changed[:, t + 1 :] = (changed[:, t + 1 :] + 1) % 17
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
+
+
+def test_causality_probe_names_the_unchanged_position_t(capsys):
+    message = rejection(ex.check_causality_probe, probe_last_token_only)
+    assert "你没有改位置 t = 3 的词元，只改了位置 11" in message, message
+    assert "只比较位置 0" not in message, message
+    message = rejection(ex.check_causality_probe, probe_from_t_plus_1)
+    assert "t = 11）：送进模型的输入一个词元也没有改" in message, message
 
 
 @torch.no_grad()

@@ -44,7 +44,8 @@ copies the learner's weights into the package module by these names.
 * One module per topic (``attention``, ``heads``, ``norms_ffn``, ``positions``,
   ``blocks_gpt``, ``training``, ``generation_cache``, ``tokenizer``, ``efficient``,
   ``encoder``, ``objective``, ``linear_attention``, ``seq2seq``, ``cached_generation``,
-  ``self_check``, ``language_model``); a new topic gets a new module.
+  ``self_check``, ``language_model``, ``translation_model``); a new topic gets a
+  new module.
   Re-export the checker here and list it in ``__all__``.
 * Write the checker body as ``@checker("中文标题", wants_class=...)`` over
   ``body(candidate) -> detail``: the wrapper (in ``_protocol``) handles skeletons,
@@ -114,6 +115,7 @@ from .seq2seq import (
 from .tokenizer import check_bpe_merge, check_merge_pair, check_pair_counts
 from .training import check_lm_batch, check_train_step
 from .translation_bugs import check_decoder_batch
+from .translation_model import check_transformer
 
 __all__ = [
     "ExerciseError",
@@ -165,4 +167,5 @@ __all__ = [
     "check_post_ln_block",
     "check_kv_cache_in_model",
     "check_paired_ablation",
+    "check_transformer",
 ]

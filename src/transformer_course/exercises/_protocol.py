@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -268,17 +268,27 @@ def run_learner(
 
 
 @contextmanager
-def calls_refused(functions: Sequence[Callable], message: str) -> Iterator[None]:
+def calls_refused(
+    functions: Sequence[Callable],
+    message: str,
+    when: Mapping[Callable, Callable[[Mapping[str, object]], bool]] | None = None,
+) -> Iterator[None]:
     """Fail with ``message`` if the code run inside calls one of ``functions`` (the
     reference an exercise asks the learner to write by hand). A profile hook watches
     for their code objects, so every way to reach them counts: ``tc.f``, a name
-    imported with ``from ... import f``, a wrapper. A crash after such a call is
-    reported as the call."""
+    imported with ``from ... import f``, a wrapper. ``when`` maps one of
+    ``functions`` to a test of its arguments (by parameter name): a call to it counts
+    only where the test is true (``F.cross_entropy`` with ``label_smoothing`` set).
+    A crash after such a call is reported as the call."""
     codes = {f.__code__ for f in functions}
+    tests = {f.__code__: test for f, test in (when or {}).items()}
     called: list[str] = []
 
     def watch(frame, event: str, arg: object) -> None:
-        if event == "call" and frame.f_code in codes:
+        if event != "call" or frame.f_code not in codes:
+            return
+        test = tests.get(frame.f_code)
+        if test is None or test(frame.f_locals):
             called.append(frame.f_code.co_name)
 
     previous = sys.getprofile()

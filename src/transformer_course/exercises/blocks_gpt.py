@@ -145,7 +145,8 @@ def _check_eps(learner: nn.Module, ref: nn.Module, what: str) -> None:
             )
 
 
-_NORM_PARAMETER = re.compile(r"(^|\.)norm(\d|_f)\.(weight|bias)$")
+# norm1.., norm_f, and the encoder-decoder's encoder_norm_f / decoder_norm_f
+_NORM_PARAMETER = re.compile(r"(^|[._])norm(\d|_f)\.(weight|bias)$")
 
 
 def _load_into_reference(

@@ -1,6 +1,7 @@
 """The label-smoothed training loss (chapter 2): the cross-entropy against the
-smoothed target ``q = (1 - ε) e_y + ε/|V|``, averaged over the real (non-padding)
-labels. The right shift of the decoder input is chapter 1's exercise, not repeated."""
+smoothed target ``q = (1 - ε) e_y + ε/|V|``, written by hand and averaged over the real
+(non-padding) labels. The right shift of the decoder input is chapter 1's exercise, not
+repeated."""
 
 from __future__ import annotations
 
@@ -10,10 +11,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._protocol import checker, fail, name_of, run_learner, seeded_generator
+from ..training import label_smoothing_loss, smoothed_targets
+from ._protocol import (
+    calls_refused,
+    checker,
+    fail,
+    name_of,
+    run_learner,
+    seeded_generator,
+)
 from ._report import as_tensor, check_float, close, first_reproduced
 
 PAD = 0
+
+# the one-line answers: label_smoothing= of F.cross_entropy (nn.CrossEntropyLoss
+# passes it on) and the package's own implementation
+_ANSWERS = (F.cross_entropy, label_smoothing_loss, smoothed_targets)
+_WHEN = {F.cross_entropy: lambda args: bool(args.get("label_smoothing", 0.0) != 0)}
+_REFUSED = (
+    "本题要亲手写出平滑后的目标分布：不要用 label_smoothing= 参数"
+    "（F.cross_entropy 或 nn.CrossEntropyLoss 的），也不要调用 "
+    "tc.label_smoothing_loss / tc.smoothed_targets（那就是参考答案）。"
+    "用 F.log_softmax 得到 log p，写出 q = (1 − ε)·e_y + ε/|V|"
+    "（每个类别 ε/|V|，正确类别再加 1 − ε），再对非填充的标签求 −Σ q·log p 的平均。"
+)
 
 # (hint, mistake): the typical mistakes, in the order they are tried
 _MISTAKES = [
@@ -148,7 +169,9 @@ def _loss(logits: Tensor, labels: Tensor, eps: float, mistake: str = "") -> Tens
 def check_smoothed_loss(fn) -> str:
     """Grade ``fn(logits, labels, smoothing)``: ``logits (N, T, |V|)``,
     ``labels (N, T)`` with padding id 0; returns the scalar mean over the labels
-    ``!= 0`` of ``−Σ_v q_v log p_v`` with ``q = (1 - ε) e_y + ε/|V|``."""
+    ``!= 0`` of ``−Σ_v q_v log p_v`` with ``q = (1 - ε) e_y + ε/|V|``, written by
+    hand: a call with ``label_smoothing=`` (≠ 0) or to the package's
+    ``label_smoothing_loss`` / ``smoothed_targets`` is refused."""
     name = name_of(fn)
     g = seeded_generator(53)
     # (description, N, T, V, ε, lengths): labels after lengths[i] are padding
@@ -163,7 +186,10 @@ def check_smoothed_loss(fn) -> str:
         for row, length in enumerate(lengths):
             labels[row, length:] = PAD
         what = f"{name}(logits, labels, {eps})"
-        out = run_learner(fn, logits, labels, eps, what=what, case=case, first=i == 0)
+        with calls_refused(_ANSWERS, f"{what}：{_REFUSED}", when=_WHEN):
+            out = run_learner(
+                fn, logits, labels, eps, what=what, case=case, first=i == 0
+            )
         out = as_tensor(out, f"{what} 的返回值", case)
         if out.dim() != 0:
             fail(

@@ -287,30 +287,9 @@ def check_causality_probe(fn: object) -> str:
                     f"{name} 应返回 True 或 False，"
                     f"得到 {type(out).__name__}（{case}）。"
                 )
-            changed = _changed_before(fed, ids, t)
-            if bool(out) != expected and changed is not None:
-                fail(
-                    f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：你改动了位置 "
-                    f"{changed} 的词元，它在 t = {t} 之前。只改位置 t 及以后"
-                    "（ids2[:, t:] = …），位置 < t 的输入保持不变，再比较 [:, :t]。"
-                )
-            if bool(out) != expected and model is one_ahead:
-                fail(
-                    f"{name} 返回 True，应为 False（{case}）：这个模型每层只多看"
-                    f"一个未来位置，两层下来只有位置 t − 2、t − 1 = {t - 2}、{t - 1} "
-                    "的 logits 会变，位置 0 不变。只比较位置 0（或某一个位置）就漏掉"
-                    "了这种泄漏：要比较整个 [:, :t]。"
-                )
             if bool(out) != expected:
-                why = (
-                    "这个模型是因果的，位置 < t 的 logits 不会变：比较时只取 [:, :t]，"
-                    "用 torch.allclose（浮点误差）而不是 =="
-                    if expected
-                    else "这个模型没有掩码，过去的位置看得见未来："
-                    "要改动位置 t 及以后的词元"
-                    "（换成别的词元编号），再比较位置 < t 的 logits"
-                )
-                fail(f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：{why}。")
+                why = _probe_mistake(fed, ids, t, expected, model is one_ahead)
+                fail(f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：{why}")
     return "因果的模型与两种泄漏未来的模型、三个 t，判断都对"
 
 
@@ -321,15 +300,56 @@ def _keep_input(fed: list[Tensor], module: object, args: tuple, kwargs: dict) ->
         fed.append(ids.detach().clone())
 
 
-def _changed_before(fed: list[Tensor], ids: Tensor, t: int) -> int | None:
-    """The first position ``< t`` where an input the learner fed the model differs
-    from ``ids`` (``None``: every input keeps the first ``t`` tokens)."""
+def _changed_positions(fed: list[Tensor], ids: Tensor) -> list[int]:
+    """The positions where some input the learner fed the model differs from
+    ``ids``."""
+    changed = torch.zeros(ids.size(1), dtype=torch.bool)
     for x in fed:
         if x.shape == ids.shape:
-            diff = (x != ids)[:, :t].any(0).nonzero()
-            if len(diff):
-                return int(diff[0])
-    return None
+            changed |= (x != ids).any(0)
+    return changed.nonzero().flatten().tolist()
+
+
+def _probe_mistake(
+    fed: list[Tensor], ids: Tensor, t: int, expected: bool, bounded_leak: bool
+) -> str:
+    """Why a probe that fed the model ``fed`` did not answer ``expected`` at ``t``;
+    ``bounded_leak``: on the model that sees one future position per layer."""
+    changed = _changed_positions(fed, ids)
+    if changed and changed[0] < t:
+        return (
+            f"你改动了位置 {changed[0]} 的词元，它在 t = {t} 之前。只改位置 t 及以后"
+            "（ids2[:, t:] = …），位置 < t 的输入保持不变，再比较 [:, :t]。"
+        )
+    if fed and not changed and not expected:
+        return (
+            "送进模型的输入一个词元也没有改，logits 当然不变：把位置 "
+            f"t = {t} 及以后换成别的词元编号（ids2[:, t:] = …），再比较 [:, :t]。"
+        )
+    if bounded_leak and t not in changed:
+        where = "、".join(str(p) for p in changed)
+        return (
+            f"你没有改位置 t = {t} 的词元，只改了位置 {where}。这个模型每层只多看"
+            "一个未来位置，两层下来位置 p 的词元只影响位置 p − 2、p − 1 的 logits："
+            f"改位置 {where} 动不到 [:, :{t}]，泄漏就漏掉了。只改后面的词元"
+            "（如最后一个），对完全没有掩码的模型够用，对这种有限的泄漏不够："
+            "把位置 t 及以后全部换掉（ids2[:, t:] = …）。"
+        )
+    if bounded_leak:
+        return (
+            f"这个模型每层只多看一个未来位置，两层下来只有位置 t − 2、t − 1 = "
+            f"{t - 2}、{t - 1} 的 logits 会变，位置 0 不变。只比较位置 0"
+            "（或某一个位置）就漏掉了这种泄漏：要比较整个 [:, :t]。"
+        )
+    if expected:
+        return (
+            "这个模型是因果的，位置 < t 的 logits 不会变：比较时只取 [:, :t]，"
+            "用 torch.allclose（浮点误差）而不是 ==。"
+        )
+    return (
+        "这个模型没有掩码，过去的位置看得见未来：要改动位置 t 及以后的词元"
+        "（换成别的词元编号），再比较位置 < t 的 logits。"
+    )
 
 
 def _counted(make: Callable, made: list[int], *args, **kwargs):
