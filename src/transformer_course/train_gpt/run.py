@@ -60,10 +60,10 @@ def train(cfg: TrainConfig) -> Run:
         torch.set_num_threads(cfg.threads)
     resume = read_resume(cfg)
     saved = None if resume is None else resume["extra"]
-    if saved is not None:
-        cfg.check_schedule(saved.get("lr_schedule"))
     data = load_data(cfg, run_context_length(cfg, resume), saved)
     model_cfg = run_model_config(cfg, data, resume)
+    if saved is not None:
+        cfg.check_schedule(saved.get("lr_schedule"))
     prepare_out_dir(cfg.out_dir, is_main=info.is_main)
     device = distributed.setup(info, cfg.device)
     try:
