@@ -16,10 +16,11 @@ import pytest
 from transformer_course import train_gpt
 from transformer_course.checkpoint import load_checkpoint
 
+# a fixed decay length, so that a resumed run may ask for more steps on the same schedule
 TINY = [
     "--context-length", "16", "--d-model", "16", "--num-heads", "2", "--num-layers", "1",
     "--batch-size", "4", "--eval-every", "10", "--eval-iters", "1", "--log-every", "10",
-    "--warmup-steps", "2", "--seed", "3", "--device", "cpu",
+    "--warmup-steps", "2", "--lr-decay-steps", "24", "--seed", "3", "--device", "cpu",
 ]  # fmt: skip
 BPE = ["--tokenizer", "bpe", "--vocab-size", "300"]
 SENTENCES = [

@@ -258,6 +258,29 @@ def test_resume_refuses_model_flags_that_differ_from_the_checkpoint(script, tmp_
     assert ckpt["step"] == 4 and ckpt["config"]["d_model"] == 16
 
 
+def test_resume_refuses_to_reshape_the_learning_rate_schedule(script, tmp_path, capsys):
+    """Without --lr-decay-steps the cosine decay runs over --max-steps: resuming with another
+    --max-steps would change the learning rate of every remaining step, so it is refused,
+    naming both values, before anything is written; --lr-decay-steps keeps the schedule."""
+    out = tmp_path / "run"
+    schedule_free = [a for a in TINY if a not in ("--lr-decay-steps", "6")]
+    assert script.main(["train", "--out-dir", str(out), "--max-steps", "2", *schedule_free]) == 0
+    saved = load_checkpoint(out / "ckpt.pt")["extra"]["lr_schedule"]
+    assert saved["decay_steps"] == 2 and saved["warmup_steps"] == 2
+    before = (out / "ckpt.pt").read_bytes()
+    resume = ["train", "--out-dir", str(out), "--resume", *schedule_free]
+    _expect_usage_error(script, [*resume, "--max-steps", "4"],
+                        "cosine decay over 4 steps (--max-steps 4) (checkpoint: 2)", capsys)  # fmt: skip
+    _expect_usage_error(script, [*resume, "--max-steps", "4"], "add --lr-decay-steps 2", capsys)
+    _expect_usage_error(script, [*resume, "--max-steps", "2", "--lr", "0.5"],
+                        "--lr 0.5 (checkpoint: 0.01), --min-lr 0.05 (checkpoint: 0.001)", capsys)  # fmt: skip
+    assert (out / "ckpt.pt").read_bytes() == before
+    # the checkpoint's schedule, continued past its end: allowed, and the rate stays at min_lr
+    assert script.main([*resume, "--max-steps", "4", "--lr-decay-steps", "2"]) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in records if "lr" in r and r["step"] > 2] == [saved["min_lr"]] * 2
+
+
 @pytest.mark.parametrize("content", [bytes(range(256)) * 4, b""], ids=["random-bytes", "empty"])
 def test_corrupted_checkpoint_gives_a_clear_message(script, tmp_path, capsys, content):
     out = tmp_path / "run"

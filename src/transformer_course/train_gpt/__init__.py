@@ -46,6 +46,11 @@ Nothing is lost when a run is killed, even with SIGKILL in the middle of a save:
   run's; a resumed run ends with weights bitwise equal to an uninterrupted one (batches
   and dropout masks depend only on the seed, rank and step:
   :func:`transformer_course.derived_seed`);
+* on ``--resume`` the learning-rate schedule (``--lr``, ``--min-lr``,
+  ``--warmup-steps`` and the decay length, ``--lr-decay-steps`` or else
+  ``--max-steps``) must be the checkpoint's: another ``--max-steps`` alone would
+  reshape the cosine decay mid-run, so it is refused, naming both values; to train
+  longer on the same schedule pass ``--lr-decay-steps`` with the checkpoint's length;
 * a run without ``--resume`` refuses an OUT_DIR that already holds a checkpoint;
 * every numeric flag is range-checked, and OUT_DIR must be writable, before any work
   starts; user errors exit with status 2 and one ``error:`` line.

@@ -1,5 +1,6 @@
 """The trainer's settings: one typed :class:`TrainConfig`, built once from the command
-line, the presets, and the rules that tie a resumed run to its checkpoint.
+line, the presets, and the rules that tie a resumed run to its checkpoint (model flags
+and learning-rate schedule).
 
 Every default is stated once: the model's in :class:`~transformer_course.GPTConfig`,
 the run's in :class:`TrainConfig`; a preset overrides both, a flag typed on the
@@ -153,6 +154,55 @@ class TrainConfig:
     @property
     def decay_steps(self) -> int:
         return self.lr_decay_steps or self.max_steps
+
+    def lr_schedule(self) -> dict:
+        """The learning-rate curve (``tc.cosine_lr``'s arguments), saved in every
+        checkpoint so that ``--resume`` can refuse to reshape it mid-run."""
+        return dict(
+            lr=self.lr,
+            min_lr=self.min_lr,
+            warmup_steps=self.warmup_steps,
+            decay_steps=self.decay_steps,
+        )
+
+    def check_schedule(self, saved: dict | None) -> None:
+        """On --resume: the learning-rate curve must be the checkpoint's.
+
+        ``decay_steps`` defaults to ``--max-steps``, so resuming with another
+        ``--max-steps`` would silently stretch or squeeze the cosine decay (the learning
+        rate jumps at the resumed step). A checkpoint written before schedules were
+        saved (``saved`` None) is not compared.
+        """
+        if saved is None:
+            return
+
+        def described(name: str, value: object) -> str:
+            if name != "decay_steps":
+                return f"--{name.replace('_', '-')} {value!r}"
+            source = "--lr-decay-steps" if self.lr_decay_steps else "--max-steps"
+            return f"cosine decay over {value} steps ({source} {value})"
+
+        differ = [
+            f"{described(name, value)} (checkpoint: {saved.get(name)!r})"
+            for name, value in self.lr_schedule().items()
+            if value != saved.get(name)
+        ]
+        if not differ:
+            return
+        keep = saved.get("decay_steps")
+        longer = (
+            f"to train past step {keep} on the checkpoint's schedule add "
+            f"--lr-decay-steps {keep} (the learning rate then stays at --min-lr); "
+            if self.decay_steps != keep
+            else ""
+        )
+        raise UsageError(
+            "--resume: the learning-rate schedule differs from the checkpoint's: "
+            + ", ".join(differ)
+            + "; "
+            + longer
+            + "give the checkpoint's values, or train into a new --out-dir"
+        )
 
     def model_config(self, vocab_size: int) -> tc.GPTConfig:
         """The config of a new run: the model flags given, else the preset's, else

@@ -62,6 +62,8 @@ def train(cfg: TrainConfig) -> Run:
     saved = None if resume is None else resume["extra"]
     data = load_data(cfg, run_context_length(cfg, resume), saved)
     model_cfg = run_model_config(cfg, data, resume)
+    if saved is not None:
+        cfg.check_schedule(saved.get("lr_schedule"))
     prepare_out_dir(cfg.out_dir, is_main=info.is_main)
     device = distributed.setup(info, cfg.device)
     try:
@@ -373,6 +375,7 @@ def evaluate_and_checkpoint(run: Run, step: int) -> None:
                 vocab_size_asked=run.data.vocab_size_asked,
                 world_size=run.info.world_size,
                 seed=run.cfg.seed,
+                lr_schedule=run.cfg.lr_schedule(),
             ),
         )
         # best.pt first: a kill between the two saves then loses nothing
