@@ -14,8 +14,9 @@ What counts as the main path: everything outside 选读 blocks (``:class: option
   ``remove-cell``), plus the code that a cell prints: the package's with
   ``tc.show_source(...)``, the page's own functions with ``inspect.getsource(name)``, at
   ``CODE_LINES_PER_MIN`` (read, run, look at the output);
-- figures: ``MIN_PER_FIGURE`` each, for every ``plt.show()`` and diagram ``.draw(`` of a main-path
-  cell, hidden or not (the reader sees the figure either way);
+- figures: ``MIN_PER_FIGURE`` each; a main-path cell, hidden or not (the reader sees the figure
+  either way), shows as many as its ``plt.show()`` calls or its diagram ``.draw(`` and
+  ``attention_explorer(`` calls, whichever is more (a diagram is often drawn, then shown);
 - display equations: ``MIN_PER_EQUATION`` each.
 
 Exercises: by their ★ mark, ``MIN_PER_STAR`` minutes for ★, ★★ and ★★★.
@@ -46,8 +47,10 @@ HANZI = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
 HIDDEN_TAGS = ("hide-input", "remove-input", "remove-cell")
 SHOW_SOURCE = re.compile(r"tc\.show_source\((.+)\)\s*$", re.M)
-# a figure the cell shows: a matplotlib plot or a package diagram
-FIGURE = re.compile(r"plt\.show\(\)|\.draw\(")
+# what a cell shows: matplotlib figures (plt.show()), package diagrams (.draw(), often
+# followed by plt.show() for the same figure) and the interactive attention explorer
+SHOWN = re.compile(r"plt\.show\(\)")
+DRAWN = re.compile(r"\.draw\(|attention_explorer\(")
 # a function of the page itself shown as code: Code(inspect.getsource(name), ...)
 GET_SOURCE = re.compile(r"inspect\.getsource\((\w+)\)")
 
@@ -197,7 +200,7 @@ def measure(path: Path) -> Study:
         source = "\n".join(lines)
         if "remove-cell" in tags:
             continue
-        study.figures += len(FIGURE.findall(source))
+        study.figures += max(len(SHOWN.findall(source)), len(DRAWN.findall(source)))
         printed = SHOW_SOURCE.findall(source)
         own = GET_SOURCE.findall(source)
         if printed or own:

@@ -423,13 +423,16 @@ def test_study_time_counts_the_figures_of_the_main_path(tmp_path):
     fence = "```"
     page.write_text(
         f"{fence}{{code-cell}} ipython3\n---\ntags: [hide-input]\n---\n"
-        f"plt.plot([1, 2])\nplt.show()\nfig = d.draw(width=6)\n{fence}\n"
+        f"plt.plot([1, 2])\nplt.show()\nfig = d.draw(width=6)\nplt.show()\n{fence}\n"
+        f"{fence}{{code-cell}} ipython3\nd.draw()\n{fence}\n"
         f"{fence}{{code-cell}} ipython3\n---\ntags: [remove-cell]\n---\nplt.show()\n{fence}\n"
         f"{fence}{{admonition}} 选读：细节\n:class: optional\n\n说明\n{fence}\n\n"
         f"{fence}{{code-cell}} ipython3\nplt.show()\n{fence}\n\n*（选读结束）*\n\n% optional-end\n",
         encoding="utf-8",
     )
     study = study_time.measure(page)
-    assert study.figures == 2  # the hidden cell's plot and diagram; not the removed cell, not the 选读
-    assert study.code_min == 5  # 2 figures at MIN_PER_FIGURE, rounded up to 5
-    assert "，含 2 幅图）" in study.line()
+    # the hidden cell's plot and diagram (drawn, then shown: one figure) and the visible
+    # cell's diagram; not the removed cell, not the 选读
+    assert study.figures == 3
+    assert study.code_min == 5  # 1 line of visible code and 3 figures, rounded up to 5
+    assert "，含 3 幅图）" in study.line()
