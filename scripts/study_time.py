@@ -19,7 +19,8 @@ What counts as the main path: everything outside 选读 blocks (``:class: option
   ``attention_explorer(`` calls, whichever is more (a diagram is often drawn, then shown);
 - display equations: ``MIN_PER_EQUATION`` each.
 
-Exercises: by their ★ mark, ``MIN_PER_STAR`` minutes for ★, ★★ and ★★★.
+Exercises: by their ★ mark, ``MIN_PER_STAR`` minutes for ★, ★★ and ★★★; those whose title
+says （必做） are also summed on their own (the core a learner should not skip).
 
 Usage: python scripts/study_time.py book/chNN_x.md [...] [--write | --check]
 """
@@ -62,6 +63,7 @@ class Study:
     figures: int = 0
     equations: int = 0
     exercises: dict[int, int] = field(default_factory=lambda: {1: 0, 2: 0, 3: 0})
+    core: dict[int, int] = field(default_factory=lambda: {1: 0, 2: 0, 3: 0})  # titled （必做）
     unmarked: list[str] = field(default_factory=list)  # exercise titles without ★
 
     @property
@@ -85,15 +87,21 @@ class Study:
     def exercise_min(self) -> int:
         return sum(MIN_PER_STAR[s] * n for s, n in self.exercises.items())
 
+    @property
+    def core_min(self) -> int:
+        return sum(MIN_PER_STAR[s] * n for s, n in self.core.items())
+
     def line(self) -> str:
         stars = "、".join(f"{'★' * s} {n} 道" for s, n in self.exercises.items() if n)
         hours = f"{self.exercise_min / 60:.1f}".removesuffix(".0")
+        n_core = sum(self.core.values())
+        core = f"其中必做 {n_core} 道约 {self.core_min} 分钟；" if n_core else ""
         main = self.main_min
         figures = f"，含 {self.figures} 幅图" if self.figures else ""
         return (
             f"{LINE_PREFIX}：主线约 {main} 分钟（读正文约 {self.reading_min} 分钟，"
             f"读代码、运行、看结果约 {self.code_min} 分钟{figures}）；"
-            f"练习约 {hours} 小时（{stars}）；折叠的选读块不计在内。"
+            f"练习约 {hours} 小时（{core}{stars}）；折叠的选读块不计在内。"
         )
 
 
@@ -166,6 +174,8 @@ def _count_markdown(lines: list[str], study: Study, state: dict) -> None:
                 stars = title.count("★")
                 if stars in MIN_PER_STAR:
                     study.exercises[stars] += 1
+                    if "必做" in title:
+                        study.core[stars] += 1
                 else:
                     study.unmarked.append(title.strip())
             elif kind == "solution-end":

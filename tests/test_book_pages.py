@@ -373,7 +373,7 @@ def test_study_time_counts_what_a_reader_meets(tmp_path):
                 "```",
                 "选读里的字不计" * 50,
                 "% optional-end",
-                "```{exercise-start} ★★ 写一个函数",
+                "```{exercise-start} （必做）★★ 写一个函数",
                 "```",
                 "练习的字不计" * 50,
                 "```{exercise-end}",
@@ -395,6 +395,8 @@ def test_study_time_counts_what_a_reader_meets(tmp_path):
     study = study_time.measure(page)
     assert (study.chars, study.code_lines, study.equations) == (300 + 2, 2, 1)
     assert study.exercises == {1: 1, 2: 1, 3: 0} and study.exercise_min == 5 + 15
+    assert study.core == {1: 0, 2: 1, 3: 0} and study.core_min == 15  # the （必做） one
+    assert "练习约 0.3 小时（其中必做 1 道约 15 分钟；★ 1 道、★★ 1 道）" in study.line()
     assert study.reading_min == 5  # 302/150 + 1 = 3.0 min of prose and equations, rounded up to 5
     assert study.code_min == 5  # 2/4 = 0.5 min of code, rounded up to 5
     assert "主线约 10 分钟（读正文约 5 分钟，读代码、运行、看结果约 5 分钟）" in study.line()
