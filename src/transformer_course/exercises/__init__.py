@@ -86,7 +86,7 @@ from .efficient import (
 )
 from .encoder import check_encoder_layer
 from .generation_cache import check_generate, check_kv_cache
-from .heads import check_multi_head_attention
+from .heads import check_head_contributions, check_multi_head_attention
 from .language_model import (
     check_dropout_row_sum_variance,
     check_lm_training,
@@ -96,7 +96,11 @@ from .linear_attention import check_rnn_linear_attention
 from .minigpt_extras import check_kv_cache_in_model, check_post_ln_block
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .objective import check_smoothed_loss
-from .positions import check_rope, check_sinusoidal_encoding
+from .positions import (
+    check_distance_only_projection,
+    check_rope,
+    check_sinusoidal_encoding,
+)
 from .predictions import compare_prediction
 from .roadmap_checks import check_leak_fixed, check_witten_bell
 from .self_check import (
@@ -124,9 +128,11 @@ __all__ = [
     "check_padding_mask",
     "check_decoder_batch",
     "check_multi_head_attention",
+    "check_head_contributions",
     "check_layer_norm",
     "check_sinusoidal_encoding",
     "check_rope",
+    "check_distance_only_projection",
     "check_feed_forward",
     "check_swiglu",
     "check_transformer_block",
