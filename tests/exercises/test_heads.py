@@ -451,7 +451,7 @@ def test_head_contributions_progress(capsys):
     ex.check_head_contributions(HeadSum, exercise="3.4")
     capsys.readouterr()
     ex.progress(3)
-    assert "✓ 练习 3.4  多头注意力：各头贡献之和（HeadSum）：通过" in capsys.readouterr().out
+    assert "✓ 练习 3.4  多头注意力写成各头贡献之和（HeadSum）：通过" in capsys.readouterr().out
 
 
 class Rows(HeadSum):  # learner test: W^O_h as rows, the same (D, E) shape

@@ -55,6 +55,12 @@ copies the learner's weights into the package module by these names.
   line. An exercise that rebuilds a package function by hand runs the learner's code
   under ``calls_refused((that function, ...), message)``: calling the answer fails,
   however the learner reached it.
+* An exercise whose answer is values rather than code (two matrices) names them:
+  ``@checker("中文标题", values=("W_q", "W_k"))`` gives ``check(W_q, W_k, *, ...)``;
+  its body raises ``Skeleton`` for a value still ``None``.
+* Messages use the shape letters of the exercise's page: a body that takes
+  ``exercise`` fills its templates' ``{L}``, ``{S}``, ``{D}``, ``{H}`` from
+  ``shape_letters(exercise)`` (``_report``): chapter 2 keeps the paper's n, m, d_k, h.
 * Keep the topic's typical mistakes as data: a hint table ``[(hint, mistake), ...]``
   at module level, a ``_xxx_variant(..., mistake)`` function computing what each
   mistake outputs, and ``first_reproduced(out, table, variant)`` (``_report``) to pick

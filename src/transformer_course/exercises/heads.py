@@ -1,5 +1,6 @@
 """Multi-head attention: ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` as in
-:class:`transformer_course.MultiHeadAttention`."""
+:class:`transformer_course.MultiHeadAttention`; and (ch03) the same attention written as
+a sum of per-head contributions ``head_h W^O_h``."""
 
 from __future__ import annotations
 
@@ -556,7 +557,7 @@ def _grade_contributions(
     return ref
 
 
-@checker("多头注意力：各头贡献之和", wants_class=True)
+@checker("多头注意力写成各头贡献之和", wants_class=True)
 def check_head_contributions(cls: type) -> str:
     """Grade ``cls(d_model, num_heads)``: multi-head attention written as a sum over
     heads (ch03).
