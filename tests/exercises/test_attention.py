@@ -467,3 +467,32 @@ def test_causal_mask_skeleton(capsys):
         pass
 
     assert_skeleton(ex.check_causal_mask, my_causal_mask, capsys)
+
+
+def test_chapter_2_messages_use_the_papers_letters(capsys):
+    # ch02 writes n, m, d_k, h (the paper's notation); the other chapters L, S, D, H
+    with pytest.raises(ex.ExerciseError) as info:
+        ex.check_self_attention(scale_by_length, exercise="2.4")
+    message = str(info.value)
+    assert "n=5, m=7, d_k=8" in message and "键的个数 m = 7" in message, message
+    assert "S = 7" not in message and "L=5" not in message, message
+    for number in ("1.6", "5.3", None):
+        with pytest.raises(ex.ExerciseError) as info:
+            ex.check_self_attention(scale_by_length, exercise=number)
+        message = str(info.value)
+        assert "L=5, S=7, D=8" in message and "键的个数 S = 7" in message, message
+    ex.check_self_attention(attention_package, solution=True, exercise="2.4")
+    assert "n ≠ m" in capsys.readouterr().out
+    ex.check_self_attention(attention_package, solution=True)
+    assert "L ≠ S" in capsys.readouterr().out
+
+
+def test_chapter_2_crash_and_shape_hints_use_the_papers_letters(capsys):
+    with pytest.raises(ex.ExerciseError, match=r"\(N, n, d_k\) 或 4 维 \(N, h, n, d_k\)"):
+        ex.check_self_attention(k_dot_t, exercise="2.4")
+    with pytest.raises(ex.ExerciseError, match=r"\(N, L, D\) 或 4 维 \(N, H, L, D\)"):
+        ex.check_self_attention(k_dot_t, exercise="1.6")
+    with pytest.raises(ex.ExerciseError, match=r"权重 \(…, n, m\)"):
+        ex.check_self_attention(returns_weights, exercise="2.4")
+    with pytest.raises(ex.ExerciseError, match=r"权重 \(…, L, S\)"):
+        ex.check_self_attention(returns_weights)

@@ -74,3 +74,17 @@ def test_learner_cannot_change_the_lengths(capsys):
         return torch.zeros(len(lengths), 1, 1, S, dtype=torch.bool)
 
     assert_rejects(ex.check_padding_mask, in_place, "位置 0..ℓ−1", capsys)
+
+
+def test_chapter_2_messages_use_the_papers_letters(capsys):
+    def flat(lengths, S):
+        return torch.arange(S) < lengths[:, None]
+
+    with pytest.raises(ex.ExerciseError) as info:
+        ex.check_padding_mask(flat, exercise="2.5")
+    message = str(info.value)
+    assert "m = 5" in message and "(N, h, n, m)" in message and "(N, 1, 1, m)" in message, message
+    with pytest.raises(ex.ExerciseError) as info:
+        ex.check_padding_mask(flat)
+    message = str(info.value)
+    assert "S = 5" in message and "(N, H, L, S)" in message and "(N, 1, 1, S)" in message, message

@@ -355,3 +355,226 @@ def test_every_hint_is_reached(capsys):
 def test_instance_instead_of_class():
     with pytest.raises(ex.ExerciseError, match="类本身"):
         ex.check_multi_head_attention(MHA(12, 3))
+
+
+# ---------------------------------------------------------------------------
+# ch03 3.4: multi-head attention as a sum of per-head contributions
+
+
+class HeadSum(MHA):
+    """The page's solution: split with view/transpose, the package's attention, W^O_h
+    the transposed columns of out_proj.weight."""
+
+    def w_o(self, h):  # (D, E)
+        return self.out_proj.weight[:, h * self.d : (h + 1) * self.d].T
+
+    def heads(self, Q, K, V, attn_mask):  # (N, H, L, D)
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.k_proj(K)), self.split(self.v_proj(V))
+        return tc.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)[0]
+
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        heads = self.heads(Q, K, V, attn_mask)
+        return [heads[:, h] @ self.w_o(h) for h in range(self.h)]
+
+    def forward(self, Q, K, V, attn_mask=None):
+        return sum(self.head_contributions(Q, K, V, attn_mask)) + self.out_proj.bias
+
+
+class HeadSumEinsumLoop(MHA):
+    """A loop over channel slices with einsum; forward by concatenation (as ch01)."""
+
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        q, k, v = self.q_proj(Q), self.k_proj(K), self.v_proj(V)
+        parts = []
+        for h in range(self.h):
+            sl = slice(h * self.d, (h + 1) * self.d)
+            s = torch.einsum("nld,nsd->nls", q[..., sl], k[..., sl]) / math.sqrt(self.d)
+            if attn_mask is not None:
+                s = s.masked_fill(~attn_mask, NEG)
+            head = torch.einsum("nls,nsd->nld", s.softmax(-1), v[..., sl])
+            parts.append(torch.einsum("nld,ed->nle", head, self.out_proj.weight[:, sl]))
+        return parts
+
+
+class HeadSumBatchedTuple(HeadSum):
+    """All heads at once: W viewed as (E, H, D), a tuple returned, forward with F.linear."""
+
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        heads = self.heads(Q, K, V, attn_mask)  # (N, H, L, D)
+        W = self.out_proj.weight.view(-1, self.h, self.d)  # (E, H, D)
+        return tuple(torch.einsum("nhld,ehd->hnle", heads, W))
+
+    def forward(self, Q, K, V, attn_mask=None):
+        return F.linear(self.merge(self.heads(Q, K, V, attn_mask)), self.out_proj.weight, self.out_proj.bias)
+
+
+class HeadSumStacked(HeadSum):
+    """The contributions stacked into one (H, N, L, E) tensor: sum() still works."""
+
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        return torch.stack(super().head_contributions(Q, K, V, attn_mask))
+
+
+def test_head_contributions_accepts(capsys):
+    for cls in (HeadSum, HeadSumEinsumLoop, HeadSumBatchedTuple, HeadSumStacked):
+        assert_passes(ex.check_head_contributions, cls, capsys)
+    assert_passes(ex.check_head_contributions, HeadSum, capsys, solution=True)
+
+
+class HeadSumSkeleton(nn.Module):  # the page's skeleton
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        raise NotImplementedError
+
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        raise NotImplementedError
+
+    def forward(self, Q, K, V, attn_mask=None):
+        raise NotImplementedError
+
+
+class ContributionsSkeleton(HeadSum):  # forward written, head_contributions not yet
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        raise NotImplementedError
+
+    def forward(self, Q, K, V, attn_mask=None):
+        return MHA.forward(self, Q, K, V, attn_mask)
+
+
+@pytest.mark.parametrize("skeleton", [HeadSumSkeleton, ContributionsSkeleton])
+def test_head_contributions_skeleton(skeleton, capsys):
+    assert_skeleton(ex.check_head_contributions, skeleton, capsys)
+
+
+def test_head_contributions_progress(capsys):
+    ex.check_head_contributions(HeadSumSkeleton, exercise="3.4")
+    ex.check_head_contributions(HeadSum, exercise="3.4")
+    capsys.readouterr()
+    ex.progress(3)
+    assert "✓ 练习 3.4  多头注意力写成各头贡献之和（HeadSum）：通过" in capsys.readouterr().out
+
+
+class Rows(HeadSum):  # learner test: W^O_h as rows, the same (D, E) shape
+    def w_o(self, h):
+        return self.out_proj.weight[h * self.d : (h + 1) * self.d]
+
+
+class BiasPerHead(HeadSum):
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        return [p + self.out_proj.bias for p in super().head_contributions(Q, K, V, attn_mask)]
+
+    def forward(self, Q, K, V, attn_mask=None):
+        return sum(self.head_contributions(Q, K, V, attn_mask))
+
+
+class SegmentFromH(HeadSum):  # slice(h, h + D): forgot to multiply by D
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        q, k, v = self.q_proj(Q), self.k_proj(K), self.v_proj(V)
+        parts = []
+        for h in range(self.h):
+            sl = slice(h, h + self.d)
+            head = tc.scaled_dot_product_attention(q[..., sl], k[..., sl], v[..., sl], attn_mask)[0]
+            parts.append(head @ self.out_proj.weight[:, sl].T)
+        return parts
+
+
+class Strided(HeadSum):  # heads split as view(N, T, D, H), W viewed the same way
+    def split(self, x):
+        return x.view(x.size(0), x.size(1), self.d, self.h).permute(0, 3, 1, 2)
+
+    def w_o(self, h):
+        return self.out_proj.weight.view(-1, self.d, self.h)[:, :, h].T
+
+
+class NoScaleHeads(HeadSum):
+    def heads(self, Q, K, V, attn_mask):
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.k_proj(K)), self.split(self.v_proj(V))
+        return NoScale.attend(self, q, k, v, attn_mask)
+
+
+class HeadsWithoutWO(HeadSum):
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        return list(self.heads(Q, K, V, attn_mask).unbind(1))
+
+
+class WOWithoutTranspose(HeadSum):
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        heads, D = self.heads(Q, K, V, attn_mask), self.d
+        return [heads[:, h] @ self.out_proj.weight[:, h * D : (h + 1) * D] for h in range(self.h)]
+
+
+class ReturnsTheSum(HeadSum):
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        return sum(super().head_contributions(Q, K, V, attn_mask))
+
+
+class OneTooFew(HeadSum):
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        return super().head_contributions(Q, K, V, attn_mask)[1:]
+
+
+class NoMethod(MHA):
+    pass
+
+
+class ForwardWithoutBias(HeadSum):
+    def forward(self, Q, K, V, attn_mask=None):
+        return sum(self.head_contributions(Q, K, V, attn_mask))
+
+
+class ForwardBiasPerHead(HeadSum):
+    def forward(self, Q, K, V, attn_mask=None):
+        return sum(p + self.out_proj.bias for p in self.head_contributions(Q, K, V, attn_mask))
+
+
+class ForwardDropsMask(HeadSum):
+    def forward(self, Q, K, V, attn_mask=None):
+        return sum(self.head_contributions(Q, K, V)) + self.out_proj.bias
+
+
+class ForwardWrong(HeadSum):
+    def forward(self, Q, K, V, attn_mask=None):
+        return 2 * super().forward(Q, K, V, attn_mask)
+
+
+def contributions(cls, keyword, id):
+    return pytest.param(ex.check_head_contributions, cls, keyword, id=id)
+
+
+CONTRIBUTION_REJECTS = [
+    contributions(Rows, "W^O_h 取成了 out_proj.weight 的行", "rows of W"),
+    contributions(BiasPerHead, "各头的贡献里加了 out_proj.bias", "bias in every contribution"),
+    contributions(SegmentFromH, "第 h 到 h+D−1 个特征", "segment starting at h"),
+    contributions(Strided, "每隔 H 个的特征", "strided heads"),
+    contributions(NoScaleHeads, "没有除以 √d_k", "no scale, through the MHA hints"),
+    contributions(HeadsWithoutWO, "还要乘 W^O_h", "head_h without W^O_h"),
+    contributions(WOWithoutTranspose, "还要转置", "W^O_h columns not transposed"),
+    contributions(ReturnsTheSum, "应返回 H = 3 个张量的列表", "the sum returned"),
+    contributions(OneTooFew, "得到 2 个（list）", "H - 1 contributions"),
+    contributions(NoMethod, "缺少方法 head_contributions", "no head_contributions"),
+    contributions(ForwardWithoutBias, "forward 少加了 out_proj.bias", "forward without the bias"),
+    contributions(ForwardBiasPerHead, "加了 3 次", "forward adds the bias per head"),
+    contributions(ForwardDropsMask, "没有把 attn_mask 传给 head_contributions", "forward drops the mask"),
+    contributions(ForwardWrong, "sum(self.head_contributions(Q, K, V, attn_mask))", "forward otherwise wrong"),
+    contributions(MaskIgnored, "缺少方法 head_contributions", "plain MHA"),
+]
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", CONTRIBUTION_REJECTS)
+def test_head_contributions_rejects(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_head_contributions_runs_the_multi_head_checks(capsys):
+    class MaskOnlyInForward(HeadSum):  # contributions right; forward's own attention ignores the mask
+        def forward(self, Q, K, V, attn_mask=None):
+            if attn_mask is not None and attn_mask.size(-1) != attn_mask.size(-2):
+                return super().forward(Q, K, V, attn_mask)
+            return super().forward(Q, K, V, None)
+
+    assert_rejects(ex.check_head_contributions, MaskOnlyInForward, "掩码没有起作用", capsys)
+
+
+def test_every_contribution_hint_is_reached(capsys):
+    tables = {"HEAD_HINTS": heads.HEAD_HINTS, "SUM_HINTS": heads.SUM_HINTS, "HEAD_CRASHES": heads.HEAD_CRASHES}
+    assert_every_hint_reached(tables, CONTRIBUTION_REJECTS, capsys)

@@ -175,3 +175,119 @@ def test_rejects(checker, candidate, keyword, capsys):
 def test_every_hint_is_reached(capsys):
     tables = {"PE_HINTS": positions.PE_HINTS, "ROPE_HINTS": positions.ROPE_HINTS}
     assert_every_hint_reached(tables, REJECTS, capsys)
+
+
+# a projection whose scores depend on the distance only (ch03, exercise 3.13)
+# ---------------------------------------------------------------------------
+
+E_P, D_P = 64, 8
+
+
+def pair_selection(pairs, dtype=torch.float64):
+    """The (E, 2·len(pairs)) matrix that picks the dimension pairs (2i, 2i+1)."""
+    S = torch.zeros(E_P, 2 * len(pairs), dtype=dtype)
+    for j, i in enumerate(pairs):
+        S[2 * i, 2 * j] = S[2 * i + 1, 2 * j + 1] = 1.0
+    return S
+
+
+def rotation_scalings(ab, dtype=torch.float64):
+    """Block-diagonal [[a, b], [-b, a]] for each (a, b)."""
+    return torch.block_diag(*[torch.tensor([[a, b], [-b, a]], dtype=dtype) for a, b in ab])
+
+
+PAIRS = [0, 5, 17, 31]  # the highest and the lowest frequency included
+AB = [(0.7, -1.2), (2.0, 0.5), (-0.3, 0.9), (1.1, 1.1)]
+
+
+def the_pages_solution():
+    S = pair_selection(PAIRS)
+    return S @ rotation_scalings(AB), S
+
+
+def rotated_in_the_head_space():
+    """W_q = S C R, W_k = S R with R orthogonal (float32): M = S C Sᵀ still."""
+    S, C = pair_selection(PAIRS, torch.float32), rotation_scalings(AB, torch.float32)
+    R, _ = torch.linalg.qr(torch.randn(D_P, D_P, generator=torch.Generator().manual_seed(1)))
+    return S @ C @ R, S @ R
+
+
+def other_conventions_as_numpy():
+    """Rotations the other way ([[a, -b], [b, a]]), a scale of 100, W_k negated."""
+    S = pair_selection([2, 3, 9, 20])
+    return (100 * S @ rotation_scalings(AB).T).numpy(), (-S).numpy()
+
+
+def one_pair_only():
+    """Rank 2 ≤ D: the other six columns zero."""
+    S = torch.cat([pair_selection([7]), torch.zeros(E_P, D_P - 2, dtype=torch.float64)], dim=1)
+    return S @ torch.block_diag(rotation_scalings([(1.0, 3.0)]), torch.eye(D_P - 2)), S
+
+
+@pytest.mark.parametrize(
+    "construct", [the_pages_solution, rotated_in_the_head_space, other_conventions_as_numpy, one_pair_only]
+)
+def test_distance_only_projection_accepts(construct, capsys):
+    W_q, W_k = construct()
+    assert ex.check_distance_only_projection(W_q, W_k) is None
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("✓ 只依赖距离的投影：W_q、W_k 通过"), lines
+
+
+def test_distance_only_projection_skeleton(capsys):
+    ex.check_distance_only_projection(None, None, exercise="3.13")
+    assert capsys.readouterr().out.strip() == "尚未实现：W_q、W_k 还是 None（写好后重新运行本单元格）"
+    ex.check_distance_only_projection(*the_pages_solution()[:1], None)
+    assert capsys.readouterr().out.startswith("尚未实现：W_k 还是 None")
+    with pytest.raises(ex.ExerciseError, match="骨架"):
+        ex.check_distance_only_projection(None, None, solution=True)
+    ex.progress(3)
+    assert "… 练习 3.13  只依赖距离的投影（W_q、W_k）：尚未实现" in capsys.readouterr().out
+    with pytest.raises(TypeError, match="W_q, W_k"):
+        ex.check_distance_only_projection(the_pages_solution())  # the pair as one argument
+
+
+def projection(W_q, W_k, keyword, id):
+    return pytest.param(lambda pair: ex.check_distance_only_projection(*pair), (W_q, W_k), keyword, id=id)
+
+
+S_P, C_P = pair_selection(PAIRS), rotation_scalings(AB)
+REFLECT = torch.diag(torch.tensor([1.0, -1.0] * (D_P // 2), dtype=torch.float64))
+EYE = torch.eye(E_P, dtype=torch.float64)
+
+PROJECTION_REJECTS = [
+    projection(torch.zeros(E_P, D_P), S_P, "零矩阵", "W_q zero"),
+    projection(S_P * (torch.arange(D_P) < 4), S_P * (torch.arange(D_P) >= 4), "零矩阵", "orthogonal columns"),
+    projection(*torch.randn(2, E_P, D_P, generator=torch.Generator().manual_seed(2)), "随机的", "random"),
+    projection(S_P @ C_P + torch.outer(EYE[2], EYE[0, :D_P]), S_P, "第 1 对维度 (2, 3) 与第 0 对 (0, 1)", "mixed"),
+    # the pairs (i, i + 32): the table read as [sin ... | cos ...]
+    projection(EYE[:, [0, 32, 1, 33, 2, 34, 3, 35]], EYE[:, [0, 32, 1, 33, 2, 34, 3, 35]] @ C_P, "不能混合", "halves"),
+    projection(S_P @ (C_P + REFLECT), S_P, "含反射的部分", "reflection"),
+    projection(EYE[:, 1:9], EYE[:, 1:9], "只用到了其中一维", "pairs shifted by one"),
+    projection((S_P @ C_P).T, S_P.T, "转置了", "transposed"),
+    projection(torch.zeros(E_P, 6), S_P, "应为 (64, 8)", "D = 6"),
+    projection("W_q", S_P, "应是形状 (64, 8) 的张量，得到 str", "a string"),
+    projection(S_P * math.nan, S_P, "NaN", "NaN"),
+]
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", PROJECTION_REJECTS)
+def test_distance_only_projection_rejects(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_a_reflection_on_the_slowest_pair_is_caught(monkeypatch, capsys):
+    # ω_31 ≈ 1.3e-4: over a thousand positions a reflection there barely moves the
+    # scores (p < 1500), small beside a large rotation-scaling on the fastest pair
+    S = torch.cat([pair_selection([0, 31]), torch.zeros(E_P, D_P - 4, dtype=torch.float64)], dim=1)
+    C = torch.diag(torch.tensor([1000.0, 1000.0, 1.0, -1.0] + [0.0] * (D_P - 4), dtype=torch.float64))
+    monkeypatch.setattr(positions, "_POSITIONS", 1500)
+    ex.check_distance_only_projection(S @ C, S)  # a short table misses it
+    assert capsys.readouterr().out.startswith("✓")
+    monkeypatch.undo()
+    checker = lambda pair: ex.check_distance_only_projection(*pair)  # noqa: E731
+    assert_rejects(checker, (S @ C, S), "第 31 对维度 (62, 63)", capsys)
+
+
+def test_every_projection_hint_is_reached(capsys):
+    assert_every_hint_reached({"PROJECTION_HINTS": positions.PROJECTION_HINTS}, PROJECTION_REJECTS, capsys)

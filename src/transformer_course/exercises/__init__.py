@@ -55,6 +55,12 @@ copies the learner's weights into the package module by these names.
   line. An exercise that rebuilds a package function by hand runs the learner's code
   under ``calls_refused((that function, ...), message)``: calling the answer fails,
   however the learner reached it.
+* An exercise whose answer is values rather than code (two matrices) names them:
+  ``@checker("中文标题", values=("W_q", "W_k"))`` gives ``check(W_q, W_k, *, ...)``;
+  its body raises ``Skeleton`` for a value still ``None``.
+* Messages use the shape letters of the exercise's page: a body that takes
+  ``exercise`` fills its templates' ``{L}``, ``{S}``, ``{D}``, ``{H}`` from
+  ``shape_letters(exercise)`` (``_report``): chapter 2 keeps the paper's n, m, d_k, h.
 * Keep the topic's typical mistakes as data: a hint table ``[(hint, mistake), ...]``
   at module level, a ``_xxx_variant(..., mistake)`` function computing what each
   mistake outputs, and ``first_reproduced(out, table, variant)`` (``_report``) to pick
@@ -86,7 +92,7 @@ from .efficient import (
 )
 from .encoder import check_encoder_layer
 from .generation_cache import check_generate, check_kv_cache
-from .heads import check_multi_head_attention
+from .heads import check_head_contributions, check_multi_head_attention
 from .language_model import (
     check_dropout_row_sum_variance,
     check_lm_training,
@@ -96,7 +102,11 @@ from .linear_attention import check_rnn_linear_attention
 from .minigpt_extras import check_kv_cache_in_model, check_post_ln_block
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .objective import check_smoothed_loss
-from .positions import check_rope, check_sinusoidal_encoding
+from .positions import (
+    check_distance_only_projection,
+    check_rope,
+    check_sinusoidal_encoding,
+)
 from .predictions import compare_prediction
 from .roadmap_checks import check_leak_fixed, check_witten_bell
 from .self_check import (
@@ -124,9 +134,11 @@ __all__ = [
     "check_padding_mask",
     "check_decoder_batch",
     "check_multi_head_attention",
+    "check_head_contributions",
     "check_layer_norm",
     "check_sinusoidal_encoding",
     "check_rope",
+    "check_distance_only_projection",
     "check_feed_forward",
     "check_swiglu",
     "check_transformer_block",

@@ -77,46 +77,48 @@ def _record(
         RESULTS[str(exercise), title] = (status, name)
 
 
-def checker(title: str, wants_class: bool = False) -> Callable:
+def checker(
+    title: str, wants_class: bool = False, values: Sequence[str] = ()
+) -> Callable:
     """Turn ``body(candidate) -> detail`` into a checker with the common protocol:
     ``check(candidate, *, solution=False, exercise=None)``. With ``exercise`` (the
     book's exercise number, e.g. ``"5.3"``) the outcome of a learner's call is kept for
     :func:`~transformer_course.exercises.progress`. A ``body`` that takes an
     ``exercise`` keyword also receives the number, for a rule only that exercise
-    states."""
+    states. A checker of data rather than code names the values it grades in
+    ``values`` (``("W_q", "W_k")``): it is called ``check(W_q, W_k, *, ...)`` and its
+    body ``body(W_q, W_k)``; the body raises :class:`Skeleton` for a value still
+    ``None``."""
 
     def decorate(body: Callable[..., str]) -> Callable[..., None]:
         # a body with an ``exercise`` parameter grades the rules one exercise states
         by_exercise = "exercise" in inspect.signature(body).parameters
+        arity = len(values) or 1
 
         @functools.wraps(body)
         def check(
-            candidate: object, *, solution: bool = False, exercise: str | None = None
+            *candidates: object, solution: bool = False, exercise: str | None = None
         ) -> None:
             # the only frame the learner sees: IPython and pytest hide it, and every
             # ExerciseError is re-raised from here without the checker's inner frames
             __tracebackhide__ = True
-            name = name_of(candidate)
+            if len(candidates) != arity:
+                raise TypeError(
+                    f"{body.__name__} takes {arity} positional argument(s) "
+                    f"({', '.join(values) or 'the candidate'}), got {len(candidates)}"
+                )
+            name = "、".join(values) or name_of(candidates[0])
             record = functools.partial(_record, exercise, title, name, solution)
             record(FAILED)  # until it gets further
-            if not callable(candidate):
-                raise ExerciseError(
-                    f"{title}：要检查的应是一个函数或类，得到的是 "
-                    f"{type(candidate).__name__}（{candidate!r:.60}）。"
-                    "把函数/类本身传进来，不要先调用它。"
-                )
-            if wants_class and not isinstance(candidate, type):
-                raise ExerciseError(
-                    f"{title}：要检查的是类本身（如 MyMultiHeadAttention），得到的是"
-                    f"一个 {type(candidate).__name__} 实例：去掉类名后面的括号和参数，"
-                    "检查器会自己用不同的参数构造它。"
-                )
+            problem = None if values else _not_code(title, candidates[0], wants_class)
+            if problem:
+                raise ExerciseError(problem)
             try:
                 with isolated_rng():
                     detail = (
-                        body(candidate, exercise=exercise)
+                        body(*candidates, exercise=exercise)
                         if by_exercise
-                        else body(candidate)
+                        else body(*candidates)
                     )
             except Skeleton as skel:
                 if solution:
@@ -140,6 +142,24 @@ def checker(title: str, wants_class: bool = False) -> Callable:
         return check
 
     return decorate
+
+
+def _not_code(title: str, candidate: object, wants_class: bool) -> str | None:
+    """What is wrong with a checker of code getting ``candidate`` (a function's result,
+    an instance where the class is wanted), or None."""
+    if not callable(candidate):
+        return (
+            f"{title}：要检查的应是一个函数或类，得到的是 "
+            f"{type(candidate).__name__}（{candidate!r:.60}）。"
+            "把函数/类本身传进来，不要先调用它。"
+        )
+    if wants_class and not isinstance(candidate, type):
+        return (
+            f"{title}：要检查的是类本身（如 MyMultiHeadAttention），得到的是"
+            f"一个 {type(candidate).__name__} 实例：去掉类名后面的括号和参数，"
+            "检查器会自己用不同的参数构造它。"
+        )
+    return None
 
 
 def fail(message: str) -> None:

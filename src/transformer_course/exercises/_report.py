@@ -12,6 +12,26 @@ from torch import Tensor, nn
 
 from ._protocol import ATOL, RTOL, fail
 
+# The letters messages use for query length, key length, head dimension and heads:
+# PyTorch's everywhere, the paper's in chapter 2, whose page keeps the paper's notation.
+TORCH_LETTERS = {"L": "L", "S": "S", "D": "D", "H": "H"}
+PAPER_LETTERS = {"L": "n", "S": "m", "D": "d_k", "H": "h"}
+
+
+def shape_letters(exercise: str | None) -> dict[str, str]:
+    """The shape letters for the messages of ``exercise`` (``"2.4"``: the paper's n,
+    m, d_k, h; any other number or None: L, S, D, H); fill a template's ``{L}``,
+    ``{S}``, ``{D}``, ``{H}`` with them."""
+    if exercise is not None and str(exercise).startswith("2."):
+        return PAPER_LETTERS
+    return TORCH_LETTERS
+
+
+def filled(causes: Sequence[tuple[str, str]], letters: dict[str, str]) -> list:
+    """A ``*_CRASHES`` table ``[(pattern, hint), ...]`` with the hints' ``{L}``,
+    ``{S}``, ``{D}``, ``{H}`` filled with ``letters``."""
+    return [(pattern, hint.format(**letters)) for pattern, hint in causes]
+
 
 def as_tensor(out: object, what: str, case: str = "") -> Tensor:
     """``out`` must be a tensor; lists, numpy arrays and numbers get a hint."""

@@ -26,7 +26,9 @@ from ._report import (
     check_float,
     check_shape,
     close,
+    filled,
     first_reproduced,
+    shape_letters,
     where_differs,
 )
 
@@ -116,12 +118,12 @@ ATTENTION_HINTS = [
         "scale_dv",
     ),
     (
-        "缩放用了键的个数 S = {s}（√{s}）：应除以向量维度的平方根 √d_k = √{d}"
+        "缩放用了键的个数 {S} = {s}（√{s}）：应除以向量维度的平方根 √d_k = √{d}"
         "（d_k = Q.size(-1)）。",
         "scale_len",
     ),
     (
-        "缩放用了查询的个数 L = {l}（√{l}，Q.size(-2) 或 Q.shape[-2]）：应除以向量"
+        "缩放用了查询的个数 {L} = {l}（√{l}，Q.size(-2) 或 Q.shape[-2]）：应除以向量"
         "维度的平方根 √d_k = √{d}（d_k = Q.size(-1)，最后一维）。",
         "scale_queries",
     ),
@@ -172,19 +174,21 @@ ATTENTION_HINTS = [
         "scores_transposed",
     ),
     (
-        "乘 V 之前把权重转置了（weights.transpose(-2, -1) @ V）：权重 (…, L, S) 的"
-        "第 i 行是查询 i 对各个键的权重，直接 weights @ V；L = S 时形状对得上，"
+        "乘 V 之前把权重转置了（weights.transpose(-2, -1) @ V）：权重 (…, {L}, {S}) 的"
+        "第 i 行是查询 i 对各个键的权重，直接 weights @ V；{L} = {S} 时形状对得上，"
         "结果却是按键汇总的。",
         "weights_transposed",
     ),
 ]
 
-# crashes: (pattern in "Type: message\nline", hint), before the general causes
+# crashes: (pattern in "Type: message\nline", hint), before the general causes; the
+# hints' {L}, {D}, {H} are filled with the exercise's letters (``filled``)
 ATTENTION_CRASHES = [
     (
         r"\bK\.T\b|\.t\(\)|transpose\(1, ?2\)",
-        "输入可以是 3 维 (N, L, D) 或 4 维 (N, H, L, D)：转置 K 用 K.transpose(-2, -1)"
-        "（或 K.mT），不要写死维度编号（K.T、K.transpose(1, 2) 只适合特定维数）。",
+        "输入可以是 3 维 (N, {L}, {D}) 或 4 维 (N, {H}, {L}, {D})："
+        "转置 K 用 K.transpose(-2, -1)（或 K.mT），"
+        "不要写死维度编号（K.T、K.transpose(1, 2) 只适合特定维数）。",
     ),
 ]
 
@@ -192,25 +196,27 @@ ATTENTION_CRASHES = [
 def _attention_cases(
     g: torch.Generator,
 ) -> list[tuple[str, Tensor, Tensor, Tensor, Tensor | None]]:
-    """The self-attention checks: ``(description, Q, K, V, mask)``."""
+    """The self-attention checks: ``(description, Q, K, V, mask)``; the
+    description's ``{L}``, ``{S}``, ``{D}``, ``{H}`` are the exercise's letters
+    (:func:`shape_letters`)."""
     cases = [
         (
-            "3 维输入 N=2, L=5, S=7, D=8，无掩码",
+            "3 维输入 N=2, {L}=5, {S}=7, {D}=8，无掩码",
             randn(g, 2, 5, 8),
             randn(g, 2, 7, 8),
             randn(g, 2, 7, 8),
             None,
         ),
         (
-            "4 维输入 N=2, H=3, L=4, S=5, D=6，无掩码",
+            "4 维输入 N=2, {H}=3, {L}=4, {S}=5, {D}=6，无掩码",
             randn(g, 2, 3, 4, 6),
             randn(g, 2, 3, 5, 6),
             randn(g, 2, 3, 5, 6),
             None,
         ),
-        ("自注意力 N=3, L=S=5，因果掩码 (5, 5)", None, None, None, causal_mask(5)),
+        ("自注意力 N=3, {L}={S}=5，因果掩码 (5, 5)", None, None, None, causal_mask(5)),
         (
-            "N=2, L=3, S=7，随机掩码 (2, 3, 7)",
+            "N=2, {L}=3, {S}=7，随机掩码 (2, 3, 7)",
             randn(g, 2, 3, 8),
             randn(g, 2, 7, 8),
             randn(g, 2, 7, 8),
@@ -229,7 +235,8 @@ def _attention_cases(
     leading[..., 6] = True
     cases.append(
         (
-            "N=2, L=3, S=10，有的行前 4 个键全被屏蔽（按 4 个一块时第一块整块被屏蔽）",
+            "N=2, {L}=3, {S}=10，有的行前 4 个键全被屏蔽"
+            "（按 4 个一块时第一块整块被屏蔽）",
             randn(g, 2, 3, 8),
             randn(g, 2, 10, 8),
             randn(g, 2, 10, 8),
@@ -238,7 +245,7 @@ def _attention_cases(
     )
     cases.append(
         (
-            "N=2, L=4, S=6，d_k = 8 而 d_v = 5（V 的维数与 Q、K 不同）",
+            "N=2, {L}=4, {S}=6，d_k = 8 而 d_v = 5（V 的维数与 Q、K 不同）",
             randn(g, 2, 4, 8),
             randn(g, 2, 6, 8),
             randn(g, 2, 6, 5),
@@ -263,10 +270,14 @@ def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
     broadcastable to ``(..., L, S)``, ``True`` = may attend. ``fn`` returns the output
     ``(..., L, D)`` or ``(output, weights)`` with weights ``(..., L, S)``; the exercises
     in ``_RETURNS_WEIGHTS`` state the pair, so there the output alone is a mistake.
-    Compared with :func:`transformer_course.scaled_dot_product_attention`.
+    Compared with :func:`transformer_course.scaled_dot_product_attention`. The
+    messages of a chapter-2 ``exercise`` use that page's letters n, m, d_k, h.
     """
     name = name_of(fn)
+    letters = shape_letters(exercise)
+    causes = filled(ATTENTION_CRASHES, letters)
     for i, (case, Q, K, V, mask) in enumerate(_attention_cases(seeded_generator(1))):
+        case = case.format(**letters)
         args = (Q, K, V) if mask is None else (Q, K, V, mask)
         given = copies(args)
         out = run_learner(
@@ -275,7 +286,7 @@ def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
             what=name,
             case=case,
             first=i == 0,
-            causes=ATTENTION_CRASHES,
+            causes=causes,
             copy_inputs=False,
         )
         _check_inputs_unchanged(fn, args, given, case)
@@ -287,15 +298,15 @@ def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
                 "最后一行写成 return 输出, 权重。"
             )
         out, weights = _attention_outputs(fn, out, ref_out, ref_w, case)
-        _check_attention_output_shape(fn, out, ref_out, ref_w, case)
+        _check_attention_output_shape(fn, out, ref_out, ref_w, case, letters)
         if weights is not None:
-            _check_attention_weights(fn, weights, ref_w, (Q, K), mask, case)
+            _check_attention_weights(fn, weights, ref_w, (Q, K), mask, case, letters)
         _check_attention_finite(fn, out, mask, case)
         if not close(out, ref_out):
             fail(
                 f"{name} 的输出与参考实现不一致（{case}；"
                 f"{where_differs(out, ref_out)}）。\n可能的原因："
-                f"{_attention_hint(out, Q, K, V, mask)}"
+                f"{_attention_hint(out, Q, K, V, mask, letters)}"
             )
         if weights is not None and not close(weights, ref_w):
             fail(
@@ -303,8 +314,8 @@ def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
                 f"{where_differs(weights, ref_w)}）：返回的应是乘 V 的那个权重。"
             )
     return (
-        "3 维和 4 维输入、批量 > 1、L ≠ S、d_v ≠ d_k、因果掩码、随机掩码、"
-        "整块被屏蔽的键，共 7 组"
+        f"3 维和 4 维输入、批量 > 1、{letters['L']} ≠ {letters['S']}、d_v ≠ d_k、"
+        "因果掩码、随机掩码、整块被屏蔽的键，共 7 组"
     )
 
 
@@ -349,14 +360,20 @@ def _attention_outputs(
 
 
 def _check_attention_output_shape(
-    fn: Callable, out: Tensor, ref_out: Tensor, ref_w: Tensor, case: str
+    fn: Callable,
+    out: Tensor,
+    ref_out: Tensor,
+    ref_w: Tensor,
+    case: str,
+    letters: dict[str, str],
 ) -> None:
     """The output is ``(…, L, D)`` floats; ``(…, L, S)`` means ``weights @ V`` is
     missing."""
     name = name_of(fn)
+    L, S = letters["L"], letters["S"]
     if tuple(out.shape) == tuple(ref_w.shape) != tuple(ref_out.shape):
         fail(
-            f"{name} 的输出形状是 {tuple(out.shape)}，这是权重 (…, L, S) "
+            f"{name} 的输出形状是 {tuple(out.shape)}，这是权重 (…, {L}, {S}) "
             f"的形状（{case}）：别忘了用权重对 V 加权求和（weights @ V），"
             f"输出应为 {tuple(ref_out.shape)}。"
         )
@@ -365,8 +382,8 @@ def _check_attention_output_shape(
         ref_out.shape,
         f"{name} 的输出",
         case,
-        " Q、K 是 (…, L, d_k)、(…, S, d_k)，V 是 (…, S, d_v)，"
-        "输出应为 (…, L, d_v)（d_v = V.size(-1)）。",
+        f" Q、K 是 (…, {L}, d_k)、(…, {S}, d_k)，V 是 (…, {S}, d_v)，"
+        f"输出应为 (…, {L}, d_v)（d_v = V.size(-1)）。",
     )
     check_float(out, f"{name} 的输出")
 
@@ -408,7 +425,12 @@ def _check_attention_finite(
 
 
 def _attention_hint(
-    out: Tensor, Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None
+    out: Tensor,
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    mask: Tensor | None,
+    letters: dict[str, str],
 ) -> str:
     """The typical mistake whose result ``out`` reproduces, or the recipe."""
     d = Q.size(-1)
@@ -422,6 +444,7 @@ def _attention_hint(
         s=K.size(-2),
         l=Q.size(-2),
         dv=V.size(-1),
+        **letters,
     )
     return hint or (
         "逐步对照：scores = Q @ K.transpose(-2, -1) / √d_k → "
@@ -446,9 +469,16 @@ def _finite_fill(
     return fill if close(weights.double(), filled) else None
 
 
-def _leak_hint(weights: Tensor, Q: Tensor, K: Tensor, mask: Tensor, idx: tuple) -> str:
+def _leak_hint(
+    weights: Tensor,
+    qk: tuple[Tensor, Tensor],
+    mask: Tensor,
+    idx: tuple,
+    letters: dict[str, str],
+) -> str:
     """Why masked keys still get weight: the mask transposed, the weights returned
     from before the masking, a finite fill too small, or the mask not applied."""
+    Q, K = qk
     scores = _scores(Q, K, None).double()
     if mask.size(-1) == mask.size(-2) and close(
         weights.double(),
@@ -456,7 +486,8 @@ def _leak_hint(weights: Tensor, Q: Tensor, K: Tensor, mask: Tensor, idx: tuple) 
     ):
         return (
             "掩码用转置了（像是 attn_mask.mT 或 attn_mask.transpose(-2, -1)）："
-            "attn_mask[i, j] 说 query i 能否看 key j，形状 (L, S) 与 scores 对齐，"
+            f"attn_mask[i, j] 说 query i 能否看 key j，形状 ({letters['L']}, "
+            f"{letters['S']}) 与 scores 对齐，"
             "直接 scores.masked_fill(~attn_mask, float('-inf'))，不要转置。"
         )
     if close(weights.double(), torch.softmax(scores, dim=-1)):
@@ -485,6 +516,7 @@ def _check_attention_weights(
     qk: tuple[Tensor, Tensor],
     mask: Tensor | None,
     case: str,
+    letters: dict[str, str],
 ) -> None:
     Q, K = qk
     name = name_of(fn)
@@ -493,7 +525,8 @@ def _check_attention_weights(
         ref_w.shape,
         f"{name} 返回的权重",
         case,
-        " 权重应为 (…, L, S)：每个 query 对每个 key 一个权重。",
+        f" 权重应为 (…, {letters['L']}, {letters['S']})："
+        "每个 query 对每个 key 一个权重。",
     )
     check_float(weights, f"{name} 返回的权重")
     if not bool(torch.isfinite(weights).all()):
@@ -510,7 +543,7 @@ def _check_attention_weights(
                     "应写 masked_fill(~attn_mask, -inf)。"
                 )
             else:
-                why = _leak_hint(weights.detach(), Q, K, mask, idx)
+                why = _leak_hint(weights.detach(), qk, mask, idx, letters)
             fail(
                 f"被屏蔽的位置仍有权重（{case}）：例如位置 {idx} 的掩码为 False，"
                 f"权重却是 {weights[idx].item():.3g}。{why}"

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ._protocol import checker, fail, name_of, run_learner
-from ._report import as_tensor, check_shape, first_reproduced
+from ._report import as_tensor, check_shape, first_reproduced, shape_letters
 
 
 def _lengths_mask(lengths: Tensor, S: int, mistake: str = "") -> Tensor:
@@ -47,23 +47,26 @@ _CASES = (((3, 5), 5), ((1, 4, 2), 6), ((2,), 2), ((4, 4), 7))
 
 
 @checker("填充掩码")
-def check_padding_mask(fn: Callable) -> str:
+def check_padding_mask(fn: Callable, exercise: str | None = None) -> str:
     """Grade ``fn(lengths, S)``: ``lengths`` an int64 tensor ``(N,)`` of sentence
     lengths, right-padded to ``S``; returns a bool key-padding mask ``(N, 1, 1, S)``,
     ``True`` = real token (may be attended to), as
-    :func:`transformer_course.padding_mask` gives from the token ids."""
+    :func:`transformer_course.padding_mask` gives from the token ids. The messages
+    of a chapter-2 ``exercise`` call the key length m, as that page does."""
     name = name_of(fn)
+    # the letters of the score shape (N, H, L, S); S_ names the key length S
+    H, L, S_ = (shape_letters(exercise)[k] for k in "HLS")
     for i, (lens, S) in enumerate(_CASES):
         lengths = torch.tensor(lens)
-        case = f"lengths = {list(lens)}，S = {S}"
+        case = f"lengths = {list(lens)}，{S_} = {S}"
         out = run_learner(fn, lengths.clone(), S, what=name, case=case, first=i == 0)
         out = as_tensor(out, name, case)
         ref = _lengths_mask(lengths, S)
         if tuple(out.shape) == (len(lens), S):
             fail(
-                f"{name} 的形状是 {tuple(out.shape)}（{case}）：要能与 (N, h, n, S) 的"
-                f"分数广播，应为 (N, 1, 1, S) = {tuple(ref.shape)}，在末尾加 "
-                "[:, None, None, :]。"
+                f"{name} 的形状是 {tuple(out.shape)}（{case}）：要能与 "
+                f"(N, {H}, {L}, {S_}) 的分数广播，应为 (N, 1, 1, {S_}) = "
+                f"{tuple(ref.shape)}，在末尾加 [:, None, None, :]。"
             )
         check_shape(out, ref.shape, name, case)
         if out.dtype != torch.bool:

@@ -1,16 +1,17 @@
 """Multi-head attention: ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` as in
-:class:`transformer_course.MultiHeadAttention`."""
+:class:`transformer_course.MultiHeadAttention`; and (ch03) the same attention written as
+a sum of per-head contributions ``head_h W^O_h``."""
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
+from ..attention import MultiHeadAttention, scaled_dot_product_attention
 from ..masks import causal_mask
 from ._protocol import (
     checker,
@@ -19,6 +20,7 @@ from ._protocol import (
     name_of,
     randn,
     random_mask,
+    run_learner,
     run_module,
     seeded_generator,
 )
@@ -250,6 +252,12 @@ def check_multi_head_attention(cls: type) -> str:
     ``(output, weights)``). Compared with the package's
     :class:`~transformer_course.MultiHeadAttention` holding the same weights.
     """
+    return _grade_multi_head_attention(cls)
+
+
+def _grade_multi_head_attention(cls: type) -> str:
+    """The body of :func:`check_multi_head_attention` (also run by
+    :func:`check_head_contributions`)."""
     name = name_of(cls)
     g = seeded_generator(3)
     # (description, d_model, heads, Q, K, V, mask)
@@ -332,3 +340,287 @@ def check_multi_head_attention(cls: type) -> str:
             f"（{case}；{where_differs(out, ref)}）。\n可能的原因：{hint}"
         )
     return "2 到 4 个头，自注意力与交叉注意力（S ≠ L），因果掩码与随机掩码，共 4 组"
+
+
+# multi-head attention as a sum of per-head contributions (ch03): head_h W^O_h
+
+
+def _head_outputs(
+    layers: Sequence[nn.Linear],
+    H: int,
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    mask: Tensor | None,
+    heads: Callable[[int, int], slice],
+) -> list[Tensor]:
+    """``head_h`` ``(N, L, D)`` for each head, attending with the features
+    ``heads(h, D)`` of the three projections."""
+    q_proj, k_proj, v_proj, _ = layers
+    q, k, v = apply_linear(q_proj, Q), apply_linear(k_proj, K), apply_linear(v_proj, V)
+    D = Q.size(-1) // H
+    return [
+        scaled_dot_product_attention(
+            q[..., heads(h, D)], k[..., heads(h, D)], v[..., heads(h, D)], mask
+        )[0]
+        for h in range(H)
+    ]
+
+
+def _segment(h: int, D: int) -> slice:  # head h: features hD .. (h+1)D - 1
+    return slice(h * D, (h + 1) * D)
+
+
+def _contributions(
+    layers: Sequence[nn.Linear],
+    H: int,
+    Q: Tensor,
+    K: Tensor,
+    V: Tensor,
+    mask: Tensor | None,
+    mistake: str = "",
+) -> list[Tensor]:
+    """``[head_h W^O_h for h]``, each ``(N, L, E)``: ``W^O_h`` is the transpose of
+    columns ``hD .. (h+1)D - 1`` of ``out_proj.weight`` (``nn.Linear`` stores
+    ``W^T``); or what :data:`HEAD_HINTS`' ``mistake`` gives instead."""
+    E = Q.size(-1)
+    heads = {  # which features head h reads (and which columns of W it uses)
+        "segment_from_h": lambda h, D: slice(h, h + D),
+        "strided": lambda h, D: slice(h, E, H),
+    }.get(mistake, _segment)
+    outputs = _head_outputs(layers, H, Q, K, V, mask, heads)
+    W, bias = layers[3].weight, layers[3].bias  # (E, E): W^T
+    D = E // H
+    if mistake == "rows":  # W^O_h taken as rows hD .. (h+1)D - 1
+        return [out @ W[heads(h, D)] for h, out in enumerate(outputs)]
+    parts = [out @ W[:, heads(h, D)].T for h, out in enumerate(outputs)]
+    return [p + bias for p in parts] if mistake == "bias_per_head" else parts
+
+
+HEAD_HINTS = [
+    (
+        "W^O_h 取成了 out_proj.weight 的行：nn.Linear 存的是 Wᵀ（形状 "
+        "(out, in)），W^O_h 是第 hD 到 (h+1)D−1 列的转置："
+        "out_proj.weight[:, h * D : (h + 1) * D].T，形状 (D, E)。",
+        "rows",
+    ),
+    (
+        "各头的贡献里加了 out_proj.bias：偏置不属于任何一个头，"
+        "只在 forward 里对各头之和加一次。",
+        "bias_per_head",
+    ),
+    (
+        "第 h 个头取的是第 h 到 h+D−1 个特征（像是 [h : h + D]）：第 h 段是第 hD "
+        "到 (h+1)D−1 个特征，切片 [h * D : (h + 1) * D]"
+        "（投影结果和 out_proj.weight 的列都这样切）。",
+        "segment_from_h",
+    ),
+    (
+        "第 h 个头取的是每隔 H 个的特征 h, h+H, h+2H, …（像是 [h::H] 或 "
+        "view(N, T, D, H)）：一个头是连续的一段，第 hD 到 (h+1)D−1 个特征，"
+        "即 view(N, T, H, D) 的第 h 个，或切片 [h * D : (h + 1) * D]。",
+        "strided",
+    ),
+]
+
+
+def _forward_variant(
+    contributions: Callable[[Tensor | None], list[Tensor]],
+    bias: Tensor,
+    mask: Tensor | None,
+    mistake: str,
+) -> Tensor | None:
+    """What ``forward`` outputs with one of :data:`SUM_HINTS`' mistakes."""
+    if mistake == "mask_dropped":
+        return None if mask is None else sum(contributions(None)) + bias
+    parts = contributions(mask)
+    return sum(parts) + {"no_bias": 0, "bias_per_head": len(parts)}[mistake] * bias
+
+
+SUM_HINTS = [
+    ("forward 少加了 out_proj.bias：输出是各头贡献之和再加一次偏置。", "no_bias"),
+    (
+        "forward 把 out_proj.bias 加了 {H} 次（每个头一次）：偏置只加一次，"
+        "sum(各头贡献) + out_proj.bias。",
+        "bias_per_head",
+    ),
+    (
+        "forward 没有把 attn_mask 传给 head_contributions：输出像是没有掩码时的"
+        "各头之和；写 self.head_contributions(Q, K, V, attn_mask)。",
+        "mask_dropped",
+    ),
+]
+
+HEAD_CRASHES = [
+    (
+        r"cannot be multiplied[^\n]*\n.*\.weight\b",
+        "W^O_h 的形状应为 (D, E)：out_proj.weight 是 (E, E)，取第 hD 到 (h+1)D−1 "
+        "列得到 (E, D)，还要转置：out_proj.weight[:, h * D : (h + 1) * D].T。",
+    ),
+]
+
+
+def _contributions_of(
+    module: nn.Module, args: tuple, H: int, what: str, case: str, first: bool
+) -> list[Tensor]:
+    """The learner's ``head_contributions(*args)`` as a list of ``H`` tensors (a
+    tuple, or a tensor stacked on a first axis of ``H``, works as well)."""
+    method = getattr(module, "head_contributions", None)
+    if method is None:
+        fail(
+            f"{what} 缺少方法 head_contributions(Q, K, V, attn_mask=None)："
+            "它返回 H 个张量的列表，第 h 个是 head_h W^O_h。"
+        )
+    parts = run_learner(
+        method,
+        *args,
+        what=f"{what}.head_contributions",
+        case=case,
+        first=first,
+        causes=HEAD_CRASHES,
+    )
+    if isinstance(parts, Tensor) and parts.dim() == 4 and parts.size(0) == H:
+        parts = list(parts.unbind(0))
+    if isinstance(parts, Tensor):
+        fail(
+            f"{what}.head_contributions 返回了一个形状为 {tuple(parts.shape)} 的张量"
+            f"（{case}）：应返回 H = {H} 个张量的列表，每个头一个"
+            "（各头之和留给 forward）。"
+        )
+    if not isinstance(parts, (list, tuple)) or len(parts) != H:
+        kind = type(parts).__name__
+        got = f"{len(parts)} 个（{kind}）" if isinstance(parts, (list, tuple)) else kind
+        fail(
+            f"{what}.head_contributions 应返回 H = {H} 个张量的列表（每个头一个），"
+            f"得到 {got}（{case}）。"
+        )
+    return [
+        as_tensor(p, f"{what}.head_contributions 的第 {h} 个元素", case)
+        for h, p in enumerate(parts)
+    ]
+
+
+def _grade_contributions(
+    parts: list[Tensor],
+    layers: Sequence[nn.Linear],
+    H: int,
+    qkv_mask: tuple,
+    what: str,
+    case: str,
+) -> list[Tensor]:
+    """Compare the learner's ``parts`` with ``head_h W^O_h``; returns the
+    reference."""
+    Q, K, V, mask = qkv_mask
+    N, L, E = Q.shape
+    with torch.no_grad():
+        ref = _contributions(layers, H, Q, K, V, mask)
+    for h, part in enumerate(parts):
+        if tuple(part.shape) == (N, L, E // H):
+            fail(
+                f"{what}.head_contributions 的第 {h} 个元素形状是 {tuple(part.shape)}"
+                f"（{case}）：这是 head_h 本身 (N, L, D)，还要乘 W^O_h（形状 (D, E)）"
+                "得到这个头对输出的贡献 (N, L, E)。"
+            )
+        check_shape(
+            part,
+            ref[h].shape,
+            f"{what}.head_contributions 的第 {h} 个元素",
+            case,
+            " 每个头的贡献 head_h W^O_h 与输出同形 (N, L, E)。",
+        )
+    wrong = [h for h in range(H) if not close(parts[h], ref[h])]
+    if not wrong:
+        return ref
+    got = torch.stack(parts)
+    hint = first_reproduced(
+        got,
+        HEAD_HINTS,
+        lambda m: torch.stack(_contributions(layers, H, Q, K, V, mask, m)),
+    ) or first_reproduced(
+        got.sum(0) + layers[3].bias,
+        MHA_HINTS,
+        functools.partial(_mha_variant, layers, H, Q, K, V, mask),
+        H=H,
+        D=E // H,
+        E=E,
+    )
+    h = wrong[0]
+    fail(
+        f"{what}.head_contributions 的第 {h} 个头的贡献不等于 head_h W^O_h"
+        f"（{case}；{where_differs(parts[h], ref[h])}）。\n可能的原因："
+        + (
+            hint
+            or f"逐步对照：第 {h} 个头用 q、k、v 的第 hD 到 (h+1)D−1 个特征做缩放点积"
+            "注意力（除以 √D，掩码），再乘 out_proj.weight[:, h * D : (h + 1) * D].T。"
+        )
+    )
+    return ref
+
+
+@checker("多头注意力写成各头贡献之和", wants_class=True)
+def check_head_contributions(cls: type) -> str:
+    """Grade ``cls(d_model, num_heads)``: multi-head attention written as a sum over
+    heads (ch03).
+
+    Besides the contract of :func:`check_multi_head_attention` (which it also runs),
+    ``head_contributions(Q, K, V, attn_mask=None)`` returns a list of ``H`` tensors
+    ``(N, L, E)``, the ``h``-th being ``head_h W^O_h``: attention over features
+    ``hD .. (h+1)D - 1`` of the three projections times the transpose of columns
+    ``hD .. (h+1)D - 1`` of ``out_proj.weight``; ``forward`` returns their sum plus
+    ``out_proj.bias``.
+    """
+    name = name_of(cls)
+    g = seeded_generator(34)
+    x = randn(g, 2, 6, 8)
+    cases = [  # (description, d_model, heads, Q, K, V, mask)
+        (
+            "d_model=12, 3 个头，交叉注意力 N=2, L=5, S=7，随机掩码 (5, 7)",
+            12,
+            3,
+            randn(g, 2, 5, 12),
+            randn(g, 2, 7, 12),
+            randn(g, 2, 7, 12),
+            random_mask(g, 5, 7),
+        ),
+        ("d_model=8, 2 个头，自注意力 N=2, L=6，无掩码", 8, 2, x, x, x, None),
+    ]
+    for i, (case, E, H, Q, K, V, mask) in enumerate(cases):
+        what = f"{name}({E}, {H})"
+        module = construct(cls, E, H, what=name)
+        args = (Q, K, V) if mask is None else (Q, K, V, mask)
+        with torch.no_grad():
+            parts = _contributions_of(module, args, H, what, case, first=i == 0)
+        layers = [linear_attr(module, a, E, E, what, bias=True) for a in _MHA_NAMES]
+        check_no_dropout(module, what)
+        ref = _grade_contributions(parts, layers, H, (Q, K, V, mask), what, case)
+        with torch.no_grad():
+            out = run_module(module, *args, what=what, case=case, causes=MHA_CRASHES)
+        if isinstance(out, (tuple, list)) and len(out) == 2:
+            out = out[0]
+        out = as_tensor(out, f"{what} 的输出", case)
+        bias = layers[3].bias
+        if close(out, sum(ref) + bias):
+            continue
+        with torch.no_grad():
+            hint = first_reproduced(
+                out,
+                SUM_HINTS,
+                functools.partial(
+                    _forward_variant,
+                    functools.partial(_contributions, layers, H, Q, K, V),
+                    bias,
+                    mask,
+                ),
+                H=H,
+            )
+        fail(
+            f"{what}.forward 应返回各头贡献之和加上 out_proj.bias（{case}）"
+            + (
+                f"：{hint}"
+                if hint
+                else "：sum(self.head_contributions(Q, K, V, attn_mask)) "
+                "+ self.out_proj.bias。"
+            )
+        )
+    detail = _grade_multi_head_attention(cls)
+    return f"各头贡献 head_h W^O_h 与它们之和加偏置，2 组；{detail}"

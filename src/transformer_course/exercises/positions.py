@@ -1,4 +1,5 @@
-"""Positional encodings: the sinusoidal table and rotary position embedding."""
+"""Positional encodings: the sinusoidal table, rotary position embedding, and a head's
+projection whose scores on the sinusoidal table depend on the distance only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from torch import Tensor
 
 from ..positional import RotaryEmbedding, sinusoidal_table
 from ._protocol import (
+    Skeleton,
     calls_refused,
     checker,
     fail,
@@ -253,3 +255,121 @@ def check_rope(fn: Callable) -> str:
             f"{where_differs(out, ref)}）。\n可能的原因：{hint}"
         )
     return "4 种形状 (N, H, L, D)，含 L = 1 与 D = 2"
+
+
+# a rank-D projection whose scores depend on the distance only (ch03, exercise 3.13)
+
+PROJECTION_E, PROJECTION_D = 64, 8  # the exercise's d_model and head dimension
+_POSITIONS = 12000  # p = 0..: long enough that the lowest frequency turns a radian
+_OFFSETS = (1, 7, 40, 1000)
+_RTOL = 1e-5  # relative to |M|·E/2, the largest a score can be
+
+PROJECTION_HINTS = [
+    (
+        "M 几乎处处非零（{count} 个 2×2 块把不同频率的维度混在一起）：像是随机的 "
+        "W_q、W_k。只依赖距离的 M 是块对角的：W_q、W_k 只挑出若干对维度 "
+        "(2i, 2i+1)（同一频率 ω_i 的 sin 和 cos），在每一对上做缩放乘旋转。",
+        "random",
+    ),
+    (
+        "M 在第 {i} 对维度 ({i0}, {i1}) 与第 {j} 对 ({j0}, {j1}) 之间有非零的 2×2 块"
+        "（这样的块共 {count} 个）：不同频率的维度不能混合，M 应是块对角的。"
+        "编码表是交错排列的：第 2i、2i+1 维是同一频率 ω_i 的 sin 和 cos。",
+        "mixed",
+    ),
+    (
+        "第 {i} 对维度 ({i0}, {i1}) 上的 2×2 块 {block} 的秩为 1：这一对只用到了"
+        "其中一维。sin 和 cos 两维要成对挑出：第 2i、2i+1 维（同一频率 ω_i）一起选，"
+        "选出的维度不要错开一位。",
+        "half_pair",
+    ),
+    (
+        "第 {i} 对维度 ({i0}, {i1}) 上的 2×2 块 {block} 不是缩放乘旋转 "
+        "[[a, b], [−b, a]]：它含反射的部分（两个对角元不相等，或两个副对角元"
+        "不互为相反数），分数随 p 按 2ω_{i} 的频率变化。",
+        "reflection",
+    ),
+]
+
+
+def _projection(W: object, what: str) -> Tensor:
+    """The learner's ``W`` as a float64 ``(E, D)`` tensor."""
+    E, D = PROJECTION_E, PROJECTION_D
+    try:
+        W = torch.as_tensor(W).double()
+    except (TypeError, ValueError, RuntimeError):
+        fail(f"{what} 应是形状 ({E}, {D}) 的张量，得到 {type(W).__name__}。")
+    if tuple(W.shape) == (D, E):
+        fail(
+            f"{what} 的形状是 {(D, E)}：转置了。投影 W 是 E × D = {E} × {D} 的矩阵"
+            "（每行对应一个模型维度），M = W_q W_kᵀ 才是 E × E。"
+        )
+    check_shape(W, (E, D), what, "", f" 投影是 (E, D) = ({E}, {D})。")
+    if not bool(torch.isfinite(W).all()):
+        fail(f"{what} 含 NaN 或 inf。")
+    return W
+
+
+def _projection_mistake(M: Tensor) -> tuple[str, dict]:
+    """Which part of ``M`` makes the scores depend on p: blocks mixing two frequency
+    pairs (many of them: a random projection), or a diagonal block with a reflection
+    (of rank 1: one dimension of a pair)."""
+    pairs = M.size(0) // 2
+    blocks = M.view(pairs, 2, pairs, 2).transpose(1, 2)  # (i, j, 2, 2)
+    tol = _RTOL * float(M.norm())
+    off = blocks.norm(dim=(-2, -1)).fill_diagonal_(0) > tol
+    count = int(off.sum())
+    if count > pairs * (pairs - 1) // 2:
+        return "random", {"count": count}
+    if count:
+        i, j = (int(k) for k in off.nonzero()[0])
+        return "mixed", {"i": i, "j": j, "i0": 2 * i, "i1": 2 * i + 1,
+                         "j0": 2 * j, "j1": 2 * j + 1, "count": count}  # fmt: skip
+    diagonal = blocks[range(pairs), range(pairs)]  # (pairs, 2, 2)
+    # a 2×2 block is a + b·J (rotation-scaling) plus c·R + d·RJ (a reflection)
+    c = (diagonal[:, 0, 0] - diagonal[:, 1, 1]) / 2
+    d = (diagonal[:, 0, 1] + diagonal[:, 1, 0]) / 2
+    i = int(torch.hypot(c, d).argmax())
+    block = [[round(float(x), 3) for x in row] for row in diagonal[i]]
+    # rank 1: one dimension of the pair (a = ±c, b = ±d: as much reflection as
+    # rotation-scaling)
+    half = abs(float(torch.linalg.det(diagonal[i]))) <= tol * float(M.norm())
+    fmt = {"i": i, "i0": 2 * i, "i1": 2 * i + 1, "block": block}
+    return ("half_pair" if half else "reflection"), fmt
+
+
+@checker("只依赖距离的投影", values=("W_q", "W_k"))
+def check_distance_only_projection(W_q: object, W_k: object) -> str:
+    """Grade ``W_q, W_k``: two ``(64, 8)`` projections (E = 64, D = 8) whose
+    ``M = W_q W_kᵀ`` (rank at most D by its shape) gives projected scores
+    ``PE_pᵀ M PE_(p+k)`` on the sinusoidal table that do not depend on ``p``, for
+    several distances ``k``; ``M = 0`` is refused as trivial. Any such ``M`` is
+    accepted: any choice of frequency pairs, scales and rotation directions."""
+    missing = [n for n, W in (("W_q", W_q), ("W_k", W_k)) if W is None]
+    if missing:
+        raise Skeleton("、".join(missing), "还是 None")
+    W_q, W_k = _projection(W_q, "W_q"), _projection(W_k, "W_k")
+    M = W_q @ W_k.T  # (E, E)
+    if float(M.norm()) <= 1e-6 * float(W_q.norm() * W_k.norm()):
+        fail(
+            "M = W_q W_kᵀ 是零矩阵（W_q 或 W_k 为零，或两者的列互相正交）："
+            "分数恒为 0，与 p 无关，这个头却什么也看不到。请构造非零的 M。"
+        )
+    E = PROJECTION_E
+    pe = sinusoidal_table(_POSITIONS, E, dtype=torch.float64)
+    for k in _OFFSETS:
+        scores = ((pe[:-k] @ M) * pe[k:]).sum(-1)  # s(p, p + k) for every p
+        spread = float(scores.max() - scores.min())
+        if spread <= _RTOL * float(M.norm()) * E / 2:
+            continue
+        mistake, fmt = _projection_mistake(M)
+        hint = next(h for h, m in PROJECTION_HINTS if m == mistake).format(**fmt)
+        fail(
+            f"距离 k = {k} 时，投影后的分数 PE_pᵀ M PE_(p+k) 随 p 变化"
+            f"（p = 0..{_POSITIONS - k - 1}，最大与最小相差 {spread:.3g}）：{hint}"
+        )
+    rank = int(torch.linalg.matrix_rank(M))
+    return (
+        f"M 的秩为 {rank} ≤ D = {PROJECTION_D}；距离 k = "
+        f"{', '.join(map(str, _OFFSETS))} 时分数与 p 无关"
+    )

@@ -14,7 +14,13 @@ import torch
 from ..data import char_ngram_loss
 from ..masks import causal_mask
 from ._protocol import checker, fail, name_of, run_learner, seeded_generator
-from ._report import as_tensor, first_reproduced, where_differs
+from ._report import (
+    TORCH_LETTERS,
+    as_tensor,
+    filled,
+    first_reproduced,
+    where_differs,
+)
 from .attention import (
     ATTENTION_CRASHES,
     INVERTED_MASK_NAN,
@@ -50,7 +56,7 @@ def check_leak_fixed(fn: object) -> str:
             what=name,
             case="因果掩码",
             first=i == 0,
-            causes=ATTENTION_CRASHES,
+            causes=filled(ATTENTION_CRASHES, TORCH_LETTERS),
         )
         out = out[0] if isinstance(out, tuple | list) else out
         outs.append(as_tensor(out, f"{name} 的输出", "因果掩码"))
