@@ -281,6 +281,29 @@ def test_resume_refuses_to_reshape_the_learning_rate_schedule(script, tmp_path, 
     assert [r["lr"] for r in records if "lr" in r and r["step"] > 2] == [saved["min_lr"]] * 2
 
 
+def test_resume_hint_when_the_warm_up_outlasts_the_decay(script, tmp_path, capsys):
+    """A run shorter than its warm-up never reaches the decay: continued past its end on the
+    same schedule, the learning rate goes on warming up (tc.cosine_lr tests the warm-up
+    first) and only then stays at --min-lr. The --lr-decay-steps hint says so, and the run
+    that follows the hint logs exactly that."""
+    out = tmp_path / "run"
+    args = [a for a in TINY if a not in ("--lr-decay-steps", "6")]
+    args[args.index("--warmup-steps") + 1] = "4"
+    assert script.main(["train", "--out-dir", str(out), "--max-steps", "2", *args]) == 0
+    saved = load_checkpoint(out / "ckpt.pt")["extra"]["lr_schedule"]
+    assert saved["warmup_steps"] == 4 and saved["decay_steps"] == 2
+    resume = ["train", "--out-dir", str(out), "--resume", *args]
+    _expect_usage_error(script, [*resume, "--max-steps", "6"],
+                        "add --lr-decay-steps 2 (the checkpoint's warm-up (4 steps) outlasts its decay "
+                        "(2 steps): the learning rate goes on rising to --lr until step 4, then stays "
+                        "at --min-lr)", capsys)  # fmt: skip
+    assert script.main([*resume, "--max-steps", "6", "--lr-decay-steps", "2"]) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    logged = {r["step"]: r["lr"] for r in records if "lr" in r}
+    peak, low = saved["lr"], saved["min_lr"]
+    assert [logged[s] for s in (3, 4, 5, 6)] == pytest.approx([peak * 3 / 4, peak, low, low])
+
+
 @pytest.mark.parametrize("content", [bytes(range(256)) * 4, b""], ids=["random-bytes", "empty"])
 def test_corrupted_checkpoint_gives_a_clear_message(script, tmp_path, capsys, content):
     out = tmp_path / "run"

@@ -83,6 +83,19 @@ class UsageError(Exception):
     2."""
 
 
+def after_decay(schedule: dict) -> str:
+    """What ``tc.cosine_lr`` gives past the end of ``schedule``'s decay: ``--min-lr``,
+    unless the warm-up outlasts the decay (``tc.cosine_lr`` tests the warm-up first)."""
+    warmup, decay = schedule.get("warmup_steps", 0), schedule.get("decay_steps")
+    if decay is None or warmup <= decay:
+        return "the learning rate then stays at --min-lr"
+    return (
+        f"the checkpoint's warm-up ({warmup} steps) outlasts its decay ({decay} "
+        f"steps): the learning rate goes on rising to --lr until step {warmup}, "
+        f"then stays at --min-lr"
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Everything a training run needs, typed. ``model`` holds the model flags that
@@ -192,7 +205,7 @@ class TrainConfig:
         keep = saved.get("decay_steps")
         longer = (
             f"to train past step {keep} on the checkpoint's schedule add "
-            f"--lr-decay-steps {keep} (the learning rate then stays at --min-lr); "
+            f"--lr-decay-steps {keep} ({after_decay(saved)}); "
             if self.decay_steps != keep
             else ""
         )
