@@ -22,9 +22,9 @@ def test_plot_attention_labels_and_errors():
 
 def test_plot_attention_heads_grid():
     fig = tc.viz.plot_attention_heads(torch.rand(6, 3, 3), ncols=4)
-    heads = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    heads = [ax for ax in fig.axes if ax.get_title().startswith("头")]
     hidden = [ax for ax in fig.axes if not ax.axison]
-    colorbars = [ax for ax in fig.axes if ax.get_ylabel() == "weight"]
+    colorbars = [ax for ax in fig.axes if ax.get_ylabel() == "权重"]
     assert len(heads) == 6 and len(hidden) == 2 and len(colorbars) == 1
     with pytest.raises(ValueError, match="key_labels has 2 labels for 3 positions"):
         tc.viz.plot_attention_heads(torch.rand(2, 3, 3), key_labels=["a", "b"])
@@ -56,7 +56,7 @@ def test_book_style_heatmaps_readable():
             assert fig.get_figwidth() <= tc.viz.MAX_WIDTH_IN
             small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < tc.viz.MIN_FONT_PT]
             assert not small, small
-            assert sum(ax.get_ylabel() == "weight" for ax in fig.axes) == 1  # the colorbar
+            assert sum(ax.get_ylabel() == "权重" for ax in fig.axes) == 1  # the colorbar
             for ax in fig.axes:
                 for ticks in (ax.get_xticklabels(), ax.get_yticklabels()):
                     boxes = [t.get_window_extent() for t in ticks if t.get_visible() and t.get_text()]

@@ -145,8 +145,12 @@ class AttentionExplorer:
             self.key_tokens,
             ncols=min(4, heads),
         )
-        name = self.title or "attention"
-        fig.suptitle(f"{name}: layer {index}" if layers > 1 else name)
+        name = self.title or "注意力"
+        fig.suptitle(
+            f"{name}：第 {index} 层（共 {layers} 层，从 0 数起）"
+            if layers > 1
+            else name
+        )
         fig.tight_layout()
         return fig
 

@@ -190,7 +190,7 @@ def plot_attention(
     ax.set_ylabel("query")
     if title:
         ax.set_title(title)
-    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="weight")
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="权重")
     _label_heatmap([ax], query_labels, key_labels, ncols=1, tight=own_figure)
     return ax
 
@@ -239,8 +239,8 @@ def plot_attention_heads(
             ax.axis("off")
             continue
         im = ax.imshow(w[h].numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
-        ax.set_title(f"head {h}")
-    fig.colorbar(im, cax=fig.add_subplot(grid[:, -1]), label="weight")
+        ax.set_title(f"头 {h}")
+    fig.colorbar(im, cax=fig.add_subplot(grid[:, -1]), label="权重")
     _label_heatmap(axes[:H], query_labels, key_labels, ncols=ncols, tight=True)
     return fig
 
