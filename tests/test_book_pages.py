@@ -65,6 +65,23 @@ def test_exercise_references_are_not_doubled(page):
     assert not doubled, f"drop the word 练习 before these references: {doubled[:3]}"
 
 
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=_ids(CHAPTERS))
+def test_checker_calls_name_the_exercise_they_sit_in(chapter):
+    """``exercise="N.k"`` inside the k-th exercise of chapter N (up to the next one): the
+    number the checker prints and records is the number the book renders."""
+    text = chapter.read_text(encoding="utf-8")
+    number = int(re.match(r"ch(\d+)_", chapter.name).group(1))
+    starts = [m.start() for m in re.finditer(r"^```\{exercise(?:-start)?\}", text, re.M)]
+    wrong = []
+    for k, start in enumerate(starts, 1):
+        end = starts[k] if k < len(starts) else len(text)
+        for m in re.finditer(r'exercise="(\d+)\.(\d+)"', text[start:end]):
+            if (int(m.group(1)), int(m.group(2))) != (number, k):
+                wrong.append(f"{m.group(0)} in exercise {number}.{k}")
+    before = re.findall(r'exercise="[\d.]+"', text[: starts[0]] if starts else text)
+    assert not wrong and not before, f"renumber: {wrong + before}"
+
+
 @pytest.mark.parametrize("page", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_code_cells_fit_the_page(page):
     wide = []
