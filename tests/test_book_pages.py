@@ -26,6 +26,7 @@ import pytest
 BOOK = Path(__file__).resolve().parents[1] / "book"
 PAGES = sorted(BOOK.glob("*.md"))
 NOTEBOOKS = [p for p in PAGES if "kernelspec" in jupytext.read(p).metadata]
+CHAPTERS = sorted(BOOK.glob("ch[0-9][0-9]_*.md"))
 MAX_COLUMNS = 88
 
 
@@ -337,7 +338,6 @@ def test_optional_block_mistakes_warn(tmp_path, page, warning):
     assert warning in warnings, warnings
 
 
-CHAPTERS = sorted(BOOK.glob("ch[0-9][0-9]_*.md"))
 sys.path.insert(0, str(BOOK.parent / "scripts"))
 import study_time  # noqa: E402
 
