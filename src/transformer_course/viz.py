@@ -300,7 +300,7 @@ def plot_loss_curves(
         ax.plot(range(len(values)), list(values), label=name)
     if logy:
         ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
+    ax.set_xlabel("步数")
+    ax.set_ylabel("损失")
     ax.legend()
     return ax
