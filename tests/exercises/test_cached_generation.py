@@ -3,7 +3,6 @@
 Correct cached forwards in different styles pass with one "✓" line; a skeleton is
 "尚未实现"; hand-written wrong ones are rejected with a hint that names the mistake."""
 
-import functools
 import math
 
 import pytest
@@ -13,7 +12,7 @@ import torch.nn.functional as F
 import transformer_course as tc
 from transformer_course import exercises as ex
 
-from .support import assert_passes, assert_rejects, assert_skeleton, rejection
+from .support import assert_passes, assert_rejects, assert_skeleton
 
 
 class ListCache:
@@ -144,17 +143,6 @@ def test_skeleton(capsys):
 )
 def test_mistakes_are_named(mistake, keyword, capsys):
     assert_rejects(ex.check_cached_forward, make_forward(mistake), keyword, capsys)
-
-
-def test_bug_hunt_hint_names_the_symptom_not_the_fix(capsys):
-    """5.22 prints the positions-from-0 bug: its hint points at the embedding line and
-    says when it goes wrong; 5.16, a build exercise, names the fix."""
-    bug = make_forward("positions_from_zero")
-    hunt = rejection(functools.partial(ex.check_cached_forward, exercise="5.22"), bug)
-    assert "看进入第一个块之前的那一行" in hunt and "arange" not in hunt, hunt
-    build = rejection(functools.partial(ex.check_cached_forward, exercise="5.16"), bug)
-    assert "pos_emb(torch.arange(start, start + T))" in build, build
-    assert capsys.readouterr().out == ""
 
 
 @torch.no_grad()

@@ -4,8 +4,6 @@ Each checker accepts correct implementations written in different styles with on
 line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
 hand-written wrong implementations with a Chinese hint that names the mistake."""
 
-import functools
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,7 +12,7 @@ import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course.exercises import generation_cache
 
-from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton, rejection
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 # 11. generation
 # ---------------------------------------------------------------------------
@@ -373,16 +371,6 @@ REJECTS = GENERATE_REJECTS + KV_CACHE_REJECTS + MORE_REJECTS
 @pytest.mark.parametrize("checker, candidate, keyword", REJECTS)
 def test_rejects(checker, candidate, keyword, capsys):
     assert_rejects(checker, candidate, keyword, capsys)
-
-
-def test_bug_hunt_hint_names_the_symptom_not_the_fix(capsys):
-    """5.14 prints the top-k bug: its hint says what the draws look like and where to
-    look, not the gather that fixes it; 5.13, a build exercise, names the fix."""
-    hunt = rejection(functools.partial(ex.check_generate, exercise="5.14"), generate_topk_positions)
-    assert "看 torch.topk 返回的两样东西" in hunt and "gather" not in hunt, hunt
-    build = rejection(functools.partial(ex.check_generate, exercise="5.13"), generate_topk_positions)
-    assert "idx.gather(-1, pos)" in build, build
-    assert capsys.readouterr().out == ""
 
 
 def test_every_hint_is_reached(capsys):

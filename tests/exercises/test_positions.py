@@ -194,7 +194,9 @@ ROPE_REJECTS = [
     pytest.param(ex.check_rope, make_rope("pos_heads"), "头的编号", id="positions counted along the heads"),
     pytest.param(ex.check_rope, rope_with_angles("reshaped"), "再 reshape 成 (L, D/2)", id="angle table reshaped"),
     pytest.param(ex.check_rope, rope_with_angles("base"), "频率不对：", id="angle table: other frequencies"),
-    pytest.param(ex.check_rope, rope_with_angles("reversed"), "位置 [4, 3, 2, 1, 0] 的角度", id="angle table: positions"),
+    pytest.param(
+        ex.check_rope, rope_with_angles("reversed"), "位置 [4, 3, 2, 1, 0] 的角度", id="angle table: positions"
+    ),
 ]
 
 
