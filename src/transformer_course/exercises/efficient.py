@@ -113,6 +113,8 @@ def _streaming_variant(
         c_new = torch.maximum(c, s.amax(-1, keepdim=True))
         c_safe = torch.where(torch.isinf(c_new), torch.zeros_like(c_new), c_new)
         fix = torch.exp(c - c_safe)
+        if mistake == "fix_inverted":  # exp(c_new − c_old), the first block guarded
+            fix = torch.exp(c_safe - torch.where(torch.isinf(c), c_safe, c))
         if mistake == "no_rescale":
             fix = torch.ones_like(fix)
         p = torch.exp(s - c_safe)
@@ -130,6 +132,11 @@ _STREAMING_MISTAKES = [
         "最大值变大时忘了校正旧的累计量：ℓ 和 o 都要先乘 exp(c_旧 − c_新)，"
         "再加上新块的贡献。",
         "no_rescale",
+    ),
+    (
+        "校正因子写反了：最大值从 c_旧 升到 c_新 时，旧的累计量 ℓ 和 o 要乘 "
+        "exp(c_旧 − c_新)（不大于 1，缩小），你乘的是 exp(c_新 − c_旧)（放大）。",
+        "fix_inverted",
     ),
     (
         "分母 ℓ 校正了，分子 o 没有：o 也要乘同一个校正因子 exp(c_旧 − c_新)。",
