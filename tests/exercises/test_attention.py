@@ -141,6 +141,15 @@ def scale_after_softmax(Q, K, V, attn_mask=None):
     return F.softmax(scores, dim=-1) / math.sqrt(Q.size(-1)) @ V
 
 
+def scale_after_softmax_with_weights(Q, K, V, attn_mask=None):
+    """Learner test 10a (1.1): the weights divided by √D after the softmax, returned."""
+    scores = Q @ K.transpose(-2, -1)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, NEG)
+    w = F.softmax(scores, dim=-1) / math.sqrt(Q.size(-1))
+    return w @ V, w
+
+
 def softmax_over_queries_renormalised(Q, K, V, attn_mask=None):
     scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
     if attn_mask is not None:
@@ -394,6 +403,7 @@ REJECTS = [
     check(weights_times_keys, "应是 V，不是 K", "weights times K"),
     check(weights_transposed_when_square, "乘 V 之前把权重转置了", "weights transposed"),
     check(scale_after_softmax, "缩放放错了位置", "scaled after the softmax"),
+    check(scale_after_softmax_with_weights, "权重在 softmax 之后又除以了 √d_k", "weights / sqrt(d), returned"),
     check(softmax_over_queries_renormalised, "再把每行除以行和", "softmax over queries, rows renormalised"),
     check(mask_inverted, "掩码方向可能反了", "mask inverted (-1e9)"),
     check(mask_ignored, "掩码没有起作用", "mask argument ignored"),

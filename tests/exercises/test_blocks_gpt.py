@@ -43,6 +43,26 @@ class BlockMaskBuffer(Block):
         return self.self_attn(h, h, h, attn_mask=self.mask[:L, :L])
 
 
+class SequentialFeedForward(nn.Module):
+    """Learner test 10a (3.2 → 3.5/3.6): w1 and w2 kept, and reused in a Sequential."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.net = nn.Sequential(self.w1, nn.GELU(), self.w2)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class BlockSequentialFFN(Block):
+    """The aliases ffn.net.0.* and ffn.net.2.* are w1's and w2's tensors, not extras."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.ffn = SequentialFeedForward(d_model, 4 * d_model)
+
+
 class BlockSkeleton(nn.Module):
     def __init__(self, d_model, num_heads):
         super().__init__()
@@ -50,7 +70,7 @@ class BlockSkeleton(nn.Module):
 
 
 def test_transformer_block_accepts(capsys):
-    for cls in (Block, BlockMaskBuffer):
+    for cls in (Block, BlockMaskBuffer, BlockSequentialFFN):
         assert_passes(ex.check_transformer_block, cls, capsys)
     assert_skeleton(ex.check_transformer_block, BlockSkeleton, capsys)
 
@@ -225,6 +245,12 @@ class ReluFFN(Block):
         return x + self.ffn.w2(F.relu(self.ffn.w1(self.norm2(x))))
 
 
+class UnusedGate(Block):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.gate = nn.Linear(d_model, d_model)
+
+
 def block_check(cls, keyword, id):
     return pytest.param(ex.check_transformer_block, cls, keyword, id=id)
 
@@ -249,6 +275,7 @@ BLOCK_REJECTS = [
     block_check(OtherNames, "缺少参数 norm1.weight", "other names"),
     block_check(BiasFreeFFN, "缺少偏置", "bias-free FFN"),
     block_check(BiasFreeAttention, "缺少偏置", "bias-free attention"),
+    block_check(UnusedGate, "多了参数 gate.bias、gate.weight", "an extra Linear"),
     block_check(SmallEps, "eps", "LayerNorm(eps=1e-6)"),
     block_check(NoAffineNorm, "elementwise_affine=False", "LayerNorm without γ/β"),
     block_check(WithDropout, "dropout", "dropout"),
@@ -290,6 +317,10 @@ class GPTTiedOtherWay(GPT):
         super().__init__(*args)
         self.lm_head = nn.Linear(self.tok_emb.embedding_dim, self.tok_emb.num_embeddings, bias=False)
         self.tok_emb.weight = self.lm_head.weight
+
+
+class GPTSequentialFFN(GPT):
+    block = BlockSequentialFFN
 
 
 class GPTNanoStyle(GPT):
@@ -340,7 +371,7 @@ class GPTSkeleton(nn.Module):
 
 
 def test_gpt_accepts(capsys):
-    for cls in (GPT, GPTTiedOtherWay, GPTNanoStyle, MiniGPTModules):
+    for cls in (GPT, GPTTiedOtherWay, GPTNanoStyle, MiniGPTModules, GPTSequentialFFN):
         assert_passes(ex.check_gpt, cls, capsys)
     assert_skeleton(ex.check_gpt, GPTSkeleton, capsys)
 
@@ -515,6 +546,13 @@ class BlocksReassignedToList(GPT):
         self.blocks = list(self.blocks)
 
 
+class HeadWithBias(GPT):
+    def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
+        super().__init__(vocab_size, context_length, d_model, num_heads, num_layers)
+        self.lm_head = nn.Linear(d_model, vocab_size)
+        self.lm_head.weight = self.tok_emb.weight
+
+
 class AffineFreeFinalNorm(GPT):
     def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
         super().__init__(vocab_size, context_length, d_model, num_heads, num_layers)
@@ -554,6 +592,7 @@ GPT_REJECTS = [
     gpt_check(PositionsReversed, "位置嵌入的顺序反了", "positions reversed"),
     gpt_check(PlainListOfBlocks, "nn.ModuleList", "blocks in a Python list"),
     gpt_check(BlocksReassignedToList, "nn.ModuleList", "ModuleList reassigned to a list (crashes)"),
+    gpt_check(HeadWithBias, "lm_head 不应带偏置", "lm_head with a bias"),
     gpt_check(AffineFreeFinalNorm, "elementwise_affine=False", "norm_f without weights"),
 ]
 
@@ -580,5 +619,8 @@ def test_copy_parameters_both_ways():
     ex.copy_parameters(ref, mine)
     ids = torch.randint(11, (2, 6))
     torch.testing.assert_close(mine.eval()(ids), ref(ids)[0])
+    aliased = GPTSequentialFFN(11, 6, 12, 3, 2)  # ffn.net.0.* copied as ffn.w1.*
+    ex.copy_parameters(ref, aliased)
+    torch.testing.assert_close(aliased.eval()(ids), ref(ids)[0])
     with pytest.raises(ValueError, match="ln_f"):
         ex.copy_parameters(ref, FinalNormNamedLnF(11, 6, 12, 3, 2))

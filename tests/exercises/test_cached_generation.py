@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
@@ -33,7 +34,8 @@ def make_forward(mistake=None):
     @torch.no_grad()
     def forward_with_cache(model, input_ids, caches, num_heads):
         N, T = input_ids.shape
-        start = 0 if mistake == "positions_from_zero" else len(caches[0])
+        shift = {"positions_minus_1": -1, "positions_plus_1": 1}.get(mistake, 0)
+        start = 0 if mistake == "positions_from_zero" else max(len(caches[0]) + shift, 0)
         x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(start, start + T))
         for i, block in enumerate(model.blocks):
             if mistake == "one_cache":
@@ -56,10 +58,7 @@ def make_forward(mistake=None):
             if mistake == "top_left_padded":  # learner test: causal_mask(T), padded
                 keep = torch.nn.functional.pad(tc.causal_mask(T), (0, K.shape[-2] - T), value=False)
                 scores = scores.masked_fill(~keep, float("-inf"))
-            elif mistake == "top_left_multi" and T > 1:  # learner test: no mask for T = 1
-                keep = torch.arange(K.shape[-2])[None, :] <= torch.arange(T)[:, None]
-                scores = scores.masked_fill(~keep, float("-inf"))
-            elif mistake not in ("no_mask", "top_left_multi"):
+            elif mistake != "no_mask":
                 scores = scores.masked_fill(~tc.causal_mask(T, K.shape[-2]), float("-inf"))
             o = scores.softmax(-1) @ V
             if mistake not in ("heads_no_transpose", "merge_no_transpose"):
@@ -92,9 +91,25 @@ def einsum_forward(model, input_ids, caches, num_heads):
     return model.lm_head(model.norm_f(x))
 
 
+@torch.no_grad()
+def prompt_causal_forward(model, input_ids, caches, num_heads):
+    """Learner test 10b (5.16): is_causal=L > 1, right under the text's contract (the
+    whole prompt first, then one token per call: a single new token sees every key)."""
+    N, L = input_ids.shape
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(len(caches[0]), len(caches[0]) + L))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a, h = block.self_attn, block.norm1(x)
+        q, k, v = (p(h).view(N, L, num_heads, -1).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))
+        K, V = cache.update(k, v)
+        o = F.scaled_dot_product_attention(q, K, V, is_causal=L > 1)
+        x = x + a.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
 def test_correct_cached_forwards_pass(capsys):
-    assert_passes(ex.check_cached_forward, make_forward(), capsys)
-    assert_passes(ex.check_cached_forward, einsum_forward, capsys)
+    for fn in (make_forward(), einsum_forward, prompt_causal_forward):
+        assert_passes(ex.check_cached_forward, fn, capsys)
 
 
 def test_solution_flag(capsys):
@@ -112,6 +127,8 @@ def test_skeleton(capsys):
     ("mistake", "keyword"),
     [
         ("positions_from_zero", "位置编号从 0 开始"),
+        ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b, 5.22
+        ("positions_plus_1", "新词元的位置多算了 1"),
         ("no_mask", "因果掩码"),
         ("no_scale", "√D"),
         ("no_norm_f", "norm_f"),
@@ -120,13 +137,22 @@ def test_skeleton(capsys):
         ("cache_not_read", "cache.update"),
         ("one_cache", "共用了一个缓存"),
         ("top_left_padded", "对齐到了左上角"),
-        ("top_left_multi", "对齐到了左上角"),
         ("heads_no_transpose", "少了 transpose"),
         ("merge_no_transpose", "少了 transpose"),
     ],
 )
 def test_mistakes_are_named(mistake, keyword, capsys):
     assert_rejects(ex.check_cached_forward, make_forward(mistake), keyword, capsys)
+
+
+@torch.no_grad()
+def negative_first_position(model, input_ids, caches, num_heads):
+    start = len(caches[0]) - 1  # position -1 at the first call
+    return make_forward()(model, input_ids, caches, num_heads) + model.pos_emb(torch.arange(start, start + 1)).sum()
+
+
+def test_negative_position_crash_is_explained(capsys):
+    assert_rejects(ex.check_cached_forward, negative_first_position, "嵌入表的下标越界", capsys)
 
 
 def test_crash_names_the_learners_line(capsys):

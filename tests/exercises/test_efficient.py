@@ -776,6 +776,19 @@ def streaming_peek_dropped(Q, blocks):  # learner test: next() to learn D_v, tha
     return o / ell
 
 
+def streaming_fix_inverted(Q, blocks):  # learner test 10b, 4.4: exp(c_new − c_old)
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix = torch.nan_to_num(torch.exp(c_safe - torch.where(torch.isinf(c), c_safe, c)), nan=0.0)
+        p = torch.exp(s - c_safe)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
 def streaming_len(Q, blocks):  # treats the stream as a list
     n = len(blocks)
     return Q[..., :n]
@@ -791,6 +804,8 @@ STREAMING_REJECTS = [
                  id="no_rescale"),
     pytest.param(ex.check_streaming_attention, streaming_o_not_rescaled, "分子 o 没有",
                  id="o_fix"),
+    pytest.param(ex.check_streaming_attention, streaming_fix_inverted, "校正因子写反了",
+                 id="fix_inverted"),
     pytest.param(ex.check_streaming_attention, streaming_inverted, "方向反了", id="inverted"),
     pytest.param(ex.check_streaming_attention, streaming_unscaled, "√D", id="unscaled"),
     pytest.param(ex.check_streaming_attention, streaming_len, "迭代器", id="len"),

@@ -93,6 +93,12 @@ def mask_inverted(layer, X, attn_mask=None):
     return layer.norm2(A + layer.ffn(A))
 
 
+def causal_without_padding(layer, X, attn_mask=None):
+    """Learner test 10a (2.5): a causal mask in the encoder when no padding mask."""
+    A = layer.norm1(X + layer.self_attn(X, X, X, attn_mask=attn_mask, is_causal=attn_mask is None))
+    return layer.norm2(A + layer.ffn(A))
+
+
 def calls_layer(layer, X, attn_mask=None):
     return layer(X, attn_mask=attn_mask)
 
@@ -120,6 +126,7 @@ def returns_tuple(layer, X, attn_mask=None):
         (norm1_twice, "两个子层都用了 norm1"),
         (mask_dropped, "掩码没有传给自注意力"),
         (mask_inverted, "掩码取反了"),
+        (causal_without_padding, "编码器不是因果的"),
         (calls_layer, "不要直接调用 layer(X)"),
         (one_norm_only, "逐行对照公式"),
         (returns_tuple, "应是 torch.Tensor"),

@@ -32,8 +32,9 @@ def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=T
             g, b = getattr(self, names[0]), getattr(self, names[1])
             dim = {"dim0": 0, "dim1": 1, "all": tuple(range(1, x.dim()))}.get(mistake, -1)
             keep = mistake != "no_keepdim"
-            mean = x.mean(dim, keepdim=keep)
-            var = x.var(dim, keepdim=keep, unbiased=mistake == "unbiased")
+            # learner test 10a, 3.8: only one of the two reductions moved to dim -1
+            mean = x.mean(0 if mistake == "mean_dim0" else dim, keepdim=keep)
+            var = x.var(0 if mistake == "var_dim0" else dim, keepdim=keep, unbiased=mistake == "unbiased")
             if mistake == "std_eps":
                 y = (x - mean) / (var.sqrt() + self.eps)
             elif mistake == "no_eps":
@@ -90,6 +91,8 @@ LAYER_NORM_REJECTS = [
     pytest.param(ex.check_layer_norm, make_ln(names=("scale", "shift")), "缺少可学习参数", id="other names"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_sqrt"), "忘了开根号", id="no square root"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="dim1"), "不是第 1 维", id="normalised over dim 1"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="var_dim0"), "方差却仍沿第 0 维", id="variance still over dim 0"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="mean_dim0"), "均值却仍沿第 0 维", id="mean still over dim 0"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="all"), "不要把其它维也算进去", id="normalised over all dims"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="shift_then_scale"), "先加 β 再乘 γ", id="(x̂ + β)γ"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="bias_inside"), "β 加在了归一化里面", id="β inside"),

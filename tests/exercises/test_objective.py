@@ -208,7 +208,22 @@ def smoothing_term_over_pads(logits, labels, smoothing):  # learner test 8a, 2.8
     return (1 - smoothing) * nll + smoothing * (-logp.mean(-1)).mean()
 
 
+def annotated_transformer(logits, labels, smoothing):  # learner test 10a, 2.8
+    """ε/(|V| − 2) off the target, the padding column zeroed."""
+    logp = F.log_softmax(logits, -1)
+    q = torch.full_like(logp, smoothing / (logp.size(-1) - 2)).scatter(-1, labels[..., None], 1 - smoothing)
+    q[..., 0] = 0
+    return -(q * logp).sum(-1)[labels != 0].mean()
+
+
+def mean_over_vocab(logits, labels, smoothing):  # learner test 10a, 2.8
+    logp = F.log_softmax(logits, -1)
+    return -(_q(logp, labels, smoothing) * logp).mean(-1)[labels != 0].mean()
+
+
 REJECTS = [
+    (annotated_transformer, "The Annotated Transformer 的写法"),
+    (mean_over_vocab, "对词表求的是平均"),
     (smoothing_term_over_pads, "平滑那一项"),
     (target_overwritten, "恰好是 1 − ε"),
     (kl_divergence, "KL 散度"),

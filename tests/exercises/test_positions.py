@@ -70,6 +70,18 @@ def pe_exponent_per_column(max_len, d_model):
     return pe
 
 
+def pe_with_log(log):
+    """Learner test 10a (2.4): exp(−2i/d · log(...)) with the log of 10000 left out
+    (``log`` = 1: base e) or taken to base 10 (base e⁴)."""
+
+    def fn(max_len, d_model):
+        omega = torch.exp(-torch.arange(0, d_model, 2).float() / d_model * log)
+        angles = torch.arange(max_len).float()[:, None] * omega
+        return torch.stack([angles.sin(), angles.cos()], -1).flatten(1)
+
+    return fn
+
+
 def test_sinusoidal_encoding(capsys):
     for fn in (sinusoidal_written_out, make_pe(None)):
         assert_passes(ex.check_sinusoidal_encoding, fn, capsys)
@@ -89,6 +101,8 @@ PE_REJECTS = [
     pytest.param(ex.check_sinusoidal_encoding, lambda n, d: written(n, d).long(), "浮点", id="integer table"),
     pytest.param(ex.check_sinusoidal_encoding, lambda n, d: written(n, d).numpy(), "numpy", id="numpy array"),
     pytest.param(ex.check_sinusoidal_encoding, make_pe("int_div"), "整数除法", id="integer division in the exponent"),
+    pytest.param(ex.check_sinusoidal_encoding, pe_with_log(1.0), "少了 ln 10000", id="base e"),
+    pytest.param(ex.check_sinusoidal_encoding, pe_with_log(math.log10(10000.0)), "频率的底是 54.6", id="log10"),
     pytest.param(ex.check_sinusoidal_encoding, sinusoidal, "不要直接调用", id="the package table called"),
 ]
 
@@ -141,6 +155,23 @@ def make_rope(mistake):
     return fn
 
 
+def rope_with_angles(kind):
+    """Learner test 10b (5.7): a wrongly built angle table: a (D/2, L) table reshaped
+    to (L, D/2), base 1000 instead of 10000, positions counted backwards."""
+
+    def fn(x):
+        N, H, L, D = x.shape
+        theta = (1000.0 if kind == "base" else 10000.0) ** (-torch.arange(0, D, 2).double() / D)
+        pos = torch.arange(L).double()
+        angles = (pos.flip(0) if kind == "reversed" else pos)[:, None] * theta
+        if kind == "reshaped":
+            angles = (theta[:, None] * pos[None, :]).reshape(L, D // 2)
+        z = torch.view_as_complex(x.double().reshape(N, H, L, D // 2, 2).contiguous())
+        return torch.view_as_real(z * torch.polar(torch.ones_like(angles), angles)).flatten(-2).float()
+
+    return fn
+
+
 def rope_skeleton(x):
     raise NotImplementedError("TODO")
 
@@ -161,6 +192,11 @@ ROPE_REJECTS = [
     pytest.param(ex.check_rope, make_rope("no_cos"), "长度", id="cos missing"),
     pytest.param(ex.check_rope, make_rope("swap_sin_cos"), "cos 和 sin 用反了", id="cos and sin swapped"),
     pytest.param(ex.check_rope, make_rope("pos_heads"), "头的编号", id="positions counted along the heads"),
+    pytest.param(ex.check_rope, rope_with_angles("reshaped"), "再 reshape 成 (L, D/2)", id="angle table reshaped"),
+    pytest.param(ex.check_rope, rope_with_angles("base"), "频率不对：", id="angle table: other frequencies"),
+    pytest.param(
+        ex.check_rope, rope_with_angles("reversed"), "位置 [4, 3, 2, 1, 0] 的角度", id="angle table: positions"
+    ),
 ]
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from transformer_course import exercises as ex
-from transformer_course.exercises.self_check import QKV_QUESTIONS, _LeakyGPT
+from transformer_course.exercises.self_check import QKV_QUESTIONS, _also_last, _first_sees_all, _LeakyGPT, _one_ahead
 from transformer_course.models import GPTConfig
 
 from .support import assert_passes, assert_rejects, assert_skeleton, rejection
@@ -186,7 +186,7 @@ def test_bounded_leak_reaches_back_two_positions_only():
     """The one-ahead model: a change at t moves the logits at t - 2 and t - 1 (two
     layers), not those before; what the hint says."""
     cfg = GPTConfig(vocab_size=17, context_length=16, d_model=16, num_heads=2, num_layers=2)
-    model = _LeakyGPT(cfg, ahead=1).eval()
+    model = _LeakyGPT(cfg, _one_ahead).eval()
     ids = torch.randint(0, 17, (2, 12))
     for t in (3, 7, 11):
         changed = ids.clone()
@@ -194,6 +194,55 @@ def test_bounded_leak_reaches_back_two_positions_only():
         with torch.no_grad():
             moved = (model(ids)[0] - model(changed)[0]).abs().amax((0, 2)) > 1e-5
         assert moved[:t].nonzero().flatten().tolist() == [t - 2, t - 1]
+
+
+def moved_before(model, ids, t, changed):
+    """The positions < t whose logits move when ``ids`` becomes ``changed``."""
+    with torch.no_grad():
+        moved = (model(ids)[0] - model(changed)[0]).abs().amax((0, 2)) > 1e-5
+    return moved[:t].nonzero().flatten().tolist()
+
+
+def test_the_two_narrow_leaks_are_what_the_hints_say():
+    """Learner test 10b (5.20): the first-layer leak from the last token is seen only
+    by changing the tokens after t too; the last-layer leak into position 0 only by
+    comparing position 0."""
+    cfg = GPTConfig(vocab_size=17, context_length=16, d_model=16, num_heads=2, num_layers=2)
+    also_last = _LeakyGPT(cfg, _also_last, leaky=(0,)).eval()
+    first_sees_all = _LeakyGPT(cfg, _first_sees_all, leaky=(1,)).eval()
+    ids = torch.randint(0, 17, (2, 12))
+    for t in (3, 7):
+        only_t, from_t = ids.clone(), ids.clone()
+        only_t[:, t] = (only_t[:, t] + 1) % 17
+        from_t[:, t:] = (from_t[:, t:] + 1) % 17
+        assert moved_before(also_last, ids, t, only_t) == []
+        assert moved_before(also_last, ids, t, from_t) == list(range(t))
+        assert moved_before(first_sees_all, ids, t, from_t) == [0]
+
+
+def probe_token_t_only(model, ids, t):
+    """Learner test 10b (5.20): only token t changed, not the ones after it."""
+    changed = ids.clone()
+    changed[:, t] = (changed[:, t] + 1) % 17
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
+
+
+def probe_position_t_minus_1_only(model, ids, t):
+    """Learner test 10b (5.20): the tokens from t on changed, only position t - 1
+    compared."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % 17
+    return torch.allclose(model(ids)[0][:, t - 1], model(changed)[0][:, t - 1], atol=1e-5)
+
+
+def test_causality_probe_catches_the_narrow_leaks(capsys):
+    message = rejection(ex.check_causality_probe, probe_token_t_only)
+    assert "第一层里每个位置还看得见最后一个词元的模型，t = 3" in message, message
+    assert "只改位置 t 一个词元" in message, message
+    message = rejection(ex.check_causality_probe, probe_position_t_minus_1_only)
+    assert "最后一层里位置 0 看得见全部位置的模型，t = 3" in message, message
+    assert "只比较位置 t − 1" in message, message
+    assert capsys.readouterr().out == ""
 
 
 def probe_in_place(model, input_ids, t):

@@ -94,6 +94,8 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 c = self.cross_attn(x, memory, memory, attn_mask=tc.causal_mask(x.size(1)))
             elif mistake == "cross_causal":  # learner test 6a, 1.2: is_causal, no memory_mask
                 c = self.cross_attn(x, memory, memory, is_causal=True)
+            elif mistake == "cross_causal_masked":  # learner test 10a, 1.3: is_causal beside the mask
+                c = self.cross_attn(x, memory, memory, attn_mask=memory_mask, is_causal=True)
             elif mistake == "no_mask":
                 c = self.cross_attn(x, memory, memory)
             else:
@@ -186,6 +188,7 @@ def test_decoder_layer_skeleton(capsys):
         ("norms12_swapped", "norm1 与 norm2 用反了"),
         ("norms23_swapped", "norm2 与 norm3 用反了"),
         ("cross_causal", "交叉注意力用了 is_causal=True"),
+        ("cross_causal_masked", "交叉注意力不能是因果的"),
     ],
 )
 def test_decoder_layer_rejects(mistake, keyword, capsys):
@@ -197,7 +200,7 @@ def test_decoder_hints_are_all_reached(capsys):
         "no_causal", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1",
-        "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal",
+        "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal", "cross_causal_masked",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
     assert_every_hint_reached({"_DECODER_HINTS": seq2seq._DECODER_HINTS}, rejects, capsys)

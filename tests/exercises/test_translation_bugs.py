@@ -77,6 +77,11 @@ def labels_edited_in_place(tgt, pad_id):  # learner test 9a, 1.9: labels is a vi
     return tgt[:, :-1], labels
 
 
+def eos_masked(tgt, pad_id):  # learner test 10a, 1.9: <eos> dropped from the loss too
+    labels = tgt[:, 1:]
+    return tgt[:, :-1], labels.masked_fill((labels == pad_id) | (labels == 2), -100)
+
+
 def float_labels(tgt, pad_id):
     dec_in, labels = slicing(tgt, pad_id)
     return dec_in, labels.float()
@@ -107,6 +112,7 @@ REJECTS = [
     pytest.param(ex.check_decoder_batch, one_tensor, "两个张量", id="one-tensor"),
     pytest.param(ex.check_decoder_batch, pair_swapped, "两个返回值的顺序反了", id="pair-swapped"),
     pytest.param(ex.check_decoder_batch, rolled, "torch.roll", id="rolled"),
+    pytest.param(ex.check_decoder_batch, eos_masked, "<eos> 也换成了 -100", id="eos-masked"),
     pytest.param(ex.check_decoder_batch, labels_edited_in_place, "原地修改了传进来的 tgt", id="in-place"),
 ]
 

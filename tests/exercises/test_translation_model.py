@@ -184,7 +184,7 @@ def make_transformer(mistake):
             enc_norm, dec_norm = self.encoder_norm_f, self.decoder_norm_f
             if mistake == "final_norms_swapped":
                 enc_norm, dec_norm = dec_norm, enc_norm
-            memory = x if mistake == "memory_before_norm" else enc_norm(x)
+            memory = x if mistake in ("memory_before_norm", "no_final_norms") else enc_norm(x)
             if mistake == "src_table_for_tgt":
                 y = self.tgt_pos_emb(self.src_tok_emb(tgt) * math.sqrt(self.lm_head.in_features))
             else:
@@ -195,7 +195,7 @@ def make_transformer(mistake):
                 return self.decoder_norm_f(self.lm_head(y))
             if mistake == "no_lm_head":
                 return dec_norm(y)
-            logits = self.lm_head(y if mistake == "no_decoder_norm" else dec_norm(y))
+            logits = self.lm_head(y if mistake in ("no_decoder_norm", "no_final_norms") else dec_norm(y))
             return logits.softmax(-1) if mistake == "softmax" else logits
 
     Wrong.__name__ = f"Transformer_{mistake}"
@@ -232,6 +232,7 @@ MISTAKES = [
     ("memory_before_norm", "memory 取在了 encoder_norm_f 之前"),
     ("final_norms_swapped", "encoder_norm_f 与 decoder_norm_f 用反了"),
     ("no_decoder_norm", "lm_head 之前少了 decoder_norm_f"),
+    ("no_final_norms", "两个最后的归一化都漏了"),  # learner test 10a, 1.18
     ("lm_head_before_norm", "decoder_norm_f 作用在了 lm_head 的输出"),
     ("no_lm_head", "少了最后的 lm_head"),
     ("softmax", "未经 softmax"),

@@ -133,6 +133,19 @@ def first_reproduced(
     return None
 
 
+def bug_hunt_hints(
+    table: Sequence[tuple[str, str]],
+    exercise: str | None,
+    bugs: dict[str, dict[str, str]],
+) -> list[tuple[str, str]]:
+    """``table`` (``[(hint, mistake), ...]``) as ``exercise`` shows it: a find-the-bug
+    exercise in ``bugs`` (``{number: {mistake: hint}}``) gets, for the bug its page
+    prints (and the bug left in under a disguise), a hint that names the symptom and
+    where to look instead of the fix."""
+    softer = bugs.get(str(exercise), {})
+    return [(softer.get(mistake, text), mistake) for text, mistake in table]
+
+
 def check_finite(t: Tensor, what: str, case: str, hint: str = "") -> None:
     if t.is_floating_point() and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())

@@ -23,6 +23,7 @@ from ._protocol import (
 )
 from ._report import (
     as_tensor,
+    bug_hunt_hints,
     check_float,
     check_shape,
     close,
@@ -261,6 +262,25 @@ def _attention_cases(
 # alone is fine
 _RETURNS_WEIGHTS = frozenset({"1.1"})
 
+_SOFTMAX_DIM = "softmax 的 dim 可能写错了（应为 dim=-1）。"
+
+# the find-the-bug exercises on this checker: the page's bug (softmax over the
+# queries; the scale by the number of keys) gets the symptom and where to look
+_BUG_HUNT = {
+    "1.7": {
+        "softmax_queries": (
+            "每一列（同一个键上、各个查询的权重）之和是 1，每一行却不是：看 softmax "
+            "沿的是哪一维。权重 (…, L, S) 里，哪一维的和应该是 1？"
+        )
+    },
+    "2.1": {
+        "scale_len": (
+            "缩放的除数随键的个数变了（这里除的是 √{s}，{S} = {s}）：看分数那一行"
+            "除以的是形状里的哪一维；公式里的除数与键的个数无关。"
+        )
+    },
+}
+
 
 @checker("缩放点积注意力")
 def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
@@ -276,6 +296,8 @@ def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
     name = name_of(fn)
     letters = shape_letters(exercise)
     causes = filled(ATTENTION_CRASHES, letters)
+    hints = bug_hunt_hints(ATTENTION_HINTS, exercise, _BUG_HUNT)
+    dim_hint = _BUG_HUNT.get(str(exercise), {}).get("softmax_queries", _SOFTMAX_DIM)
     for i, (case, Q, K, V, mask) in enumerate(_attention_cases(seeded_generator(1))):
         case = case.format(**letters)
         args = (Q, K, V) if mask is None else (Q, K, V, mask)
@@ -300,13 +322,15 @@ def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
         out, weights = _attention_outputs(fn, out, ref_out, ref_w, case)
         _check_attention_output_shape(fn, out, ref_out, ref_w, case, letters)
         if weights is not None:
-            _check_attention_weights(fn, weights, ref_w, (Q, K), mask, case, letters)
+            _check_attention_weights(
+                fn, weights, ref_w, (Q, K), mask, case, letters, dim_hint
+            )
         _check_attention_finite(fn, out, mask, case)
         if not close(out, ref_out):
             fail(
                 f"{name} 的输出与参考实现不一致（{case}；"
                 f"{where_differs(out, ref_out)}）。\n可能的原因："
-                f"{_attention_hint(out, Q, K, V, mask, letters)}"
+                f"{_attention_hint(out, Q, K, V, mask, letters, hints)}"
             )
         if weights is not None and not close(weights, ref_w):
             fail(
@@ -431,13 +455,15 @@ def _attention_hint(
     V: Tensor,
     mask: Tensor | None,
     letters: dict[str, str],
+    hints: list[tuple[str, str]],
 ) -> str:
-    """The typical mistake whose result ``out`` reproduces, or the recipe."""
+    """The typical mistake of ``hints`` (:data:`ATTENTION_HINTS` as the exercise
+    shows them) whose result ``out`` reproduces, or the recipe."""
     d = Q.size(-1)
     variant = functools.partial(_attention_variant, Q, K, V, mask)
     hint = first_reproduced(
         out,
-        ATTENTION_HINTS,
+        hints,
         variant,
         d=d,
         sqrt_d=math.sqrt(d),
@@ -517,7 +543,10 @@ def _check_attention_weights(
     mask: Tensor | None,
     case: str,
     letters: dict[str, str],
+    dim_hint: str,
 ) -> None:
+    """The returned weights: shape, masked keys without weight, rows summing to 1
+    (``dim_hint``: what columns that sum to 1 mean, as the exercise says it)."""
     Q, K = qk
     name = name_of(fn)
     check_shape(
@@ -551,25 +580,33 @@ def _check_attention_weights(
     sums = weights.detach().double().sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
         cols = weights.detach().double().sum(-2)
+        scaled = sums * math.sqrt(Q.size(-1))
         if torch.allclose(cols, torch.ones_like(cols), atol=1e-4):
-            hint = "softmax 的 dim 可能写错了（应为 dim=-1）"
+            hint = dim_hint
+        elif torch.allclose(scaled, torch.ones_like(scaled), atol=1e-4):
+            hint = (
+                "每行之和恰好是 1/√d_k：权重在 softmax 之后又除以了 √d_k。缩放属于"
+                "分数：先 scores = Q @ K.transpose(-2, -1) / √d_k，再 softmax，"
+                "softmax 之后不再缩放。"
+            )
         elif mask is not None and close(
             weights, torch.softmax(_scores(Q, K, None), dim=-1) * mask
         ):
             hint = (
                 "softmax 之后才把被屏蔽的权重置 0（乘掩码或 masked_fill(…, 0)）："
                 "被屏蔽的权重虽为 0，剩下的却没有重新归一化。应在 softmax 之前"
-                "把被屏蔽的分数填成 -inf：scores.masked_fill(~attn_mask, float('-inf'))"
+                "把被屏蔽的分数填成 -inf："
+                "scores.masked_fill(~attn_mask, float('-inf'))。"
             )
         elif mask is None and any(
             close(weights, s) for s in (_scores(Q, K, None), Q @ K.transpose(-2, -1))
         ):
-            hint = "返回的权重是 softmax 之前的分数：应返回 softmax 之后、乘 V 的权重"
+            hint = "返回的权重是 softmax 之前的分数：应返回 softmax 之后、乘 V 的权重。"
         else:
-            hint = "返回的应是 softmax(dim=-1) 之后、乘 V 的那个权重"
+            hint = "返回的应是 softmax(dim=-1) 之后、乘 V 的那个权重。"
         fail(
             f"权重在 key 维度上之和不是 1（{case}）：每个 query 的权重之和应为 1，"
-            f"得到例如 {sums.flatten()[0].item():.4g}。{hint}。"
+            f"得到例如 {sums.flatten()[0].item():.4g}。{hint}"
         )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import torch
 from torch import Tensor, nn
@@ -47,9 +47,20 @@ def _named_parameters(module: nn.Module) -> list[tuple[str, Tensor]]:
     ]
 
 
+def _graded_parameters(module: nn.Module, names: Collection[str]) -> dict[str, Tensor]:
+    """``module``'s parameters by name, without the names that only alias a parameter
+    also listed under one of ``names``: an FFN that keeps ``self.w1``, ``self.w2`` and
+    ``self.net = nn.Sequential(self.w1, nn.GELU(), self.w2)`` lists ``net.0.weight``
+    beside ``w1.weight``, one tensor under two names."""
+    named = _named_parameters(module)
+    known = {id(p) for name, p in named if name in names}
+    return {name: p for name, p in named if name in names or id(p) not in known}
+
+
 def copy_parameters(src: nn.Module, dst: nn.Module) -> None:
     """Copy every parameter of ``dst`` from the parameter of ``src`` with the same
-    name (the exercises use the package's names); buffers are left alone.
+    name (the exercises use the package's names); buffers are left alone, and so is
+    a second name of a parameter that ``src`` knows under another one.
 
     A chapter starts the learner's model from ``tc.MiniGPT``'s weights with
     ``copy_parameters(reference, model)``; :func:`check_gpt` and
@@ -57,7 +68,7 @@ def copy_parameters(src: nn.Module, dst: nn.Module) -> None:
     so whatever they accept, this copies."""
     source = dict(_named_parameters(src))
     with torch.no_grad():
-        for name, p in _named_parameters(dst):
+        for name, p in _graded_parameters(dst, source).items():
             if name not in source:
                 raise ValueError(
                     f"{type(src).__name__} has no parameter {name!r} to copy into "
@@ -73,7 +84,8 @@ def copy_parameters(src: nn.Module, dst: nn.Module) -> None:
 
 def _check_parameters(learner: nn.Module, ref: nn.Module, what: str) -> None:
     """The learner's parameters are the package module's: same names, same shapes."""
-    mine, theirs = dict(_named_parameters(learner)), dict(_named_parameters(ref))
+    theirs = dict(_named_parameters(ref))
+    mine = _graded_parameters(learner, theirs)
     for name, p in theirs.items():
         owner, _, leaf = name.rpartition(".")
         if name not in mine:
@@ -96,11 +108,13 @@ def _check_parameters(learner: nn.Module, ref: nn.Module, what: str) -> None:
                 f"{what}.{name} 的形状应为 {tuple(p.shape)}，"
                 f"得到 {tuple(mine[name].shape)}。{extra}"
             )
-    for name in mine.keys() - theirs.keys():
+    extra = sorted(mine.keys() - theirs.keys())
+    for name in extra:
         owner, _, leaf = name.rpartition(".")
-        if leaf == "bias":
+        if leaf == "bias" and f"{owner}.weight" in theirs:
             fail(f"{what}.{owner} 不应带偏置：nn.Linear(…, bias=False)。")
-        fail(f"{what} 多了参数 {name}：书里的 tc 模块没有它。")
+    if extra:
+        fail(f"{what} 多了参数 {'、'.join(extra)}：书里的 tc 模块没有它们。")
 
 
 def _missing_parameter(learner: nn.Module, name: str, what: str) -> None:

@@ -20,7 +20,14 @@ from torch import Tensor, nn
 from ..masks import causal_mask
 from ..models import GPTConfig, MiniGPT
 from ._protocol import checker, fail, name_of, run_learner, seeded_generator
-from ._report import as_tensor, check_shape, close, first_reproduced, where_differs
+from ._report import (
+    as_tensor,
+    bug_hunt_hints,
+    check_shape,
+    close,
+    first_reproduced,
+    where_differs,
+)
 
 __all__ = ["check_cached_forward"]
 
@@ -62,19 +69,22 @@ class _ExerciseGPT(nn.Module):
         return self.gpt(input_ids)[0]
 
 
-# a mask aligned top-left; with or without a mask for a single new token
-_TOP_LEFT = (
-    "因果掩码对齐到了左上角（新查询 i 只看键 0..i）：新送进的 T 个词元是整段的最后"
-    " T 个位置，查询 i 在整段中的位置是 len(缓存) + i，能看键 0..len(缓存)+i。"
-    "用右下角对齐的 attn_mask = tc.causal_mask(T, len(缓存) + T)。"
-)
-
 # typical mistakes of a cached forward: (hint, mistake)
 _MISTAKES = [
     (
         "位置编号从 0 开始了：新词元的位置是 len(缓存) + 0..T-1，"
         "pos_emb(torch.arange(start, start + T))，start 是已缓存的位置数。",
         "positions_from_zero",
+    ),
+    (
+        "新词元的位置少算了 1：第一次调用之后，位置应是 len(缓存) + 0..T-1"
+        "（len(缓存) 正是下一个位置的编号，不用减 1）。",
+        "positions_minus_1",
+    ),
+    (
+        "新词元的位置多算了 1：位置应是 len(缓存) + 0..T-1，第一次调用（缓存为空）"
+        "从 0 开始（不用加 1）。",
+        "positions_plus_1",
     ),
     (
         "一次送进多个新词元（例如整段提示）时没有用因果掩码：新的查询也只能看到自己"
@@ -109,8 +119,13 @@ _MISTAKES = [
         " K、V 算注意力。",
         "cache_not_read",
     ),
-    (_TOP_LEFT, "top_left"),
-    (_TOP_LEFT, "top_left_multi"),
+    (
+        "因果掩码对齐到了左上角（新查询 i 只看键 0..i）：新词元是整段的最后 T 个位置，"
+        "查询 i 在整段中的位置是 len(缓存) + i，能看键 0..len(缓存)+i；逐个送词元时，"
+        "新词元看得到缓存里的全部键和它自己。用右下角对齐的 "
+        "attn_mask = tc.causal_mask(T, len(缓存) + T)。",
+        "top_left",
+    ),
     *(
         (
             "分头或合并时少了 transpose：(N, T, E) 直接 reshape 成 (N, H, T, D) 会把"
@@ -138,7 +153,10 @@ def _cached_variant(
 ) -> Tensor:
     """The cached forward, right (``mistake=None``) or with one typical mistake."""
     N, T = ids.shape
-    start = 0 if mistake == "positions_from_zero" else len(caches[0])
+    shift = {"positions_minus_1": -1, "positions_plus_1": 1}.get(mistake, 0)
+    start = max(len(caches[0]) + shift, 0)  # a learner's max(..., 0) keeps it running
+    if mistake == "positions_from_zero":
+        start = 0
     x = model.tok_emb(ids) + model.pos_emb(torch.arange(start, start + T))
     for i, block in enumerate(model.blocks):
         cache = caches[0 if mistake == "one_cache" else i]
@@ -155,7 +173,7 @@ def _cached_variant(
             scores = scores / math.sqrt(q.shape[-1])
         S = K.shape[-2]
         mask = causal_mask(T, S)
-        if mistake == "top_left" or (mistake == "top_left_multi" and T > 1):
+        if mistake == "top_left":
             mask = torch.arange(S) <= torch.arange(T)[:, None]  # query i: keys 0..i
         if mistake != "no_mask":
             scores = scores.masked_fill(~mask, float("-inf"))
@@ -180,19 +198,41 @@ def _replay(
     return out
 
 
+# the find-the-bug exercise on this checker: the page's bug (positions counted from 0
+# at every call) gets a hint that names the symptom and where to look
+_BUG_HUNT = {
+    "5.22": {
+        "positions_from_zero": (
+            "第一次调用（缓存为空）与整段前向相同，之后逐个送词元就对不上：错的量在缓存"
+            "为空时恰好正确，缓存里有了位置以后就不对了。看进入第一个块之前的那一行："
+            "新词元的嵌入是怎样算出来的。"
+        ),
+    }
+}
+
+_CRASHES = [
+    (
+        r"index out of range",
+        "嵌入表的下标越界：新词元的位置是 len(缓存) + 0..T-1，第一次调用（缓存为空）"
+        "从 0 开始，不会是负数，也不超过 context_length − 1。",
+    )
+]
+
+
 @checker("带缓存的前向（你的 KV 缓存接进你的 GPT）")
-def check_cached_forward(fn: object) -> str:
+def check_cached_forward(fn: object, exercise: str | None = None) -> str:
     """Grade ``fn(model, input_ids, caches, num_heads)``: the logits ``(N, T, V)`` of
     the ``T`` new tokens ``input_ids`` that follow the ``len(caches[0])`` cached
     positions, one cache per block, every cache updated with the new keys and values.
-    The pieces of
-    a sequence fed one after another must give the logits of one full forward."""
+    As the exercise states it, the first call gets the whole prompt and every later
+    call one token; the pieces must give the logits of one full forward."""
     name = name_of(fn)
     g = seeded_generator(31)
+    hints = bug_hunt_hints(_MISTAKES, exercise, _BUG_HUNT)
     # (V, C, E, H, layers, bias, chunk lengths): a prompt, then one token at a time
     configs = [
         (11, 16, 16, 2, 2, True, (5, 1, 1, 1)),
-        (13, 12, 24, 4, 3, False, (1, 1, 3, 2, 1)),
+        (13, 12, 24, 4, 3, False, (3, 1, 1, 1, 1)),
     ]
     first = True
     for V, C, E, H, n_layers, bias, lengths in configs:
@@ -215,15 +255,16 @@ def check_cached_forward(fn: object) -> str:
             )
             with torch.no_grad():
                 out = run_learner(
-                    fn, model, chunk, caches, H, what=name, case=case, first=first
-                )
+                    fn, model, chunk, caches, H,
+                    what=name, case=case, first=first, causes=_CRASHES,
+                )  # fmt: skip
             first = False
             got = as_tensor(out, f"{name} 的返回值", case)
             check_shape(got, (2, T, V), f"{name} 返回的 logits", case)
             ref = full[:, done : done + T]
             if not close(got, ref):
                 hint = first_reproduced(
-                    got, _MISTAKES, functools.partial(_replay, model, chunks, step)
+                    got, hints, functools.partial(_replay, model, chunks, step)
                 )
                 fail(
                     f"{name} 的 logits 与整段一次前向的不一致（{case}；"

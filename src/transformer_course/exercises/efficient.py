@@ -22,6 +22,7 @@ from ..sparse import sparsemax
 from ._protocol import checker, fail, name_of, randn, run_learner, seeded_generator
 from ._report import (
     as_tensor,
+    bug_hunt_hints,
     check_finite,
     check_float,
     check_shape,
@@ -112,6 +113,8 @@ def _streaming_variant(
         c_new = torch.maximum(c, s.amax(-1, keepdim=True))
         c_safe = torch.where(torch.isinf(c_new), torch.zeros_like(c_new), c_new)
         fix = torch.exp(c - c_safe)
+        if mistake == "fix_inverted":  # exp(c_new − c_old), the first block guarded
+            fix = torch.exp(c_safe - torch.where(torch.isinf(c), c_safe, c))
         if mistake == "no_rescale":
             fix = torch.ones_like(fix)
         p = torch.exp(s - c_safe)
@@ -129,6 +132,11 @@ _STREAMING_MISTAKES = [
         "最大值变大时忘了校正旧的累计量：ℓ 和 o 都要先乘 exp(c_旧 − c_新)，"
         "再加上新块的贡献。",
         "no_rescale",
+    ),
+    (
+        "校正因子写反了：最大值从 c_旧 升到 c_新 时，旧的累计量 ℓ 和 o 要乘 "
+        "exp(c_旧 − c_新)（不大于 1，缩小），你乘的是 exp(c_新 − c_旧)（放大）。",
+        "fix_inverted",
     ),
     (
         "分母 ℓ 校正了，分子 o 没有：o 也要乘同一个校正因子 exp(c_旧 − c_新)。",
@@ -604,8 +612,27 @@ _SPARSEMAX_MISTAKES = [
 ]
 
 
-def _sparsemax_hint(fn, inputs: list[Tensor]) -> str | None:
-    """The mistake that reproduces the learner's output on every input it answers (one
+# the find-the-bug exercise on this checker (chapter 4): the page's support test
+# lacks the 1; the hints give the symptom and where to look
+_BUG_HUNT = {
+    "4.6": {
+        "no_one": (
+            "支撑集大小 k(z) 算错了，τ 跟着错：把支撑集那一行的判据与 4.1.7 节的条件"
+            "逐项对照（τ 那一行本身没有错）。"
+        ),
+        "renormalised": (
+            "输出除以了自己的和：每行和虽为 1，错误的 τ 却被掩盖了。正确的 τ 下 "
+            "max(z − τ, 0) 的和本来就是 1，不需要再归一化；问题在更前面的支撑集判据。"
+        ),
+    }
+}
+
+
+def _sparsemax_hint(
+    fn, inputs: list[Tensor], hints: list[tuple[str, str]]
+) -> str | None:
+    """The mistake of ``hints`` (:data:`_SPARSEMAX_MISTAKES` as the exercise shows
+    them) that reproduces the learner's output on every input it answers (one
     input can match two mistakes: on [1.0, 0.8, 0.1] a criterion without the 1,
     without k, or with k from 0 all keep a single element)."""
     answers = []
@@ -619,7 +646,7 @@ def _sparsemax_hint(fn, inputs: list[Tensor]) -> str | None:
     return next(
         (
             hint
-            for hint, mistake in _SPARSEMAX_MISTAKES
+            for hint, mistake in hints
             if answers
             and all(close(out, _sparsemax_variant(z, mistake)) for z, out in answers)
         ),
@@ -652,11 +679,12 @@ _BATCHED_CRASHES = [
 
 
 @checker("sparsemax")
-def check_sparsemax(fn) -> str:
+def check_sparsemax(fn, exercise: str | None = None) -> str:
     """Grade ``fn(z)``: sparsemax along the last dim of ``z`` (any leading shape),
     compared with :func:`transformer_course.sparsemax`."""
     name = name_of(fn)
     g = seeded_generator(43)
+    hints = bug_hunt_hints(_SPARSEMAX_MISTAKES, exercise, _BUG_HUNT)
     cases = [
         ("一维 z = [1.0, 0.8, 0.1]（支撑集 2 个）", torch.tensor([1.0, 0.8, 0.1])),
         ("一维 z = [0.5, 0.5, 0.5, 0.5]（全部相等）", torch.full((4,), 0.5)),
@@ -683,13 +711,16 @@ def check_sparsemax(fn) -> str:
         ref = sparsemax(z)
         if close(out, ref):
             continue
-        hint = _sparsemax_hint(fn, [z.double() for _, z in cases])
+        hint = _sparsemax_hint(fn, [z.double() for _, z in cases], hints)
         if hint is None and z.dim() > 1 and _each_row_right(fn, z):
             hint = _BATCHED_CRASHES[0][1]
         if hint is None and not torch.allclose(
             out.double().sum(-1), torch.ones(()).double()
         ):
-            hint = "每一行的和应为 1（输出在单纯形上）：检查阈值 τ。"
+            hint = (
+                "每一行的和应为 1（输出在单纯形上）。τ = (前 k 大之和 − 1)/k 只在支撑集"
+                "大小 k 对的时候才让和为 1：先检查支撑集的判据，再看 τ。"
+            )
         fail(
             f"{name} 的输出不对（{case}）：{where_differs(out, ref)}。"
             + (f"\n提示：{hint}" if hint else "")

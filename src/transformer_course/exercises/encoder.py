@@ -60,6 +60,12 @@ _MISTAKES = [
         "mask_ignored",
     ),
     (
+        "编码器用了因果掩码：编码器不是因果的，每个源位置都可以看整句源句（双向），"
+        "只屏蔽填充：self_attn(X, X, X, attn_mask=attn_mask)，不要 is_causal=True "
+        "或 causal_mask（因果掩码只属于解码器的自注意力）。",
+        "causal",
+    ),
+    (
         "掩码取反了：attn_mask 里 True = 可以看，直接把它传给 self_attn，不要写 "
         "~attn_mask。",
         "mask_inverted",
@@ -100,7 +106,7 @@ def _encoder_variant(
         mask = ~mask
 
     def sa(x: Tensor) -> Tensor:
-        return attn(x, x, x, attn_mask=mask)
+        return attn(x, x, x, attn_mask=mask, is_causal=mistake == "causal")
 
     if mistake == "pre_ln":
         A = X + sa(n1(X))

@@ -18,7 +18,7 @@ from ._protocol import (
     run_learner,
     seeded_generator,
 )
-from ._report import as_tensor, check_shape, first_reproduced
+from ._report import as_tensor, bug_hunt_hints, check_shape, first_reproduced
 
 # generation
 
@@ -212,6 +212,18 @@ GENERATE_HINTS = [
     ),
 ]
 
+# the find-the-bug exercise on this checker: the page's bug (the place among the top k
+# kept as the token) gets a hint that names the symptom and where to look
+_BUG_HUNT = {
+    "5.14": {
+        "topk_positions": (
+            "抽到的词元总是编号最小的 top_k 个之一（0..k−1），与 logits 大小无关："
+            "看 torch.topk 返回的两样东西各是什么，你的代码用了哪一样，"
+            "抽样得到的又是什么。"
+        ),
+    }
+}
+
 GENERATE_CRASHES = [
     (
         r"must match the size[\s\S]*<",
@@ -241,7 +253,7 @@ GENERATE_CRASHES = [
 
 
 @checker("自回归生成")
-def check_generate(fn: Callable) -> str:
+def check_generate(fn: Callable, exercise: str | None = None) -> str:
     """Grade ``fn(model, input_ids, max_new_tokens, context_length, top_k=None,
     generator=None)`` -> ``(N, L + max_new_tokens)``.
 
@@ -256,6 +268,7 @@ def check_generate(fn: Callable) -> str:
     (flattened, or the smallest row's) changes the draws.
     """
     name = name_of(fn)
+    hints = bug_hunt_hints(GENERATE_HINTS, exercise, _BUG_HUNT)
     g = seeded_generator(13)
     V, C = 17, 5
     # (description, idx shape, new tokens, top_k, sample, row_shift)
@@ -319,7 +332,7 @@ def check_generate(fn: Callable) -> str:
         )
         expected = gen()
         hint = _generate_hint(
-            out, expected, mistake, sample, model, C, top_k, idx.size(1)
+            out, expected, hints, mistake, sample, model, C, top_k, idx.size(1)
         )
         bad = tuple((out != expected).nonzero()[0].tolist())
         fail(
@@ -390,6 +403,7 @@ def _same_draws(out: Tensor, other: Tensor, first_wrong: int, prompt: int) -> bo
 def _generate_hint(
     out: Tensor,
     expected: Tensor,
+    hints: list[tuple[str, str]],
     mistake: Callable[[str], Tensor],
     sample: bool,
     model: _ToyLM,
@@ -401,7 +415,7 @@ def _generate_hint(
     reproduces, or what the first wrong token says."""
     first_wrong = _agreement(out, expected)
     same = functools.partial(_same_draws, first_wrong=first_wrong, prompt=prompt)
-    hint = first_reproduced(out, GENERATE_HINTS, mistake, same=same)
+    hint = first_reproduced(out, hints, mistake, same=same)
     if hint is None and not sample:
         hint = (
             "generator 为 None 时应贪心地取 argmax（logits[:, -1, :].argmax"

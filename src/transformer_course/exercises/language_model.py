@@ -16,7 +16,14 @@ from torch import Tensor
 from ..data import CharTokenizer, lm_batch, load_text_corpus
 from ..models import GPTConfig, MiniGPT
 from ._protocol import checker, fail, name_of, run_learner, seeded_generator
-from ._report import as_tensor, check_float, check_shape, close, first_reproduced
+from ._report import (
+    as_tensor,
+    bug_hunt_hints,
+    check_float,
+    check_shape,
+    close,
+    first_reproduced,
+)
 from .training import step_order_hint
 
 # ---------------------------------------------------------------------------
@@ -53,6 +60,20 @@ _SPLIT_MISTAKES = [
 ]
 
 
+# the find-the-bug exercise on this checker (chapter 3): the page's split is the bare
+# view(N, H, T, D); the hint gives the symptom and where to look
+_BUG_HUNT = {
+    "3.10": {
+        "view": (
+            "结果等于把 t 直接 view/reshape 成 (N, H, T, D)（先 view(N, T, H, D) 再 "
+            "reshape 也一样）：view 和 reshape 只按内存顺序重新划分形状，不会交换轴，"
+            "第 h 个头的第 i 行因此不再是位置 i 的特征；因果掩码按行下标屏蔽，许多位置"
+            "就读到了自己之后的字符。想一想：哪种操作才真正交换两根轴？"
+        )
+    }
+}
+
+
 def _split_variant(t: Tensor, H: int, mistake: str) -> Tensor:
     N, T, E = t.shape
     D = E // H
@@ -66,12 +87,13 @@ def _split_variant(t: Tensor, H: int, mistake: str) -> Tensor:
 
 
 @checker("拆成多头")
-def check_split_heads(fn: Callable) -> str:
+def check_split_heads(fn: Callable, exercise: str | None = None) -> str:
     """Grade ``fn(t, H)``: ``(N, T, E) -> (N, H, T, D)`` with ``D = E // H``, head
     ``h`` holding features ``h*D .. (h+1)*D - 1`` of every position, positions in
     order (``out[n, h, i] == t[n, i, h*D:(h+1)*D]``). A non-contiguous view is fine."""
     name = name_of(fn)
     g = seeded_generator(31)
+    hints = bug_hunt_hints(_SPLIT_MISTAKES, exercise, _BUG_HUNT)
     cases = [(2, 6, 8, 2), (1, 5, 12, 3), (3, 8, 16, 4), (2, 4, 6, 1)]
     for i, (N, T, E, H) in enumerate(cases):
         t = torch.randn(N, T, E, generator=g)
@@ -90,7 +112,7 @@ def check_split_heads(fn: Callable) -> str:
         if close(got, ref, 0.0, 0.0):
             continue
         hint = first_reproduced(
-            got, _SPLIT_MISTAKES, functools.partial(_split_variant, t, H), 0.0, 0.0
+            got, hints, functools.partial(_split_variant, t, H), 0.0, 0.0
         )
         if hint is None:
             bad = (got != ref).nonzero()[0].tolist()

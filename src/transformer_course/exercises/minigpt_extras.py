@@ -19,7 +19,14 @@ from ._protocol import (
     run_module,
     seeded_generator,
 )
-from ._report import as_tensor, check_shape, close, first_reproduced, where_differs
+from ._report import (
+    as_tensor,
+    bug_hunt_hints,
+    check_shape,
+    close,
+    first_reproduced,
+    where_differs,
+)
 from .blocks_gpt import copy_parameters
 from .generation_cache import _check_cache_len, _check_cache_offset
 
@@ -69,6 +76,19 @@ POST_LN_HINTS = [
 ]
 
 
+# the find-the-bug exercise on this checker (chapter 3): the page's block is
+# x + LN(F(x)); the hint gives the symptom and where to look
+_BUG_HUNT = {
+    "3.11": {
+        "inner_norm": (
+            "你的块仍是 x + LN(F(x))：LayerNorm 放在了子层输出上、残差之内，块的输出"
+            "不直接来自 LayerNorm。对照第 3.3.1 节后归一化的定义，看两个子层里 "
+            "LayerNorm 各该包住哪一部分。"
+        )
+    }
+}
+
+
 def _post_ln_variant(ref: TransformerBlock, x: Tensor, mistake: str) -> Tensor:
     """What the block ``ref`` outputs on ``x`` with one typical wiring mistake."""
 
@@ -99,7 +119,7 @@ def _post_ln_variant(ref: TransformerBlock, x: Tensor, mistake: str) -> Tensor:
 
 
 @checker("后归一化的 GPT 块", wants_class=True)
-def check_post_ln_block(cls: type) -> str:
+def check_post_ln_block(cls: type, exercise: str | None = None) -> str:
     """Grade ``cls(d_model, num_heads)``: a Post-LN GPT block with the package's
     names (``norm1``, ``norm2``, ``self_attn``, ``ffn``); ``forward(x)`` is
     ``h = LN1(x + attn(x))`` (causal), ``LN2(h + ffn(h))``. Checked against
@@ -107,6 +127,7 @@ def check_post_ln_block(cls: type) -> str:
     non-trivial gamma and beta."""
     name = name_of(cls)
     g = seeded_generator(31)
+    hints = bug_hunt_hints(POST_LN_HINTS, exercise, _BUG_HUNT)
     first = True
     for E, H, N, T in [(16, 2, 2, 5), (24, 4, 1, 7)]:
         block = construct(cls, E, H, what=name)
@@ -136,7 +157,7 @@ def check_post_ln_block(cls: type) -> str:
         if close(out, expected):
             continue
         hint = first_reproduced(
-            out, POST_LN_HINTS, lambda m, r=ref, z=x: _post_ln_variant(r, z, m)
+            out, hints, lambda m, r=ref, z=x: _post_ln_variant(r, z, m)
         )
         fail(
             f"{name} 的输出不对（{case}）：{where_differs(out, expected)}。"

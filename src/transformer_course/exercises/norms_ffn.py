@@ -25,6 +25,7 @@ from ._protocol import (
 from ._report import (
     apply_linear,
     as_tensor,
+    bug_hunt_hints,
     check_finite,
     check_float,
     check_no_dropout,
@@ -63,8 +64,12 @@ def _ln_variant(
     if mistake == "eps_ignored":
         return layer_norm_reference(x, w, b) if eps_given else None
     dims = {"dim0": 0, "dim1": 1, "all": tuple(range(1, x.dim()))}.get(mistake, -1)
-    mean = x.mean(dim=dims, keepdim=True)
-    var = x.var(dim=dims, keepdim=True, unbiased=mistake == "unbiased")
+    mean = x.mean(dim=0 if mistake == "mean_dim0" else dims, keepdim=True)
+    var = x.var(
+        dim=0 if mistake == "var_dim0" else dims,
+        keepdim=True,
+        unbiased=mistake == "unbiased",
+    )
     if mistake == "no_center":
         return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w + b
     if mistake == "bias_inside":  # β added to x - mean, then normalised and scaled
@@ -103,6 +108,16 @@ LAYER_NORM_HINTS = [
         "dim1",
     ),
     (
+        "均值已在最后一维上求，方差却仍沿第 0 维（x.var(0, …)）：两者都要在最后一维"
+        "上算，x.var(-1, keepdim=True, unbiased=False)。",
+        "var_dim0",
+    ),
+    (
+        "方差已在最后一维上求，均值却仍沿第 0 维（x.mean(0, …)）：两者都要在最后一维"
+        "上算，x.mean(-1, keepdim=True)。",
+        "mean_dim0",
+    ),
+    (
         "归一化的维度不对：只在最后一维（特征维）上求均值和方差，不要把其它维也算进去。",
         "all",
     ),
@@ -123,6 +138,17 @@ LAYER_NORM_HINTS = [
     ),
 ]
 
+# the find-the-bug exercise on this checker (chapter 3): the page's norm reduces over
+# the batch; the hint gives the symptom and where to look
+_BUG_HUNT = {
+    "3.8": {
+        "dim0": (
+            "均值和方差都是沿第 0 维（批）求的：一个词元的输出取决于同一批里的其他"
+            "序列。看 mean 和 var 的维度参数：LayerNorm 对每个词元自己的特征归一化。"
+        )
+    }
+}
+
 LAYER_NORM_CRASHES = [
     (
         r"must match the size[\s\S]*\b(mean|var|std)\b",
@@ -133,7 +159,7 @@ LAYER_NORM_CRASHES = [
 
 
 @checker("层归一化", wants_class=True)
-def check_layer_norm(cls: type) -> str:
+def check_layer_norm(cls: type, exercise: str | None = None) -> str:
     """Grade ``cls(d_model, eps=1e-5)``: layer normalisation.
 
     Learnable ``weight`` (init 1) and ``bias`` (init 0), as in ``tc.LayerNorm``;
@@ -143,6 +169,7 @@ def check_layer_norm(cls: type) -> str:
     """
     name = name_of(cls)
     g = seeded_generator(4)
+    hints = bug_hunt_hints(LAYER_NORM_HINTS, exercise, _BUG_HUNT)
     small = randn(g, 3, 6, scale=3e-3)
     small[1] = 0.5  # a constant row: zero variance
     # (description, d_model, eps or None for the default, x)
@@ -196,7 +223,7 @@ def check_layer_norm(cls: type) -> str:
         variant = functools.partial(
             _ln_variant, x, w.detach(), b.detach(), e, eps is not None
         )
-        hint = first_reproduced(out, LAYER_NORM_HINTS, variant, 1e-4, 1e-4) or (
+        hint = first_reproduced(out, hints, variant, 1e-4, 1e-4) or (
             "对照公式：mean、有偏方差都在最后一维上算（keepdim=True），"
             "y = (x − mean) / sqrt(var + eps) * weight + bias。"
         )

@@ -50,6 +50,18 @@ _MISTAKES = [
         "smooth_others",
     ),
     (
+        "这是 The Annotated Transformer 的写法（正确类别以外每类 ε/(|V| − 2)，"
+        "填充那一列置 0）：本页练习的定义不同，q = (1 − ε)·e_y + ε/|V| 把 ε 均匀分给"
+        "全部 |V| 个类别（含正确类别和编号 0），与 F.cross_entropy(label_smoothing=ε) "
+        "相同。",
+        "annotated",
+    ),
+    (
+        "对词表求的是平均（mean(-1)）：交叉熵 −Σ_v q_v·log p_v 要对词表求和，"
+        "−(q * logp).sum(-1)；平均把每个词元的损失缩小了 |V| 倍。",
+        "mean_over_vocab",
+    ),
+    (
         "填充位置也算进了损失：标签为 0（填充）的位置要跳过，"
         "例如 F.cross_entropy(..., ignore_index=0)，或只对 labels != 0 的位置求平均。",
         "pad_counted",
@@ -127,6 +139,9 @@ def _target(onehot: Tensor, eps: float, mistake: str) -> Tensor:
         return onehot * (1 - eps) + (1 - onehot) * eps / (V - 1)
     if mistake == "target_overwritten":  # scatter_ where scatter_add_ is meant
         return onehot * (1 - eps) + (1 - onehot) * eps / V
+    if mistake == "annotated":  # ε/(|V| − 2) off the target, none on class 0
+        q = onehot * (1 - eps) + (1 - onehot) * eps / (V - 2)
+        return q.index_fill(-1, torch.tensor([PAD]), 0.0)
     q = onehot * (1 - eps) + eps / V
     if mistake == "pad_class_zero":
         q = q.index_fill(-1, torch.tensor([PAD]), 0.0)
@@ -159,7 +174,8 @@ def _loss(logits: Tensor, labels: Tensor, eps: float, mistake: str = "") -> Tens
         nll = -logp.gather(-1, labels[..., None]).squeeze(-1)[labels != PAD]
         return (1 - eps) * nll.mean() + eps * (-logp.mean(-1)).mean()
     q = _target(F.one_hot(labels, logp.size(-1)).to(logp.dtype), eps, mistake)
-    per_token = -(q * logp).sum(-1)
+    over_vocab = torch.mean if mistake == "mean_over_vocab" else torch.sum
+    per_token = -over_vocab(q * logp, -1)
     if mistake == "kl_div":
         per_token = per_token + torch.xlogy(q, q).sum(-1)
     return _mean(per_token, labels, mistake)

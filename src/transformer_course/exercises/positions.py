@@ -4,6 +4,7 @@ projection whose scores on the sinusoidal table depend on the distance only."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import torch
@@ -30,7 +31,9 @@ from ._report import (
 )
 
 
-def _pe_variant(max_len: int, d: int, mistake: str) -> Tensor:
+def _pe_variant(max_len: int, d: int, mistake: str, base: float = 10000.0) -> Tensor:
+    """The sinusoidal table with one typical mistake (``base``: the frequencies'
+    base, 10000 in the formula)."""
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]
     if mistake == "pos1":
         pos = pos + 1
@@ -44,7 +47,7 @@ def _pe_variant(max_len: int, d: int, mistake: str) -> Tensor:
     elif mistake == "int_div":  # arange(0, d, 2) // d is 0: every frequency 1
         freq = torch.ones_like(i)
     else:
-        freq = 10000.0 ** (-i / d)
+        freq = base ** (-i / d)
     pe = torch.zeros(max_len, d, dtype=torch.float64)
     if freq is None:
         j = torch.arange(d, dtype=torch.float64)
@@ -105,6 +108,25 @@ PE_HINTS = [
 ]
 
 
+def _base_hint(out: Tensor, max_len: int, d: int) -> str | None:
+    """If ``out`` is the table with the frequencies ``b^(−2i/d)`` of another base
+    ``b``, what that base says (read from position 1, pair 1: ``b^(−2/d)``)."""
+    if max_len < 2 or d < 4:
+        return None
+    angle = math.atan2(float(out[1, 2]), float(out[1, 3]))
+    if not 0 < angle < 1:  # b^(−2/d) for a base b > 1
+        return None
+    base = angle ** (-d / 2)
+    if not close(out, _pe_variant(max_len, d, "", base), 1e-4, 1e-4):
+        return None
+    if abs(base - math.e) < 1e-3:
+        return (
+            "频率的底成了 e：exp(−2i/d_model) 里少了 ln 10000。应为 "
+            "exp(−(2i/d_model)·ln 10000) = 10000^(−2i/d_model)（math.log(10000.0)）。"
+        )
+    return f"频率的底是 {base:.4g}，应是 10000：位置除以 10000^(2i/d_model)。"
+
+
 @checker("正弦位置编码")
 def check_sinusoidal_encoding(fn: Callable) -> str:
     """Grade ``fn(max_len, d_model)``: the sinusoidal table ``(max_len, d_model)`` with
@@ -134,7 +156,7 @@ def check_sinusoidal_encoding(fn: Callable) -> str:
             continue
         hint = first_reproduced(
             out, PE_HINTS, functools.partial(_pe_variant, max_len, d), 1e-4, 1e-4
-        )
+        ) or _base_hint(out.detach().double(), max_len, d)
         fail(
             f"{name}({max_len}, {d}) 与参考不一致（{where_differs(out, ref)}）。"
             + (
@@ -162,6 +184,8 @@ def _rope_variant(x: Tensor, mistake: str) -> Tensor:
     if mistake == "pos1":
         pos = pos + 1
     angles = pos * freq
+    if mistake == "angles_reshaped":  # a (D/2, L) table reshaped, not transposed
+        angles = angles.T.reshape(angles.shape)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     if mistake == "reversed":
         sin = -sin
@@ -208,7 +232,63 @@ ROPE_HINTS = [
         "cos 和 sin 用反了：x₁' = x₁·cos − x₂·sin，x₂' = x₁·sin + x₂·cos。",
         "swap_sin_cos",
     ),
+    (
+        "角度表的行和列对不上：表应是 (L, D/2)，第 m 行第 i 列是 m·θ_i（行是位置，"
+        "列是维度对）。你的表像是先算成 (D/2, L)、再 reshape 成 (L, D/2)：reshape "
+        "只按内存顺序重新切分，不交换轴。用转置 .T，或直接 "
+        "positions[:, None] * theta[None, :]。",
+        "angles_reshaped",
+    ),
 ]
+
+
+def _rotations(x: Tensor, out: Tensor) -> Tensor | None:
+    """The unit complex numbers ``(L, D/2)`` by which ``out`` turns each pair
+    ``(2i, 2i+1)`` of ``x`` at each position, if ``out`` is such a rotation, the same
+    for every batch row and head; else None."""
+
+    def pairs(t: Tensor) -> Tensor:  # (N, H, L, D) -> (N, H, L, D/2) complex
+        return torch.view_as_complex(t.double().reshape(*t.shape[:-1], -1, 2))
+
+    z = pairs(out.detach()) / pairs(x)
+    first = z[0, 0].expand_as(z)
+    if torch.allclose(z, first, atol=1e-4) and torch.allclose(
+        z[0, 0].abs(), torch.ones(()).double(), atol=1e-4
+    ):
+        return z[0, 0]
+    return None
+
+
+def _angle_table_hint(z: Tensor) -> str | None:
+    """What is wrong in the angle table of the rotations ``z (L, D/2)``: the
+    frequencies (the angles grow with the position, at the wrong rates), or the
+    positions (each row is the right table's row of another position)."""
+    L, pairs = z.shape
+    D = 2 * pairs
+    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+
+    def turns(positions: Tensor, rates: Tensor) -> Tensor:
+        return torch.polar(torch.ones(()).double(), positions[:, None] * rates)
+
+    m = torch.arange(L, dtype=torch.float64)
+    if L > 1 and torch.allclose(z, turns(m, z[1].angle()), atol=1e-4):
+        i = int((z[1] - turns(m[1:2], theta)[0]).abs().argmax())
+        return (
+            f"位置是对的（角度与位置 m 成正比），频率不对：第 i 对每前进一个位置应转 "
+            f"θ_i = 10000^(−2i/D) 弧度，你的第 {i} 对转了 {float(z[1, i].angle()):.4g}"
+            f"（应为 {float(theta[i]):.4g}）。"
+        )
+    table = turns(torch.arange(2 * L + 2, dtype=torch.float64), theta)
+    used = []
+    for row in z:
+        same = (table - row).abs().amax(-1) < 1e-4
+        if not bool(same.any()):
+            return None
+        used.append(int(same.nonzero()[0]))
+    return (
+        f"频率是对的，位置不对：第 0..{L - 1} 行用的是位置 {used} 的角度，"
+        "应是 0, 1, …, L − 1（torch.arange(L)，沿倒数第二维 L 数）。"
+    )
 
 
 @checker("旋转位置编码 RoPE")
@@ -238,6 +318,9 @@ def check_rope(fn: Callable) -> str:
         hint = first_reproduced(
             out, ROPE_HINTS, functools.partial(_rope_variant, x), shape=shape
         )
+        z = _rotations(x, out) if hint is None else None
+        if z is not None:
+            hint = _angle_table_hint(z)
         if hint is None:
             norms = out.detach().double().norm(dim=-1)
             if not torch.allclose(norms, x.double().norm(dim=-1), rtol=1e-4):

@@ -212,25 +212,55 @@ def check_softmax_jacobian(fn: object) -> str:
 
 
 class _LeakyGPT(MiniGPT):
-    """A MiniGPT whose blocks ignore the causal mask: position t sees the future.
-    ``ahead``: each block lets position i see up to i + ahead only (a bounded leak:
-    with L layers a change at t reaches back to t - L·ahead, not to position 0)."""
+    """A MiniGPT whose attention sees the future: in the blocks ``leaky`` (indices;
+    None: every block) without the causal mask, or with ``allowed(T)``, a bool
+    ``(T, T)`` mask of the keys each position may attend to; the other blocks stay
+    causal."""
 
-    def __init__(self, cfg: GPTConfig, ahead: int | None = None) -> None:
+    def __init__(
+        self,
+        cfg: GPTConfig,
+        allowed: Callable[[int], Tensor] | None = None,
+        leaky: tuple[int, ...] | None = None,
+    ) -> None:
         super().__init__(cfg)
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
+            if leaky is not None and i not in leaky:
+                continue
             block.causal = False
-            if ahead is not None:
+            if allowed is not None:
                 block.register_forward_pre_hook(
-                    functools.partial(_band_mask, ahead), with_kwargs=True
+                    functools.partial(_leak_mask, allowed), with_kwargs=True
                 )
 
 
-def _band_mask(ahead: int, module: object, args: tuple, kwargs: dict) -> tuple:
-    """Forward pre-hook of a block: attend to keys ``j <= i + ahead``."""
-    T = args[0].size(1)
-    mask = torch.ones(T, T, dtype=torch.bool).tril(ahead)
-    return args, {**kwargs, "attn_mask": mask}
+def _leak_mask(
+    allowed: Callable[[int], Tensor], module: object, args: tuple, kwargs: dict
+) -> tuple:
+    """Forward pre-hook of a block: attend where ``allowed(T)`` is True."""
+    return args, {**kwargs, "attn_mask": allowed(args[0].size(1))}
+
+
+def _one_ahead(T: int) -> Tensor:
+    """Keys ``j <= i + 1``: a bounded leak (with 2 layers a change at t reaches back
+    to t − 2, not to position 0)."""
+    return torch.ones(T, T, dtype=torch.bool).tril(1)
+
+
+def _also_last(T: int) -> Tensor:
+    """Causal, and every position also sees the last one (in the first block only,
+    so a change at t < T − 1 alone does not reach back before t)."""
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask[:, -1] = True
+    return mask
+
+
+def _first_sees_all(T: int) -> Tensor:
+    """Causal, except that position 0 sees every position (in the last block only,
+    so no later position inherits the leak)."""
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask[0] = True
+    return mask
 
 
 @checker("检验标准 4：因果性的探针")
@@ -244,16 +274,34 @@ def check_causality_probe(fn: object) -> str:
         vocab_size=17, context_length=16, d_model=16, num_heads=2, num_layers=2
     )
     with torch.random.fork_rng(devices=[]):
-        causal, leaky = MiniGPT(cfg).eval(), _LeakyGPT(cfg).eval()
-        one_ahead = _LeakyGPT(cfg, ahead=1).eval()
+        causal = MiniGPT(cfg).eval()
+        # (model, causal?, what the message calls it, the leak's name)
+        models = [
+            (causal, True, "因果的模型", ""),
+            (_LeakyGPT(cfg).eval(), False, "去掉了掩码的模型", "no_mask"),
+            (
+                _LeakyGPT(cfg, _one_ahead).eval(),
+                False,
+                "每层多看一个未来位置的模型",
+                "one_ahead",
+            ),
+            (
+                _LeakyGPT(cfg, _also_last, leaky=(0,)).eval(),
+                False,
+                "第一层里每个位置还看得见最后一个词元的模型",
+                "also_last",
+            ),
+            (
+                _LeakyGPT(cfg, _first_sees_all, leaky=(1,)).eval(),
+                False,
+                "最后一层里位置 0 看得见全部位置的模型",
+                "first_sees_all",
+            ),
+        ]
     ids = torch.randint(0, 17, (2, 12), generator=g)
     first = True
     for t in (3, 7, 11):
-        for model, expected, kind in (
-            (causal, True, "因果的模型"),
-            (leaky, False, "去掉了掩码的模型"),
-            (one_ahead, False, "每层多看一个未来位置的模型"),
-        ):
+        for model, expected, kind, leak in models:
             case = f"{kind}，t = {t}"
             fed: list[Tensor] = []
             hook = model.register_forward_pre_hook(
@@ -288,9 +336,9 @@ def check_causality_probe(fn: object) -> str:
                     f"得到 {type(out).__name__}（{case}）。"
                 )
             if bool(out) != expected:
-                why = _probe_mistake(fed, ids, t, expected, model is one_ahead)
+                why = _probe_mistake(fed, ids, t, leak)
                 fail(f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：{why}")
-    return "因果的模型与两种泄漏未来的模型、三个 t，判断都对"
+    return "因果的模型与四种泄漏未来的模型、三个 t，判断都对"
 
 
 def _keep_input(fed: list[Tensor], module: object, args: tuple, kwargs: dict) -> None:
@@ -310,24 +358,23 @@ def _changed_positions(fed: list[Tensor], ids: Tensor) -> list[int]:
     return changed.nonzero().flatten().tolist()
 
 
-def _probe_mistake(
-    fed: list[Tensor], ids: Tensor, t: int, expected: bool, bounded_leak: bool
-) -> str:
-    """Why a probe that fed the model ``fed`` did not answer ``expected`` at ``t``;
-    ``bounded_leak``: on the model that sees one future position per layer."""
+def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
+    """Why a probe that fed the model ``fed`` misjudged it at ``t``; ``leak`` names
+    the model's leak (see :func:`check_causality_probe`; empty: the causal model)."""
     changed = _changed_positions(fed, ids)
+    last = ids.size(1) - 1
     if changed and changed[0] < t:
         return (
             f"你改动了位置 {changed[0]} 的词元，它在 t = {t} 之前。只改位置 t 及以后"
             "（ids2[:, t:] = …），位置 < t 的输入保持不变，再比较 [:, :t]。"
         )
-    if fed and not changed and not expected:
+    if fed and not changed and leak:
         return (
             "送进模型的输入一个词元也没有改，logits 当然不变：把位置 "
             f"t = {t} 及以后换成别的词元编号（ids2[:, t:] = …），再比较 [:, :t]。"
         )
-    if bounded_leak and t not in changed:
-        where = "、".join(str(p) for p in changed)
+    where = "、".join(str(p) for p in changed)
+    if leak == "one_ahead" and t not in changed:
         return (
             f"你没有改位置 t = {t} 的词元，只改了位置 {where}。这个模型每层只多看"
             "一个未来位置，两层下来位置 p 的词元只影响位置 p − 2、p − 1 的 logits："
@@ -335,13 +382,25 @@ def _probe_mistake(
             "（如最后一个），对完全没有掩码的模型够用，对这种有限的泄漏不够："
             "把位置 t 及以后全部换掉（ids2[:, t:] = …）。"
         )
-    if bounded_leak:
+    if leak == "one_ahead":
         return (
             f"这个模型每层只多看一个未来位置，两层下来只有位置 t − 2、t − 1 = "
             f"{t - 2}、{t - 1} 的 logits 会变，位置 0 不变。只比较位置 0"
             "（或某一个位置）就漏掉了这种泄漏：要比较整个 [:, :t]。"
         )
-    if expected:
+    if leak == "also_last" and last not in changed:
+        return (
+            f"你只改了位置 {where}，没有改后面的词元。这个模型里每个位置还看得见最后"
+            f"一个词元（位置 {last}），却看不见位置 t：只改位置 t 一个词元，"
+            "[:, :t] 的 logits 不变，泄漏就漏掉了。泄漏可能来自 t 之后的任何位置："
+            "把位置 t 及以后全部换掉（ids2[:, t:] = …）。"
+        )
+    if leak == "first_sees_all":
+        return (
+            "这个模型只有位置 0 看得见未来，位置 1 到 t − 1 的 logits 都不变："
+            "只比较位置 t − 1（或某一个位置）就漏掉了它。要比较整个 [:, :t]。"
+        )
+    if not leak:
         return (
             "这个模型是因果的，位置 < t 的 logits 不会变：比较时只取 [:, :t]，"
             "用 torch.allclose（浮点误差）而不是 ==。"

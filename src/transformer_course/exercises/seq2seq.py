@@ -27,6 +27,7 @@ from ._protocol import (
 )
 from ._report import (
     as_tensor,
+    bug_hunt_hints,
     check_finite,
     check_float,
     check_shape,
@@ -65,11 +66,12 @@ def _decoder_variant(
     def cross_attn(h):
         if mistake == "cross_is_self":
             return layer.cross_attn(h)
-        if mistake == "cross_causal":  # is_causal where memory_mask belongs
-            return layer.cross_attn(h, memory, is_causal=True)
-        return layer.cross_attn(
-            h, memory, attn_mask=None if mistake == "no_mask" else mask
-        )
+        kwargs = {
+            "no_mask": {},
+            "cross_causal": {"is_causal": True},  # where memory_mask belongs
+            "cross_causal_masked": {"attn_mask": mask, "is_causal": True},
+        }.get(mistake, {"attn_mask": mask})
+        return layer.cross_attn(h, memory, **kwargs)
 
     if mistake in (
         "cross_query_from_input",
@@ -176,7 +178,26 @@ _DECODER_HINTS = [
         "只屏蔽源句的填充：cross_attn(x, memory, memory, attn_mask=memory_mask)。",
         "cross_causal",
     ),
+    (
+        "交叉注意力不能是因果的：你在 memory_mask 之外又给了 is_causal=True，于是目标"
+        "位置 i 只看得见源句的前几个位置。源句在解码之前已经完整读完，解码器的每个位置"
+        "都可以看源句的全部位置，只屏蔽填充：去掉 is_causal，"
+        "cross_attn(x, memory, memory, attn_mask=memory_mask)。",
+        "cross_causal_masked",
+    ),
 ]
+
+# the find-the-bug exercise on this checker (chapter 2): the page's layer feeds the
+# cross-attention the layer's input; the hint names the sublayer, not the fix
+_BUG_HUNT = {
+    "2.6": {
+        "cross_query_from_input": (
+            "第二个子层（交叉注意力）接错了张量：换掉前面的目标词，后面位置的交叉注意力"
+            "权重一点不变，仿佛解码器读源句时没看自己的前文。对照公式，看 cross_attn "
+            "的查询和这一步的残差各来自哪个张量。"
+        )
+    }
+}
 
 
 DECODER_CRASHES = [
@@ -202,7 +223,7 @@ DECODER_CRASHES = [
 
 
 @checker("解码器层（Post-LN）", wants_class=True)
-def check_decoder_layer(cls: type) -> str:
+def check_decoder_layer(cls: type, exercise: str | None = None) -> str:
     """Grade ``cls(d_model, num_heads, d_ff)``: the Post-LN decoder layer of the
     chapter's model, no dropout.
 
@@ -221,6 +242,7 @@ def check_decoder_layer(cls: type) -> str:
     """
     name = name_of(cls)
     g = seeded_generator(31)
+    hints = bug_hunt_hints(_DECODER_HINTS, exercise, _BUG_HUNT)
     # (d_model, num_heads, d_ff, N, L, S): L != S catches swapped query and memory
     for i, (E, H, d_ff, N, L, S) in enumerate(
         [(16, 4, 32, 2, 5, 7), (8, 2, 16, 1, 6, 3), (12, 3, 24, 3, 1, 4)]
@@ -248,7 +270,7 @@ def check_decoder_layer(cls: type) -> str:
         with torch.no_grad():
             hint = first_reproduced(
                 out,
-                _DECODER_HINTS,
+                hints,
                 lambda m, ref=ref, x=x, memory=memory, mask=mask: _decoder_variant(
                     ref, x, memory, mask, m
                 ),

@@ -11,7 +11,13 @@ import torch
 from torch import Tensor
 
 from ._protocol import checker, fail, name_of, run_learner, seeded_generator
-from ._report import as_tensor, check_shape, first_reproduced, where_differs
+from ._report import (
+    as_tensor,
+    bug_hunt_hints,
+    check_shape,
+    first_reproduced,
+    where_differs,
+)
 
 _PAD, _BOS, _EOS = 0, 1, 2
 IGNORE = -100  # the label F.cross_entropy skips
@@ -52,6 +58,11 @@ DECODER_BATCH_HINTS = [
         "mask_from_input",
     ),
     (
+        "<eos> 也换成了 -100：只有填充换成 -100。<eos> 是真正的目标，模型要学会在"
+        "句末输出它，解码才停得下来（labels.masked_fill(labels == pad_id, -100)）。",
+        "eos_masked",
+    ),
+    (
         "两个返回值的顺序反了：两者都算对了，应返回 (dec_in, labels)，"
         "解码器输入在前、标签（含 -100）在后。",
         "pair_swapped",
@@ -63,6 +74,19 @@ DECODER_BATCH_HINTS = [
         "rolled",
     ),
 ]
+
+
+# the find-the-bug exercise on this checker (chapter 1): the page's labels are the
+# decoder input itself; the hint gives the symptom and where to look
+_BUG_HUNT = {
+    "1.9": {
+        "copy": (
+            "训练损失几乎为 0、却一个词也译不出，正是这个症状：位置 t 要预测的词，"
+            "模型在它自己的输入里就看得见。把标签和解码器输入逐位置比一比，"
+            "看标签是从 tgt 的哪一段切出来的。"
+        )
+    }
+}
 
 
 def _batch(g: torch.Generator) -> Tensor:
@@ -90,6 +114,8 @@ def _batch_variant(tgt: Tensor, pad_id: int, mistake: str) -> tuple[Tensor, Tens
         labels = labels.masked_fill(dec_in == pad_id, IGNORE)
     elif mistake != "pad_kept":
         labels = labels.masked_fill(labels == pad_id, IGNORE)
+    if mistake == "eos_masked":
+        labels = labels.masked_fill(labels == _EOS, IGNORE)
     if mistake == "input_masked":
         dec_in = dec_in.masked_fill(dec_in == pad_id, IGNORE)
     if mistake == "pair_swapped":
@@ -121,13 +147,14 @@ def _joined(dec_in: Tensor, labels: Tensor) -> Tensor:
 
 
 @checker("解码器的输入与标签（教师强制）")
-def check_decoder_batch(fn: Callable) -> str:
+def check_decoder_batch(fn: Callable, exercise: str | None = None) -> str:
     """Grade ``fn(tgt, pad_id) -> (dec_in, labels)``: ``tgt`` ``(N, T)`` is
     ``BOS w1 … wn EOS`` right-padded with ``pad_id``; the decoder input is
     ``tgt[:, :-1]`` and the labels ``tgt[:, 1:]`` with ``pad_id`` replaced by ``-100``.
     Both ``(N, T-1)`` integer tensors."""
     name = name_of(fn)
     g = seeded_generator(41)
+    hints = bug_hunt_hints(DECODER_BATCH_HINTS, exercise, _BUG_HUNT)
     for i, pad_id in enumerate((_PAD, 12)):
         case = f"第 {i + 1} 个批次（pad_id = {pad_id}）"
         tgt = _batch(g)
@@ -146,7 +173,7 @@ def check_decoder_batch(fn: Callable) -> str:
         want_in, want_labels = _batch_variant(tgt, pad_id, "right")
         hint = first_reproduced(
             _joined(dec_in, labels),
-            DECODER_BATCH_HINTS,
+            hints,
             lambda m, tgt=tgt, pad_id=pad_id: _joined(*_batch_variant(tgt, pad_id, m)),
         )
         if hint:

@@ -103,6 +103,11 @@ TRANSFORMER_HINTS = [
         "encoder_causal",
     ),
     (
+        "两个最后的归一化都漏了：编码器层全部过完后 memory = self.encoder_norm_f(x)，"
+        "解码器层全部过完后 self.lm_head(self.decoder_norm_f(y))。",
+        "no_final_norms",
+    ),
+    (
         "memory 取在了 encoder_norm_f 之前：编码器层全部过完后还要 "
         "memory = self.encoder_norm_f(x)，解码器拿到的是归一化之后的它。",
         "memory_before_norm",
@@ -190,11 +195,13 @@ def _transformer_variant(
     enc_norm, dec_norm = ref.encoder_norm_f, ref.decoder_norm_f
     if mistake == "final_norms_swapped":
         enc_norm, dec_norm = dec_norm, enc_norm
-    memory = x if mistake == "memory_before_norm" else enc_norm(x)
+    no_enc_norm = mistake in ("memory_before_norm", "no_final_norms")
+    no_dec_norm = mistake in ("no_decoder_norm", "no_final_norms")
+    memory = x if no_enc_norm else enc_norm(x)
     y = embed(ref.tgt_tok_emb, ref.tgt_pos_emb, tgt, "tgt")
     for block in ref.decoder_blocks:
         y = block(y, memory, memory_mask=mem_mask)
-    logits = ref.lm_head(y if mistake == "no_decoder_norm" else dec_norm(y))
+    logits = ref.lm_head(y if no_dec_norm else dec_norm(y))
     return logits.softmax(-1) if mistake == "softmax" else logits
 
 

@@ -1,0 +1,166 @@
+"""The find-the-bug exercises: each page prints a function with one bug and grades the
+learner's fix with a build exercise's checker. Run on the page's bug unchanged, under the
+bug hunt's number, the checker names the symptom and where to look, not the corrected
+line; under any other number (a build exercise) it names the fix. Every ``_BUG_HUNT``
+number is a find-the-bug exercise of the book that calls that checker."""
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import transformer_course as tc
+from transformer_course import exercises as ex
+from transformer_course.exercises import (
+    attention,
+    cached_generation,
+    efficient,
+    generation_cache,
+    language_model,
+    minigpt_extras,
+    norms_ffn,
+    seq2seq,
+    translation_bugs,
+)
+
+from .support import rejection
+from .test_cached_generation import make_forward
+from .test_generation_cache import generate_topk_positions
+
+BOOK = Path(__file__).resolve().parents[2] / "book"
+
+
+# the pages' buggy code, as printed
+
+
+def softmax_over_queries(Q, K, V, attn_mask=None):  # ch01
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-2)
+    return weights @ V, weights
+
+
+def labels_not_shifted(tgt, pad_id):  # ch01
+    dec_in = tgt[:, :-1]
+    return dec_in, dec_in.masked_fill(dec_in == pad_id, -100)
+
+
+def scaled_by_key_count(Q, K, V, attn_mask=None):  # ch02
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-2])
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ V, weights
+
+
+class CrossQueryFromInput(tc.DecoderLayer):  # ch02
+    def forward(self, x, memory, memory_mask=None):
+        b1 = self.norm1(x + self.self_attn(x, is_causal=True))
+        b2 = self.norm2(b1 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+        return self.norm3(b2 + self.ffn(b2))
+
+
+class NormOverBatch(nn.Module):  # ch03
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        mu = x.mean(0, keepdim=True)
+        var = x.var(0, keepdim=True, unbiased=False)
+        return self.weight * (x - mu) / torch.sqrt(var + self.eps) + self.bias
+
+
+def split_by_view(t, H):  # ch03
+    N, T, E = t.shape
+    return t.view(N, H, T, E // H)
+
+
+class InnerNormBlock(nn.Module):  # ch03
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.self_attn = tc.MultiHeadAttention(d_model, num_heads)
+        self.ffn = tc.FeedForward(d_model, 4 * d_model, "gelu")
+
+    def forward(self, x):
+        x = x + self.norm1(self.self_attn(x, is_causal=True))
+        return x + self.norm2(self.ffn(x))
+
+
+def support_without_one(z):  # ch04
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = (k * zs > cs).sum(-1, keepdim=True).clamp(min=1)
+    tau = (cs.gather(-1, support - 1) - 1) / support
+    return torch.clamp(z - tau, min=0)
+
+
+def support_without_one_renormalised(z):  # learner test: the bug hidden by a division
+    p = support_without_one(z)
+    return p / p.sum(-1, keepdim=True)
+
+
+# (module, checker, bug hunt, its build exercise, the page's bug, a phrase of the soft
+# hint, a phrase of the fix that the bug hunt must not print)
+HUNTS = [
+    (attention, ex.check_self_attention, "1.7", "1.1", softmax_over_queries, "看 softmax 沿的是哪一维", "dim=-1"),
+    (translation_bugs, ex.check_decoder_batch, "1.9", None, labels_not_shifted, "看标签是从 tgt 的", "tgt[:, 1:]"),
+    (attention, ex.check_self_attention, "2.1", "5.3", scaled_by_key_count, "看分数那一行除以的是", "Q.size(-1)"),
+    (seq2seq, ex.check_decoder_layer, "2.6", "1.3", CrossQueryFromInput, "看 cross_attn 的查询", "cross_attn(B1"),
+    (norms_ffn, ex.check_layer_norm, "3.8", "3.1", NormOverBatch, "看 mean 和 var 的维度参数", "dim=-1"),
+    (language_model, ex.check_split_heads, "3.10", None, split_by_view, "哪种操作才真正交换两根轴", "transpose(1, 2)"),
+    (minigpt_extras, ex.check_post_ln_block, "3.11", None, InnerNormBlock, "各该包住哪一部分", "LN(x + F(x))"),
+    (efficient, ex.check_sparsemax, "4.6", None, support_without_one, "τ 那一行本身没有错", "1 + k·z_(k)"),
+    (efficient, ex.check_sparsemax, "4.6", None, support_without_one_renormalised, "更前面的支撑集判据", "1 + k·z_(k)"),
+    (generation_cache, ex.check_generate, "5.14", "5.13", generate_topk_positions, "torch.topk 返回的两样", "gather"),
+    (
+        cached_generation,
+        ex.check_cached_forward,
+        "5.22",
+        "5.16",
+        make_forward("positions_from_zero"),
+        "看进入第一个块之前的那一行",
+        "arange(start",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("module", "checker", "hunt", "build", "bug", "soft", "fix"), HUNTS, ids=[f"{h[2]}-{h[4].__name__}" for h in HUNTS]
+)
+def test_the_pages_bug_gets_the_symptom_not_the_fix(module, checker, hunt, build, bug, soft, fix, capsys):
+    message = rejection(lambda c: checker(c, exercise=hunt), bug)
+    assert soft in message and fix not in message, message
+    assert fix in rejection(lambda c: checker(c, exercise=build), bug)  # elsewhere: the fix
+    assert capsys.readouterr().out == ""
+
+
+def _bug_hunts_in_the_book():
+    """{exercise number: checker name} of every find-the-bug exercise whose check cell
+    calls a checker with its number."""
+    found = {}
+    for page in sorted(BOOK.glob("ch*.md")):
+        text = page.read_text(encoding="utf-8")
+        starts = [m.start() for m in re.finditer(r"```\{exercise-start\}", text)] + [len(text)]
+        for begin, end in zip(starts, starts[1:], strict=False):
+            block = text[begin:end]
+            if "找 bug" not in block.splitlines()[0]:
+                continue
+            call = re.search(r"tc\.exercises\.(check_\w+)\(\w+, exercise=\"([\d.]+)\"\)", block)
+            if call:
+                found[call.group(2)] = call.group(1)
+    return found
+
+
+def test_every_bug_hunt_number_is_a_find_the_bug_exercise_of_that_checker():
+    in_book = _bug_hunts_in_the_book()
+    registered = {number: checker.__name__ for module, checker, *_ in HUNTS for number in module._BUG_HUNT}
+    assert registered == in_book
