@@ -424,3 +424,28 @@ def test_threads_flag_sets_torch_threads(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="stop"):
         train_run.train(cfg)
     assert seen == [1]
+
+
+def test_ms_per_step_counts_the_steps_of_the_interval_without_evaluation(script, tmp_path, capsys, monkeypatch):
+    """With --log-every 4 and --max-steps 6 the last line covers 2 steps, and the time
+    spent evaluating and saving is not training time. A fake clock: each training step
+    takes 0.1 s, each evaluation and checkpoint 5 s."""
+    clock = [0.0]
+    monkeypatch.setattr(train_run.time, "perf_counter", lambda: clock[0])
+    step, evaluate = train_run.train_step, train_run.evaluate_and_checkpoint
+
+    def timed_step(run, i):
+        clock[0] += 0.1
+        return step(run, i)
+
+    def timed_evaluate(run, i):
+        clock[0] += 5.0
+        return evaluate(run, i)
+
+    monkeypatch.setattr(train_run, "train_step", timed_step)
+    monkeypatch.setattr(train_run, "evaluate_and_checkpoint", timed_evaluate)
+    args = [a for a in TINY]
+    args[args.index("--log-every") + 1] = "4"
+    assert script.main(["train", "--out-dir", str(tmp_path / "run"), "--max-steps", "6", *args]) == 0
+    rates = [line.split("|")[-1].strip() for line in capsys.readouterr().out.splitlines() if "ms/step" in line]
+    assert rates == ["100 ms/step", "100 ms/step"], rates

@@ -84,22 +84,28 @@ def train_loop(
     run = build(cfg, info, device, data, model_cfg, resume)
     log_start(run)
     step = run.start_step
-    t0 = time.perf_counter()
+    # ms/step: training time since the last log line over the steps since then
+    # (evaluation and checkpointing are not counted)
+    t0, elapsed, steps_timed = time.perf_counter(), 0.0, 0
     while step < cfg.max_steps:
         lr = set_lr(run.optimizer, step, cfg)
         loss = train_step(run, step)
         step += 1
+        steps_timed += 1
         if step % cfg.log_every == 0 or step == cfg.max_steps:
             train_loss = distributed.mean_over_ranks(loss, info)
-            dt, t0 = (time.perf_counter() - t0) / cfg.log_every, time.perf_counter()
+            elapsed += time.perf_counter() - t0
             log(
                 info,
                 f"step {step:6d} | loss {train_loss:.4f} | lr {lr:.2e} | "
-                f"{1000 * dt:.0f} ms/step",
+                f"{1000 * elapsed / steps_timed:.0f} ms/step",
             )
             write_metrics(run, {"step": step, "train_loss": train_loss, "lr": lr})
+            t0, elapsed, steps_timed = time.perf_counter(), 0.0, 0
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            elapsed += time.perf_counter() - t0
             evaluate_and_checkpoint(run, step)
+            t0 = time.perf_counter()
     if run.start_step >= cfg.max_steps:
         log(
             info,
