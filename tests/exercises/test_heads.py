@@ -309,7 +309,25 @@ class KVInputsSwapped(MHA):
         return super().forward(Q, V, K, attn_mask)
 
 
+class ValuesFromK(MHA):
+    """Learner test 5.4: v = v_proj(K), the values projected from the keys' input."""
+
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.k_proj(K)), self.split(self.v_proj(K))
+        return self.out_proj(self.merge(self.attend(q, k, v, attn_mask)))
+
+
+class KeysAsValues(MHA):
+    """Learner test 5.4: the keys used as the values, attend(q, k, k)."""
+
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k = self.split(self.q_proj(Q)), self.split(self.k_proj(K))
+        return self.out_proj(self.merge(self.attend(q, k, k, attn_mask)))
+
+
 REJECTS = [
+    check(ValuesFromK, "值是从 K 投影的", "values projected from K"),
+    check(KeysAsValues, "直接拿键当了值", "keys used as values"),
     check(KVInputsSwapped, "K 和 V 两个输入用反了", "K and V inputs swapped"),
     check(AttentionOverHeads, "注意力算在了头的维度上", "attention over the heads"),
     check(MergeWithoutTranspose, "合并多头时没有先转置", "heads merged without transposing"),

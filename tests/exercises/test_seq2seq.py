@@ -101,6 +101,8 @@ def make_decoder(mistake=None, causal_style="is_causal"):
             else:
                 c = self.cross_attn(x, memory, memory, attn_mask=memory_mask)
             x = self.norm2(c if mistake == "no_res_cross" else x + c)
+            if mistake == "norm3_on_residual_only":  # learner test 1.3: norm3(x) + ffn(x)
+                return self.norm3(x) + self.ffn(x)
             if mistake == "norm2_for_ffn":
                 return self.norm2(x + self.ffn(x))
             return self.norm3(self.ffn(x) if mistake == "no_res_ffn" else x + self.ffn(x))
@@ -177,6 +179,7 @@ def test_decoder_layer_skeleton(capsys):
         ("memory_as_query", "查询是解码器的 x"),
         ("norm2_for_ffn", "不一致"),
         ("norm2_on_residual_only", "norm2 只用在了残差上"),
+        ("norm3_on_residual_only", "norm3 只用在了残差上"),
         ("norm_on_sublayer", "归一化只用在了子层的输出上"),
         ("cross_query_from_input", "交叉注意力的查询用了层输入 Y"),
         ("cross_residual_from_input", "交叉注意力的残差加的是层输入 Y"),
@@ -198,6 +201,7 @@ def test_decoder_layer_rejects(mistake, keyword, capsys):
 def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
         "no_causal", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
+        "norm3_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1",
         "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal", "cross_causal_masked",

@@ -79,6 +79,9 @@ train_step_targets_transposed = _step_with_loss(
     lambda logits, y: F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.t().reshape(-1))
 )
 
+# learner test 5.11: only the last position scored
+train_step_last_position = _step_with_loss(lambda logits, y: F.cross_entropy(logits[:, -1], y[:, -1]))
+
 
 def train_step_skeleton(model, optimizer, x, y):
     pass
@@ -97,6 +100,7 @@ def test_train_step(capsys):
 TRAIN_STEP_REJECTS = [
     pytest.param(ex.check_train_step, train_step_nll_on_logits, "F.nll_loss 用在了原始 logits 上", id="nll on logits"),
     pytest.param(ex.check_train_step, train_step_targets_transposed, "目标 y 转置了", id="y.t()"),
+    pytest.param(ex.check_train_step, train_step_last_position, "损失只用了最后一个位置", id="last position only"),
     pytest.param(
         ex.check_train_step,
         make_train_step(order=("backward", "step")),

@@ -49,8 +49,10 @@ def _mha_variant(
 ) -> Tensor | None:
     """What multi-head attention with the learner's four layers outputs with one of
     :data:`MHA_HINTS`' mistakes."""
-    # wrong inputs: K and V both from Q, or forward(Q, V, K) (keys from V)
-    K, V = {"kv_from_q": (Q, Q), "kv_inputs_swapped": (V, K)}.get(mistake, (K, V))
+    # wrong inputs: K and V both from Q, forward(Q, V, K) (keys from V), v_proj(K)
+    K, V = {"kv_from_q": (Q, Q), "kv_inputs_swapped": (V, K), "v_from_k": (K, K)}.get(
+        mistake, (K, V)
+    )
     if mistake != "attend_heads":
         return _mha_wiring_variant(layers, H, Q, K, V, mask, mistake)
     # (N, T, H, D) fed to attention: each token's heads attend to each other
@@ -182,9 +184,19 @@ MHA_HINTS = [
         "交叉注意力里就错了：k = k_proj(K)，v = v_proj(V)。",
         "kv_inputs_swapped",
     ),
+    (
+        "值是从 K 投影的（v = v_proj(K)）：K 和 V 弄混了。键来自 K，"
+        "值来自第三个输入 V：k = k_proj(K)，v = v_proj(V)。自注意力里 K = V 看不出来，"
+        "交叉注意力里 K ≠ V 就错了。",
+        "v_from_k",
+    ),
     ("键用 q_proj 投影了（复制粘贴？）：应为 k_proj(K)。", "copied_k_q"),
     ("值用 q_proj 投影了（复制粘贴？）：应为 v_proj(V)。", "copied_v_q"),
-    ("值用 k_proj 投影了（复制粘贴？）：应为 v_proj(V)。", "copied_v_k"),
+    (
+        "值用 k_proj 投影了（复制粘贴？或直接拿键当了值，v = k）：值要用自己的投影，"
+        "v = v_proj(V)。",
+        "copied_v_k",
+    ),
     (
         "被屏蔽的位置仍有权重：掩码没有起作用（attn_mask 参数被忽略了？）。",
         "mask_ignored",

@@ -101,6 +101,10 @@ def _decoder_variant(
         x = n1(x + self_attn(x))
         x = n2(x) + cross_attn(x)
         return n3(x + layer.ffn(x))
+    if mistake == "norm_before_ffn_residual":  # norm3(x) + ffn(x)
+        x = n1(x + self_attn(x))
+        x = n2(x + cross_attn(x))
+        return n3(x) + layer.ffn(x)
     res = {m: mistake != f"no_res_{m}" for m in ("self", "cross", "ffn")}
     x = n1((x if res["self"] else 0) + self_attn(x))
     x = n2((x if res["cross"] else 0) + cross_attn(x))
@@ -163,6 +167,12 @@ _DECODER_HINTS = [
         "Post-LN 是先相加再归一化：x = norm2(x + cross_attn(x, memory, memory, "
         "attn_mask=memory_mask))。",
         "norm_before_cross_residual",
+    ),
+    (
+        "FFN 这一步把 norm3 只用在了残差上：你写的是 norm3(x) + ffn(x)，"
+        "即 LN(x) + F(x)，FFN 的输出绕过了归一化。Post-LN 是先相加再归一化，"
+        "LN(x + F(x))：x = norm3(x + ffn(x))。",
+        "norm_before_ffn_residual",
     ),
     (
         "少了交叉注意力的残差连接：x = norm2(x + cross_attn(x, memory, …))。",

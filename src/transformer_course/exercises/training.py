@@ -77,6 +77,8 @@ def _loss_variant(
         return F.nll_loss(before(x).flatten(0, 1), y.flatten())
     if mistake == "targets_transposed":  # y.t(): (T, N) flattened against (N·T, V)
         return F.cross_entropy(before(x).flatten(0, 1), y.t().reshape(-1))
+    if mistake == "last_position":  # logits[:, -1] against y[:, -1] only
+        return F.cross_entropy(before(x)[:, -1], y[:, -1])
     # "shifted": x and y moved against each other once more
     return F.cross_entropy(before(x)[:, :-1].flatten(0, 1), y[:, 1:].flatten())
 
@@ -108,6 +110,12 @@ LOSS_HINTS = [
         "目标 y 转置了（y.t() 或 y.T）：logits 按 (N, T) 的顺序展平成 N·T 行，"
         "目标也要按同样的顺序展平，y.reshape(-1)，不要先转置。",
         "targets_transposed",
+    ),
+    (
+        "损失只用了最后一个位置（logits[:, -1] 对 y[:, -1]）：每个位置都在预测它的"
+        "下一个词元（y[:, t] 是 x[:, t] 的下一个），T 个位置都是训练信号。对全部 N·T "
+        "个位置取平均：F.cross_entropy(logits.view(-1, V), y.view(-1))。",
+        "last_position",
     ),
 ]
 
