@@ -411,7 +411,7 @@ REJECTS = [
     check(masked_fill_value(0.0), "填 0 不行", "masked scores set to 0, weights returned"),
     check(masked_fill_value(-10.0), "有限值（约 -10）", "masked scores filled with -10"),
     check(mask_transposed, "掩码用转置了", "square mask transposed"),
-    check(weights_before_mask, "返回的权重是屏蔽之前的 softmax", "weights from before the mask"),
+    check(weights_before_mask, "返回的权重是没有屏蔽的 softmax", "weights from before the mask"),
     check(mask_after_softmax, "softmax 之后才乘掩码", "mask applied after softmax"),
     check(mask_zeroed_after_softmax_with_weights, "softmax 之后才把被屏蔽的权重置 0", "weights zeroed after softmax"),
     check(scores_transposed, "把分数矩阵转置了", "score matrix transposed"),

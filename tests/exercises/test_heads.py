@@ -596,3 +596,17 @@ def test_head_contributions_runs_the_multi_head_checks(capsys):
 def test_every_contribution_hint_is_reached(capsys):
     tables = {"HEAD_HINTS": heads.HEAD_HINTS, "SUM_HINTS": heads.SUM_HINTS, "HEAD_CRASHES": heads.HEAD_CRASHES}
     assert_every_hint_reached(tables, CONTRIBUTION_REJECTS, capsys)
+
+
+class KeysFromQueryWhenLengthsMatch(MHA):
+    """Cross-attention that silently uses the queries for K and V whenever S == L."""
+
+    def forward(self, Q, K, V, attn_mask=None):
+        if K.shape[1] == Q.shape[1]:
+            K = V = Q
+        return super().forward(Q, K, V, attn_mask)
+
+
+def test_cross_attention_of_equal_lengths_is_checked(capsys):
+    # every other cross-attention case has S != L; this one has S == L and K != Q
+    assert_rejects(ex.check_multi_head_attention, KeysFromQueryWhenLengthsMatch, "K 和 V 都用 Q 算了", capsys)

@@ -518,9 +518,9 @@ def _leak_hint(
         )
     if close(weights.double(), torch.softmax(scores, dim=-1)):
         return (
-            "返回的权重是屏蔽之前的 softmax：屏蔽像是只用在了输出上，返回的却是"
-            "另算的、未屏蔽的权重。返回与 V 相乘的那个权重，即 "
-            "softmax(scores.masked_fill(~attn_mask, -inf), dim=-1)。"
+            "返回的权重是没有屏蔽的 softmax：要么掩码根本没用上，要么只用在了"
+            "输出上、返回的却是另算的未屏蔽权重。先屏蔽再 softmax，并返回与 V "
+            "相乘的那个权重：softmax(scores.masked_fill(~attn_mask, -inf), dim=-1)。"
         )
     fill = _finite_fill(weights, Q, K, mask, idx)
     if fill is not None and abs(fill) > 0.5:

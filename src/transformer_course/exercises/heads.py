@@ -301,6 +301,15 @@ def _grade_multi_head_attention(cls: type) -> str:
             randn(g, 2, 5, 12),
             random_mask(g, 3, 5),
         ),
+        (  # cross-attention of equal lengths: K ≠ Q although S = L
+            "d_model=8, 2 个头，交叉注意力 N=2, L=S=4，无掩码",
+            8,
+            2,
+            randn(g, 2, 4, 8),
+            randn(g, 2, 4, 8),
+            randn(g, 2, 4, 8),
+            None,
+        ),
     ]
     for i, (case, E, H, Q, K, V, mask) in enumerate(cases):
         what = f"{name}({E}, {H})"
@@ -351,7 +360,7 @@ def _grade_multi_head_attention(cls: type) -> str:
             f"{what} 的输出与参考实现（同样权重的 tc.MultiHeadAttention）不一致"
             f"（{case}；{where_differs(out, ref)}）。\n可能的原因：{hint}"
         )
-    return "2 到 4 个头，自注意力与交叉注意力（S ≠ L），因果掩码与随机掩码，共 4 组"
+    return "2 到 4 个头，自注意力与交叉注意力（S ≠ L 与 S = L），因果掩码与随机掩码，共 5 组"
 
 
 # multi-head attention as a sum of per-head contributions (ch03): head_h W^O_h
