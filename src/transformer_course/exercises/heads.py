@@ -360,7 +360,10 @@ def _grade_multi_head_attention(cls: type) -> str:
             f"{what} 的输出与参考实现（同样权重的 tc.MultiHeadAttention）不一致"
             f"（{case}；{where_differs(out, ref)}）。\n可能的原因：{hint}"
         )
-    return "2 到 4 个头，自注意力与交叉注意力（S ≠ L 与 S = L），因果掩码与随机掩码，共 5 组"
+    return (
+        "2 到 4 个头，自注意力与交叉注意力（S ≠ L 与 S = L），"
+        "因果掩码与随机掩码，共 5 组"
+    )
 
 
 # multi-head attention as a sum of per-head contributions (ch03): head_h W^O_h
