@@ -83,6 +83,8 @@ def test_lm_batch_targets_are_shifted_inputs():
     x, y = tc.lm_batch(data, 4, 8, generator=torch.Generator().manual_seed(0))
     assert x.shape == y.shape == (4, 8)
     assert torch.equal(y, x + 1)
+    small = tc.lm_batch(data.to(torch.int16), 4, 8, generator=torch.Generator().manual_seed(0))
+    assert all(t.dtype == torch.int64 for t in small) and torch.equal(small[0], x)
     with pytest.raises(ValueError, match="context_length=100"):
         tc.lm_batch(data, 4, 100)
     with pytest.raises(ValueError, match=r"1-D integer .* \(10, 10\) torch.int64"):

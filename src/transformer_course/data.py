@@ -375,7 +375,8 @@ def lm_batch(
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Random windows for next-token prediction: ``x = data[i : i+T]``,
-    ``y = data[i+1 : i+T+1]``, each ``(batch_size, context_length)``."""
+    ``y = data[i+1 : i+T+1]``, each ``(batch_size, context_length)`` int64 whatever
+    integer type ``data`` has (``F.cross_entropy`` wants int64 targets)."""
     _check_lm_data(data, batch_size, context_length)
     starts = torch.randint(
         0, data.numel() - context_length, (batch_size,), generator=generator
@@ -383,4 +384,4 @@ def lm_batch(
     offsets = torch.arange(context_length)
     x = data[starts[:, None] + offsets]  # (N, T)
     y = data[starts[:, None] + offsets + 1]
-    return x, y
+    return x.long(), y.long()

@@ -158,7 +158,9 @@ def make_lm_batch(mistake=None):
             return [x, y, ix]
         if mistake == "one_too_far":  # targets indexed one position further
             y = data[ix[:, None] + torch.arange(1, T + 2)][:, :T]
-        return x, y
+        if mistake == "no_cast":  # int32 ids stay int32
+            return x, y
+        return x.long(), y.long()
 
     return fn
 
@@ -186,6 +188,7 @@ LM_BATCH_REJECTS = [
         ex.check_lm_batch, make_lm_batch("high_minus"), "len(data) - context_length", id="off-by-one: one start too few"
     ),
     pytest.param(ex.check_lm_batch, make_lm_batch("float"), "torch.long", id="float ids"),
+    pytest.param(ex.check_lm_batch, make_lm_batch("no_cast"), "torch.int32", id="int32 ids not cast"),
     pytest.param(ex.check_lm_batch, make_lm_batch("list"), "两个张量", id="three values"),
     pytest.param(ex.check_lm_batch, make_lm_batch("one_too_far"), "下标越界", id="index out of range"),
 ]
