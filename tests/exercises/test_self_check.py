@@ -157,7 +157,7 @@ def test_causality_probe(capsys):
 @pytest.mark.parametrize(
     ("wrong", "keyword"),
     [
-        (lambda m, ids, t: True, "没有掩码"),
+        (lambda m, ids, t: True, "探针没有调用模型"),
         (lambda m, ids, t: torch.equal(m(ids)[0], m(ids)[0]), "一个词元也没有改"),  # never changes ids
         (
             lambda m, ids, t: torch.allclose(m(ids)[0], m(torch.cat([ids[:, :t], (ids[:, t:] + 1) % 17], 1))[0]),
@@ -293,7 +293,61 @@ def test_causality_probe_names_the_unchanged_position_t(capsys):
     assert "你没有改位置 t = 3 的词元，只改了位置 11" in message, message
     assert "只比较位置 0" not in message, message
     message = rejection(ex.check_causality_probe, probe_from_t_plus_1)
-    assert "t = 11）：送进模型的输入一个词元也没有改" in message, message
+    assert "只在最后一层多看一个未来位置的模型，t = 3）：你没有改位置 t = 3" in message, message
+
+
+def probe_before_t_minus_1(model, ids, t):
+    """Learner test 15 (5.20): the tokens from t on changed, but only [:, :t-1]
+    compared (off by one: position t - 1 never checked)."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
+    return torch.allclose(model(ids)[0][:, : t - 1], model(changed)[0][:, : t - 1], atol=1e-5)
+
+
+def test_leak_into_t_minus_1_only():
+    """The one-ahead leak in the last block alone moves position t - 1 and no other."""
+    cfg = GPTConfig(vocab_size=17, context_length=16, d_model=16, num_heads=2, num_layers=2)
+    model = _LeakyGPT(cfg, _one_ahead, leaky=(1,)).eval()
+    ids = torch.randint(0, 17, (2, 12))
+    for t in (3, 7, 11):
+        changed = ids.clone()
+        changed[:, t:] = (changed[:, t:] + 1) % 17
+        assert moved_before(model, ids, t, changed) == [t - 1]
+
+
+def test_causality_probe_catches_the_off_by_one_comparison(capsys):
+    message = rejection(ex.check_causality_probe, probe_before_t_minus_1)
+    assert "只在最后一层多看一个未来位置的模型，t = 3" in message, message
+    assert "漏了位置 t − 1" in message, message
+    assert "要改动位置 t" not in message, message
+
+
+def probe_loose_tolerance(model, ids, t):
+    """Learner test 15 (5.20): the right tokens changed, compared with atol=1.0."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1.0)
+
+
+def probe_argmax_only(model, ids, t):
+    """Learner test 15 (5.20): the right tokens changed, only the argmax compared."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
+    before, after = model(ids)[0][:, :t], model(changed)[0][:, :t]
+    return torch.equal(before.argmax(-1), after.argmax(-1))
+
+
+@pytest.mark.parametrize(
+    ("probe", "keyword"),
+    [(probe_loose_tolerance, "容差太大"), (probe_argmax_only, "只比较了 argmax")],
+)
+def test_causality_probe_names_the_comparison_fault(probe, keyword, capsys):
+    """The tokens are changed right: the hint names the comparison, not the change."""
+    message = rejection(ex.check_causality_probe, probe)
+    assert keyword in message, message
+    assert "要改动位置 t" not in message, message
+    assert "logits 最多变了" in message, message
+    assert capsys.readouterr().out == ""
 
 
 @torch.no_grad()
