@@ -452,6 +452,18 @@ def test_greedy_with_cache_learner_mistakes(capsys):
     assert "greedy_full_ids_into_cache" in message  # the learner's exception and line
 
 
+@torch.no_grad()
+def greedy_new_tokens_only(model, ids, n_new):
+    """Learner test 15 (5.21): right tokens, but the prompt left out of the result."""
+    return greedy_cached(model, ids, n_new)[:, ids.shape[1] :]
+
+
+def test_greedy_with_cache_names_a_missing_prompt(capsys):
+    message = rejection(ex.check_greedy_with_cache, greedy_new_tokens_only)
+    assert "少了提示" in message, message
+    assert "(2, 12)" in message and "(2, 17)" in message, message
+
+
 def test_greedy_with_cache_mistakes(capsys):
     assert_rejects(ex.check_greedy_with_cache, greedy_two_forwards_too_many, "不必再送", capsys)
     assert_rejects(ex.check_greedy_with_cache, greedy_refeeds_everything, "只送新词元", capsys)

@@ -566,6 +566,12 @@ def check_greedy_with_cache(fn: object) -> str:
             del model.new_caches
         first = False
         got = as_tensor(out, f"{name} 的返回值", case)
+        if tuple(got.shape) == (2, n_new):
+            fail(
+                f"{name} 返回的形状是 {tuple(got.shape)}，应为 (2, {5 + n_new})"
+                f"（{case}）：只有新生成的 {n_new} 个词元，少了提示。返回值要像 "
+                "model.generate 那样包括提示：前 5 个是提示，后面是新词元。"
+            )
         check_shape(got, (2, 5 + n_new), f"{name} 的返回值", case)
         ref = model.generate(prompt, n_new, greedy=True, use_cache=False)
         if not torch.equal(got, ref) and len(made) > 1:
