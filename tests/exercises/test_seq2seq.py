@@ -401,8 +401,9 @@ def make_decode(mistake):
         for _ in range(steps):
             dec_in = torch.tensor([ids if ids else [bos_id]])
             logits = model(src, dec_in)[0]
-            if mistake == "sample":
-                nxt = int(torch.multinomial(logits[-1].softmax(-1), 1))
+            if mistake in ("sample", "seeded_sample"):
+                g = torch.Generator().manual_seed(len(ids)) if mistake == "seeded_sample" else None
+                nxt = int(torch.multinomial(logits[-1].softmax(-1), 1, generator=g))
             else:
                 nxt = int(logits[0 if mistake == "first_position" else -1].argmax())
             if mistake == "eos_dropped" and nxt == eos_id:
@@ -434,7 +435,9 @@ def test_greedy_decode_skeleton(capsys):
         ("no_stop", "立即停止"),
         ("eos_dropped", "EOS 本身"),
         ("first_position", "最后一个位置"),
-        ("sample", "不抽样"),
+        ("sample", "结果是确定的"),
+        # learner test 15 (1.6): sampling with a fixed seed gives the same result twice
+        ("seeded_sample", "不是（前面的词元送进模型后）最后一个位置 logits 的最大者"),
         ("no_bos", "BOS"),
         ("one_too_many", "max_len"),
     ],

@@ -562,15 +562,36 @@ def _decode_hint(
         return "生成 EOS 之后应立即停止（if next_id == eos_id: break）。"
     if ref[-1] == eos and got == ref[:-1]:
         return "EOS 本身也要接到输出里，再停止（先 cat，再 break）。"
+    sampled = _not_argmax(model, src, got)
+    if sampled is not None:
+        step, rank = sampled
+        return (
+            f"第 {step} 个新词元不是（前面的词元送进模型后）最后一个位置 logits 的"
+            f"最大者，它排第 {rank}：贪心解码每步取 argmax，不抽样，结果是确定的。"
+        )
     if got[: len(ref)] != ref and len(got) > 1 and len(got) == len(ref):
         return (
             "下一个词元取错了：用最后一个位置的 logits（logits[:, -1]）的 argmax，"
-            "不是第一个位置，也不要抽样。"
+            "不是第一个位置。"
         )
     return (
         "每一步：把目前的 ys 送进解码器，取最后一个位置 logits 的 argmax，"
         "接到 ys 后面。"
     )
+
+
+def _not_argmax(model: nn.Module, src: Tensor, got: list[int]) -> tuple | None:
+    """The first new token of ``got`` that is the argmax of neither the last nor the
+    first position's logits for the prefix before it, as (step, its rank); None:
+    none."""
+    if not all(0 <= i < model.cfg.tgt_vocab_size for i in got):
+        return None
+    with torch.no_grad():
+        for k in range(1, len(got)):
+            logits = model(src, torch.tensor([got[:k]]))[0]
+            if got[k] not in (int(logits[-1].argmax()), int(logits[0].argmax())):
+                return k, int((logits[-1] > logits[-1, got[k]]).sum()) + 1
+    return None
 
 
 @contextmanager
@@ -642,8 +663,8 @@ def check_greedy_decode(fn: Callable) -> str:
             again = run_learner(fn, model, src, _BOS, eos_arg, max_len, what=name)
             if isinstance(again, Tensor) and again.tolist() != out.tolist():
                 fail(
-                    f"{name} 两次调用结果不同（{case}）：贪心解码取 argmax，不抽样"
-                    "（不要用 torch.multinomial）。"
+                    f"{name} 两次调用结果不同（{case}）：贪心解码每步取 argmax，"
+                    "结果是确定的，同样的输入每次得到同样的输出；结果会变，说明在抽样。"
                 )
             fail(
                 f"{name} 的输出不对（{case}）：应为 {ref}，得到 {got}。"
