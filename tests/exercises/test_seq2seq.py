@@ -35,6 +35,12 @@ def make_decoder(mistake=None, causal_style="is_causal"):
         def sa(self, x):
             if mistake == "no_causal":
                 return self.self_attn(x, x, x)
+            if mistake == "diag_hidden":  # learner test 15 (1.3): only the keys j < i
+                return self.self_attn(x, x, x, attn_mask=torch.ones(x.size(1), x.size(1)).tril(-1).bool())
+            if mistake == "diag_hidden_but_first":  # the same, position 0 let see itself
+                below = torch.ones(x.size(1), x.size(1)).tril(-1).bool()
+                below[0, 0] = True
+                return self.self_attn(x, x, x, attn_mask=below)
             if mistake == "memory_mask_to_self":  # learner test
                 return self.self_attn(x, x, x, attn_mask=self.memory_mask)
             if causal_style == "mask":
@@ -172,6 +178,8 @@ def test_decoder_layer_skeleton(capsys):
     "mistake, keyword",
     [
         ("no_causal", "因果掩码"),
+        ("diag_hidden", "因果掩码把对角线也遮住了"),
+        ("diag_hidden_but_first", "因果掩码把对角线也遮住了"),
         ("cross_on_x", "键和值应来自编码器输出"),
         ("no_mask", "memory_mask"),
         ("pre_ln", "Post-LN"),
@@ -200,7 +208,7 @@ def test_decoder_layer_rejects(mistake, keyword, capsys):
 
 def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
-        "no_causal", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
+        "no_causal", "diag_hidden", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
         "norm3_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1",

@@ -54,13 +54,26 @@ def _norms(layer: DecoderLayer, mistake: str) -> list[nn.Module]:
 
 
 def _decoder_variant(
-    layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str
+    layer: DecoderLayer,
+    x: Tensor,
+    memory: Tensor,
+    mask,
+    mistake: str,
+    given: Tensor | None = None,
 ):
-    """The package's Post-LN decoder layer, wired with one typical mistake."""
+    """The package's Post-LN decoder layer, wired with one typical mistake; for
+    ``diag_hidden`` (a causal mask without its diagonal) position 0 sees no key, and
+    is taken from ``given``, the learner's output, whatever the code made of it."""
+    if mistake == "diag_hidden" and given is not None:
+        strict = _decoder_variant(layer, x, memory, mask, mistake)
+        return torch.cat([given[:, :1], strict[:, 1:]], dim=1)
     n1, n2, n3 = _norms(layer, mistake)
     causal = mistake != "no_causal"
 
     def self_attn(h):
+        if mistake == "diag_hidden":
+            below = torch.ones(h.size(1), h.size(1), dtype=torch.bool).tril(-1)
+            return layer.self_attn(h, attn_mask=below)
         return layer.self_attn(h, is_causal=causal)
 
     def cross_attn(h):
@@ -116,6 +129,11 @@ _DECODER_HINTS = [
         "掩码自注意力没有因果掩码：解码器位置 i 只能看目标的 0..i"
         "（self_attn(x, is_causal=True)，或 attn_mask=tc.causal_mask(L)）。",
         "no_causal",
+    ),
+    (
+        "因果掩码把对角线也遮住了：位置 i 应看得见目标的 0..i，包括它自己；"
+        "你的掩码只让它看 0..i−1。",
+        "diag_hidden",
     ),
     (
         "交叉注意力的键和值应来自编码器输出：cross_attn(x, memory, memory, "
@@ -282,7 +300,7 @@ def check_decoder_layer(cls: type, exercise: str | None = None) -> str:
                 out,
                 hints,
                 lambda m, ref=ref, x=x, memory=memory, mask=mask: _decoder_variant(
-                    ref, x, memory, mask, m
+                    ref, x, memory, mask, m, given=out
                 ),
             )
         fail(
