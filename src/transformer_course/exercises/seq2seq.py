@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -53,28 +54,33 @@ def _norms(layer: DecoderLayer, mistake: str) -> list[nn.Module]:
     return norms
 
 
+def _decoder_mistake(
+    layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str, given: Tensor
+) -> Tensor:
+    """:func:`_decoder_variant`; for ``diag_hidden`` (a causal mask without its
+    diagonal) position 0 sees no key, and is taken from ``given``, the learner's
+    output, whatever the code made of it."""
+    out = _decoder_variant(layer, x, memory, mask, mistake)
+    if mistake == "diag_hidden":
+        return torch.cat([given[:, :1], out[:, 1:]], dim=1)
+    return out
+
+
+def _self_mask(mistake: str, L: int) -> dict:
+    """The masked self-attention's mask arguments, as wired with ``mistake``."""
+    if mistake == "diag_hidden":  # keys j < i only
+        return {"attn_mask": torch.ones(L, L, dtype=torch.bool).tril(-1)}
+    return {"is_causal": mistake != "no_causal"}
+
+
 def _decoder_variant(
-    layer: DecoderLayer,
-    x: Tensor,
-    memory: Tensor,
-    mask,
-    mistake: str,
-    given: Tensor | None = None,
+    layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str
 ):
-    """The package's Post-LN decoder layer, wired with one typical mistake; for
-    ``diag_hidden`` (a causal mask without its diagonal) position 0 sees no key, and
-    is taken from ``given``, the learner's output, whatever the code made of it."""
-    if mistake == "diag_hidden" and given is not None:
-        strict = _decoder_variant(layer, x, memory, mask, mistake)
-        return torch.cat([given[:, :1], strict[:, 1:]], dim=1)
+    """The package's Post-LN decoder layer, wired with one typical mistake."""
     n1, n2, n3 = _norms(layer, mistake)
-    causal = mistake != "no_causal"
 
     def self_attn(h):
-        if mistake == "diag_hidden":
-            below = torch.ones(h.size(1), h.size(1), dtype=torch.bool).tril(-1)
-            return layer.self_attn(h, attn_mask=below)
-        return layer.self_attn(h, is_causal=causal)
+        return layer.self_attn(h, **_self_mask(mistake, h.size(1)))
 
     def cross_attn(h):
         if mistake == "cross_is_self":
@@ -299,9 +305,7 @@ def check_decoder_layer(cls: type, exercise: str | None = None) -> str:
             hint = first_reproduced(
                 out,
                 hints,
-                lambda m, ref=ref, x=x, memory=memory, mask=mask: _decoder_variant(
-                    ref, x, memory, mask, m, given=out
-                ),
+                functools.partial(_decoder_mistake, ref, x, memory, mask, given=out),
             )
         fail(
             f"{name}.forward 的输出与参考实现不一致（{case}）："

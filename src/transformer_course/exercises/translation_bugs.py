@@ -114,10 +114,7 @@ def _batch_variant(tgt: Tensor, pad_id: int, mistake: str) -> tuple[Tensor, Tens
         labels = torch.roll(dec_in, -1, 1)
     elif mistake == "reversed":
         dec_in, labels = labels, dec_in
-    if mistake == "input_shifted":
-        dec_in = tgt[:, 1:]
-    elif mistake == "input_full":
-        dec_in = tgt
+    dec_in = {"input_shifted": tgt[:, 1:], "input_full": tgt}.get(mistake, dec_in)
     if mistake == "mask_from_input":
         labels = labels.masked_fill(dec_in == pad_id, IGNORE)
     elif mistake != "pad_kept":
