@@ -18,6 +18,7 @@ from .support import (
     assert_passes,
     assert_rejects,
     assert_skeleton,
+    rejection,
 )
 
 # grouped-query attention
@@ -381,7 +382,7 @@ SPARSEMAX_REJECTS = [
     (sparsemax_no_clamp, "截断"),
     (sparsemax_k_from_zero, "k 从 1 数起"),
     (sparsemax_ranks_from_zero, "名次 k 从 0 数起了"),
-    (sparsemax_at_least_without_one, "写成了 k·z_(k) ≥"),
+    (sparsemax_at_least_without_one, "支撑集的判据少了 1，> 又换成了 ≥"),
     (sparsemax_no_k, "判据少了名次 k"),
     (sparsemax_sum_shifted, "不是 cs[k]"),
     (sparsemax_tau_without_minus_one, "τ 少了 −1"),
@@ -395,6 +396,17 @@ SPARSEMAX_REJECTS = [
     (sparsemax_unsorted, "没有先排序"),
     (sparsemax_mean_threshold, "τ 用了全部元素"),
 ]
+
+
+def test_sparsemax_two_support_mistakes_are_told_apart(capsys):
+    """Learner test 15 (4.6): a rank k from 0 and k·z_(k) >= the sum are different
+    mistakes (they differ on [0.9, 0.8, 0.1]); each hint names only its own."""
+    z = torch.tensor([0.9, 0.8, 0.1], dtype=torch.float64)
+    assert not torch.allclose(sparsemax_ranks_from_zero(z), sparsemax_at_least_without_one(z))
+    message = rejection(ex.check_sparsemax, sparsemax_ranks_from_zero)
+    assert "名次 k 从 0 数起了" in message and "≥" not in message, message
+    message = rejection(ex.check_sparsemax, sparsemax_at_least_without_one)
+    assert "从 0 数起" not in message, message
 
 
 @pytest.mark.parametrize(("fn", "keyword"), SPARSEMAX_REJECTS)
