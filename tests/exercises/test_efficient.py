@@ -573,6 +573,13 @@ def prefix_future_after_prefix(L, prefix):  # no hint of its own: the fallback n
     return mask
 
 
+def prefix_block_false(L, prefix):
+    """Learner test 15 (4.20): the prefix block set to False (True read as masked)."""
+    mask = tc.causal_mask(L).clone()
+    mask[:prefix, :prefix] = False
+    return mask
+
+
 def prefix_skeleton(L, prefix):
     pass
 
@@ -597,6 +604,7 @@ def test_prefix_lm_mask_skeleton(capsys):
         (prefix_transposed, "掩码转置了"),
         (prefix_zero_means_all, "prefix = 0 时没有前缀"),
         (prefix_future_after_prefix, "前缀之后的键 j 被更早的位置 i < j 看到了"),
+        (prefix_block_false, "前缀块 mask[:3, :3] 全是 False"),
     ],
 )
 def test_prefix_lm_mask_rejects(fn, keyword, capsys):

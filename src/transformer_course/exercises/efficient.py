@@ -990,6 +990,11 @@ def check_prefix_lm_mask(fn) -> str:
             ),
             None,
         )
+        if hint is None and prefix > 0 and not bool(out[:prefix, :prefix].any()):
+            hint = (
+                f"前缀块 mask[:{prefix}, :{prefix}] 全是 False：前缀里的位置互相都"
+                "看不见，连自己也看不见。约定是 True = 可以关注：前缀块应全是 True。"
+            )
         if hint is None and bool((out & ~want)[:, prefix:].any()):
             hint = (
                 "前缀之后的键 j 被更早的位置 i < j 看到了（看见了未来）："
