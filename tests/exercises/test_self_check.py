@@ -322,19 +322,21 @@ def test_causality_probe_catches_the_off_by_one_comparison(capsys):
     assert "要改动位置 t" not in message, message
 
 
-def probe_loose_tolerance(model, ids, t):
-    """Learner test 15 (5.20): the right tokens changed, compared with atol=1.0."""
-    changed = ids.clone()
-    changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
-    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1.0)
+def probe_comparing(same):
+    """A probe that changes the tokens from t on (right) and compares the logits
+    before t with ``same``."""
+
+    def probe(model, ids, t):
+        changed = ids.clone()
+        changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
+        return same(model(ids)[0][:, :t], model(changed)[0][:, :t])
+
+    return probe
 
 
-def probe_argmax_only(model, ids, t):
-    """Learner test 15 (5.20): the right tokens changed, only the argmax compared."""
-    changed = ids.clone()
-    changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
-    before, after = model(ids)[0][:, :t], model(changed)[0][:, :t]
-    return torch.equal(before.argmax(-1), after.argmax(-1))
+# learner test 15 (5.20): compared with atol=1.0, or only the argmax compared
+probe_loose_tolerance = probe_comparing(lambda a, b: torch.allclose(a, b, atol=1.0))
+probe_argmax_only = probe_comparing(lambda a, b: torch.equal(a.argmax(-1), b.argmax(-1)))
 
 
 @pytest.mark.parametrize(
