@@ -251,6 +251,30 @@ class UnusedGate(Block):
         self.gate = nn.Linear(d_model, d_model)
 
 
+class NormOnSublayer(Block):
+    """Learner test 15 (3.5): the norms on the sublayers' outputs."""
+
+    def forward(self, x):
+        x = x + self.norm1(self.attn(x))
+        return x + self.norm2(self.ffn(x))
+
+
+class FFNFirst(Block):
+    """Learner test 15 (3.5): the FFN sublayer before the attention."""
+
+    def forward(self, x):
+        x = x + self.ffn(self.norm2(x))
+        return x + self.attn(self.norm1(x))
+
+
+class FFNFirstNorm1(Block):
+    """The same, norm1 before the first sublayer (the FFN)."""
+
+    def forward(self, x):
+        x = x + self.ffn(self.norm1(x))
+        return x + self.attn(self.norm2(x))
+
+
 def block_check(cls, keyword, id):
     return pytest.param(ex.check_transformer_block, cls, keyword, id=id)
 
@@ -268,6 +292,9 @@ BLOCK_REJECTS = [
     block_check(FFNFromNormedInput, "FFN 的输入用了注意力之前的 h", "FFN fed norm2(h)"),
     block_check(FFNFromH, "FFN 的输入用了注意力之前的 h", "FFN fed h"),
     block_check(KeysValuesFromX, "键和值用的是原来的 x", "keys and values from x"),
+    block_check(NormOnSublayer, "归一化用在了子层的输出上", "norms on the sublayer outputs"),
+    block_check(FFNFirst, "两个子层的顺序反了", "FFN before attention"),
+    block_check(FFNFirstNorm1, "两个子层的顺序反了", "FFN before attention, norm1 first"),
     block_check(Norm1Twice, "用了两次 norm1", "norm1 used twice"),
     block_check(NoNorm2, "忘了 norm2", "no norm2"),
     block_check(NoNorms, "没有用 norm1 和 norm2", "no norms"),

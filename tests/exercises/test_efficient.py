@@ -18,6 +18,7 @@ from .support import (
     assert_passes,
     assert_rejects,
     assert_skeleton,
+    rejection,
 )
 
 # grouped-query attention
@@ -381,7 +382,7 @@ SPARSEMAX_REJECTS = [
     (sparsemax_no_clamp, "截断"),
     (sparsemax_k_from_zero, "k 从 1 数起"),
     (sparsemax_ranks_from_zero, "名次 k 从 0 数起了"),
-    (sparsemax_at_least_without_one, "写成了 k·z_(k) ≥"),
+    (sparsemax_at_least_without_one, "支撑集的判据少了 1，> 又换成了 ≥"),
     (sparsemax_no_k, "判据少了名次 k"),
     (sparsemax_sum_shifted, "不是 cs[k]"),
     (sparsemax_tau_without_minus_one, "τ 少了 −1"),
@@ -395,6 +396,17 @@ SPARSEMAX_REJECTS = [
     (sparsemax_unsorted, "没有先排序"),
     (sparsemax_mean_threshold, "τ 用了全部元素"),
 ]
+
+
+def test_sparsemax_two_support_mistakes_are_told_apart(capsys):
+    """Learner test 15 (4.6): a rank k from 0 and k·z_(k) >= the sum are different
+    mistakes (they differ on [0.9, 0.8, 0.1]); each hint names only its own."""
+    z = torch.tensor([0.9, 0.8, 0.1], dtype=torch.float64)
+    assert not torch.allclose(sparsemax_ranks_from_zero(z), sparsemax_at_least_without_one(z))
+    message = rejection(ex.check_sparsemax, sparsemax_ranks_from_zero)
+    assert "名次 k 从 0 数起了" in message and "≥" not in message, message
+    message = rejection(ex.check_sparsemax, sparsemax_at_least_without_one)
+    assert "从 0 数起" not in message, message
 
 
 @pytest.mark.parametrize(("fn", "keyword"), SPARSEMAX_REJECTS)
@@ -561,6 +573,13 @@ def prefix_future_after_prefix(L, prefix):  # no hint of its own: the fallback n
     return mask
 
 
+def prefix_block_false(L, prefix):
+    """Learner test 15 (4.20): the prefix block set to False (True read as masked)."""
+    mask = tc.causal_mask(L).clone()
+    mask[:prefix, :prefix] = False
+    return mask
+
+
 def prefix_skeleton(L, prefix):
     pass
 
@@ -585,6 +604,7 @@ def test_prefix_lm_mask_skeleton(capsys):
         (prefix_transposed, "掩码转置了"),
         (prefix_zero_means_all, "prefix = 0 时没有前缀"),
         (prefix_future_after_prefix, "前缀之后的键 j 被更早的位置 i < j 看到了"),
+        (prefix_block_false, "前缀块 mask[:3, :3] 全是 False"),
     ],
 )
 def test_prefix_lm_mask_rejects(fn, keyword, capsys):

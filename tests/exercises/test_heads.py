@@ -17,16 +17,13 @@ from .support import assert_every_hint_reached, assert_passes, assert_rejects, a
 NEG = float("-inf")
 
 
-class MHA(nn.Module):
-    """A learner's multi-head attention, written the usual way."""
+class MHA(tc.MultiHeadAttention):
+    """A learner's multi-head attention, written the usual way: the package's layers,
+    the forward pass by hand."""
 
     def __init__(self, d_model, num_heads):
-        super().__init__()
+        super().__init__(d_model, num_heads)
         self.h, self.d = num_heads, d_model // num_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
 
     def split(self, x):  # (N, T, E) -> (N, H, T, D)
         return x.view(x.size(0), x.size(1), self.h, self.d).transpose(1, 2)
@@ -45,13 +42,8 @@ class MHA(nn.Module):
         return self.out_proj(self.merge(self.attend(q, k, v, attn_mask)))
 
 
-class MHAEinsumLoop(nn.Module):
+class MHAEinsumLoop(MHA):
     """Another style: a loop over heads with channel slices and einsum."""
-
-    def __init__(self, d_model, num_heads):
-        super().__init__()
-        self.h = num_heads
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, Q, K, V, attn_mask=None):
         q, k, v = self.q_proj(Q), self.k_proj(K), self.v_proj(V)

@@ -74,6 +74,15 @@ def split_view_then_reshape(t, H):
     return t.view(N, T, H, E // H).reshape(N, H, T, E // H)
 
 
+def split_chunks_of_h(t, H):
+    """Learner test 15 (3.10): t.split(H) cuts pieces of H features, D of them."""
+    return torch.stack(t.split(H, dim=-1), dim=1)
+
+
+def split_heads_reversed(t, H):  # the right positions, another head's features
+    return split_view_transpose(t, H).flip(1)
+
+
 def split_skeleton(t, H):
     pass
 
@@ -92,7 +101,9 @@ def test_split_heads_accepts(fn, capsys):
         (split_interleaved, "隔 H 取一个"),
         (split_no_transpose, "没有 transpose(1, 2)"),
         (split_transpose_then_reshape, "先 transpose(1, 2) 成 (N, E, T)"),
-        (split_wrong_swap, "第 h 个头的第 i 行应是位置 i"),
+        (split_wrong_swap, "却是 t[0, 5, 0]，位置 5 的特征：头里的第 i 行混进了别的位置"),
+        (split_heads_reversed, "位置对了，特征取错了"),
+        (split_chunks_of_h, "头数与每头的维数用反了"),
         (split_view_then_reshape, "先 view(N, T, H, D) 再 reshape(N, H, T, D) 也一样"),
         (split_view_then_reshape, "用 transpose(1, 2)（不是 reshape）交换"),
     ],

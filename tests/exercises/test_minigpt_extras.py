@@ -13,6 +13,45 @@ from transformer_course.exercises import minigpt_extras
 from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 
+def _ffn_from_input(block, x, attn):
+    h = block.norm1(x + attn(x))
+    return block.norm2(h + block.ffn(x))
+
+
+def _norm_twice(block, x, attn):
+    h = block.norm1(x + attn(block.norm1(x)))
+    return block.norm2(h + block.ffn(block.norm2(h)))
+
+
+def _norm_on_residual(block, x, attn):
+    h = block.norm1(x) + attn(x)
+    return block.norm2(h) + block.ffn(h)
+
+
+def _norm1_twice(block, x, attn):
+    h = block.norm1(x + attn(x))
+    return block.norm1(h + block.ffn(h))
+
+
+def _no_res_attn(block, x, attn):
+    h = block.norm1(attn(x))
+    return block.norm2(h + block.ffn(h))
+
+
+def _no_res_ffn(block, x, attn):
+    return block.norm2(block.ffn(block.norm1(x + attn(x))))
+
+
+SUBLAYER_MISTAKES = {
+    "ffn_from_input": _ffn_from_input,
+    "norm_twice": _norm_twice,
+    "norm_on_residual": _norm_on_residual,
+    "norm1_twice": _norm1_twice,
+    "no_res_attn": _no_res_attn,
+    "no_res_ffn": _no_res_ffn,
+}
+
+
 def post_ln_block(mistake=None):
     class PostLN(nn.Module):
         def __init__(self, d_model, num_heads):
@@ -45,6 +84,8 @@ def post_ln_block(mistake=None):
             if mistake == "norms_swapped":  # learner test 9a, 3.11
                 h = self.norm2(x + attn(x))
                 return self.norm1(h + self.ffn(h))
+            if mistake in SUBLAYER_MISTAKES:  # learner test 15 (3.11)
+                return SUBLAYER_MISTAKES[mistake](self, x, attn)
             if mistake == "beta_twice":  # no hint for this one: the generic message
                 h = self.norm1(x + attn(x)) + self.norm1.bias
                 return self.norm2(h + self.ffn(h))
@@ -208,6 +249,12 @@ BLOCK_REJECTS = [
         ("attn_unfixed", "只改好了 FFN 这一层"),
         ("ffn_residual_from_input", "FFN 这一层的残差加的是块的输入 x"),
         ("norms_swapped", "两个 LayerNorm 却用反了"),
+        ("ffn_from_input", "FFN 读的是块的输入 x"),
+        ("norm_twice", "子层的输入也先归一化了"),
+        ("norm_on_residual", "LayerNorm 只包住了残差一支"),
+        ("norm1_twice", "两个子层都用了 norm1"),
+        ("no_res_attn", "注意力这一层少了残差"),
+        ("no_res_ffn", "FFN 这一层少了残差"),
         ("beta_twice", "对照第 3.3.1 节"),
     ]
 ]

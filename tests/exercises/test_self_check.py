@@ -157,7 +157,7 @@ def test_causality_probe(capsys):
 @pytest.mark.parametrize(
     ("wrong", "keyword"),
     [
-        (lambda m, ids, t: True, "没有掩码"),
+        (lambda m, ids, t: True, "探针没有调用模型"),
         (lambda m, ids, t: torch.equal(m(ids)[0], m(ids)[0]), "一个词元也没有改"),  # never changes ids
         (
             lambda m, ids, t: torch.allclose(m(ids)[0], m(torch.cat([ids[:, :t], (ids[:, t:] + 1) % 17], 1))[0]),
@@ -293,7 +293,63 @@ def test_causality_probe_names_the_unchanged_position_t(capsys):
     assert "你没有改位置 t = 3 的词元，只改了位置 11" in message, message
     assert "只比较位置 0" not in message, message
     message = rejection(ex.check_causality_probe, probe_from_t_plus_1)
-    assert "t = 11）：送进模型的输入一个词元也没有改" in message, message
+    assert "只在最后一层多看一个未来位置的模型，t = 3）：你没有改位置 t = 3" in message, message
+
+
+def probe_before_t_minus_1(model, ids, t):
+    """Learner test 15 (5.20): the tokens from t on changed, but only [:, :t-1]
+    compared (off by one: position t - 1 never checked)."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
+    return torch.allclose(model(ids)[0][:, : t - 1], model(changed)[0][:, : t - 1], atol=1e-5)
+
+
+def test_leak_into_t_minus_1_only():
+    """The one-ahead leak in the last block alone moves position t - 1 and no other."""
+    cfg = GPTConfig(vocab_size=17, context_length=16, d_model=16, num_heads=2, num_layers=2)
+    model = _LeakyGPT(cfg, _one_ahead, leaky=(1,)).eval()
+    ids = torch.randint(0, 17, (2, 12))
+    for t in (3, 7, 11):
+        changed = ids.clone()
+        changed[:, t:] = (changed[:, t:] + 1) % 17
+        assert moved_before(model, ids, t, changed) == [t - 1]
+
+
+def test_causality_probe_catches_the_off_by_one_comparison(capsys):
+    message = rejection(ex.check_causality_probe, probe_before_t_minus_1)
+    assert "只在最后一层多看一个未来位置的模型，t = 3" in message, message
+    assert "漏了位置 t − 1" in message, message
+    assert "要改动位置 t" not in message, message
+
+
+def probe_comparing(same):
+    """A probe that changes the tokens from t on (right) and compares the logits
+    before t with ``same``."""
+
+    def probe(model, ids, t):
+        changed = ids.clone()
+        changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
+        return same(model(ids)[0][:, :t], model(changed)[0][:, :t])
+
+    return probe
+
+
+# learner test 15 (5.20): compared with atol=1.0, or only the argmax compared
+probe_loose_tolerance = probe_comparing(lambda a, b: torch.allclose(a, b, atol=1.0))
+probe_argmax_only = probe_comparing(lambda a, b: torch.equal(a.argmax(-1), b.argmax(-1)))
+
+
+@pytest.mark.parametrize(
+    ("probe", "keyword"),
+    [(probe_loose_tolerance, "容差太大"), (probe_argmax_only, "只比较了 argmax")],
+)
+def test_causality_probe_names_the_comparison_fault(probe, keyword, capsys):
+    """The tokens are changed right: the hint names the comparison, not the change."""
+    message = rejection(ex.check_causality_probe, probe)
+    assert keyword in message, message
+    assert "要改动位置 t" not in message, message
+    assert "logits 最多变了" in message, message
+    assert capsys.readouterr().out == ""
 
 
 @torch.no_grad()
@@ -396,6 +452,18 @@ def test_greedy_with_cache_learner_mistakes(capsys):
     message = rejection(ex.check_greedy_with_cache, greedy_full_ids_into_cache)
     assert "整段 ids 又送进了同一组缓存" in message, message
     assert "greedy_full_ids_into_cache" in message  # the learner's exception and line
+
+
+@torch.no_grad()
+def greedy_new_tokens_only(model, ids, n_new):
+    """Learner test 15 (5.21): right tokens, but the prompt left out of the result."""
+    return greedy_cached(model, ids, n_new)[:, ids.shape[1] :]
+
+
+def test_greedy_with_cache_names_a_missing_prompt(capsys):
+    message = rejection(ex.check_greedy_with_cache, greedy_new_tokens_only)
+    assert "少了提示" in message, message
+    assert "(2, 12)" in message and "(2, 17)" in message, message
 
 
 def test_greedy_with_cache_mistakes(capsys):

@@ -35,6 +35,12 @@ def make_decoder(mistake=None, causal_style="is_causal"):
         def sa(self, x):
             if mistake == "no_causal":
                 return self.self_attn(x, x, x)
+            if mistake == "diag_hidden":  # learner test 15 (1.3): only the keys j < i
+                return self.self_attn(x, x, x, attn_mask=torch.ones(x.size(1), x.size(1)).tril(-1).bool())
+            if mistake == "diag_hidden_but_first":  # the same, position 0 let see itself
+                below = torch.ones(x.size(1), x.size(1)).tril(-1).bool()
+                below[0, 0] = True
+                return self.self_attn(x, x, x, attn_mask=below)
             if mistake == "memory_mask_to_self":  # learner test
                 return self.self_attn(x, x, x, attn_mask=self.memory_mask)
             if causal_style == "mask":
@@ -172,6 +178,8 @@ def test_decoder_layer_skeleton(capsys):
     "mistake, keyword",
     [
         ("no_causal", "因果掩码"),
+        ("diag_hidden", "因果掩码把对角线也遮住了"),
+        ("diag_hidden_but_first", "因果掩码把对角线也遮住了"),
         ("cross_on_x", "键和值应来自编码器输出"),
         ("no_mask", "memory_mask"),
         ("pre_ln", "Post-LN"),
@@ -200,7 +208,7 @@ def test_decoder_layer_rejects(mistake, keyword, capsys):
 
 def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
-        "no_causal", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
+        "no_causal", "diag_hidden", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
         "norm3_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1",
@@ -401,8 +409,9 @@ def make_decode(mistake):
         for _ in range(steps):
             dec_in = torch.tensor([ids if ids else [bos_id]])
             logits = model(src, dec_in)[0]
-            if mistake == "sample":
-                nxt = int(torch.multinomial(logits[-1].softmax(-1), 1))
+            if mistake in ("sample", "seeded_sample"):
+                g = torch.Generator().manual_seed(len(ids)) if mistake == "seeded_sample" else None
+                nxt = int(torch.multinomial(logits[-1].softmax(-1), 1, generator=g))
             else:
                 nxt = int(logits[0 if mistake == "first_position" else -1].argmax())
             if mistake == "eos_dropped" and nxt == eos_id:
@@ -434,7 +443,9 @@ def test_greedy_decode_skeleton(capsys):
         ("no_stop", "立即停止"),
         ("eos_dropped", "EOS 本身"),
         ("first_position", "最后一个位置"),
-        ("sample", "不抽样"),
+        ("sample", "结果是确定的"),
+        # learner test 15 (1.6): sampling with a fixed seed gives the same result twice
+        ("seeded_sample", "不是（前面的词元送进模型后）最后一个位置 logits 的最大者"),
         ("no_bos", "BOS"),
         ("one_too_many", "max_len"),
     ],

@@ -83,6 +83,16 @@ train_step_targets_transposed = _step_with_loss(
 train_step_last_position = _step_with_loss(lambda logits, y: F.cross_entropy(logits[:, -1], y[:, -1]))
 
 
+# learner test 15 (5.11): probabilities into F.cross_entropy
+train_step_softmax_first = _step_with_loss(
+    lambda logits, y: F.cross_entropy(logits.softmax(-1).flatten(0, 1), y.flatten())
+)
+# log-probabilities into F.cross_entropy: log_softmax twice is log_softmax (correct)
+train_step_log_softmax_first = _step_with_loss(
+    lambda logits, y: F.cross_entropy(logits.log_softmax(-1).flatten(0, 1), y.flatten())
+)
+
+
 def train_step_skeleton(model, optimizer, x, y):
     pass
 
@@ -92,6 +102,7 @@ def test_train_step(capsys):
         make_train_step(),
         make_train_step(order=("backward", "step", "zero_grad")),
         train_step_model_zero_grad,
+        train_step_log_softmax_first,
     ):
         assert_passes(ex.check_train_step, fn, capsys)
     assert_skeleton(ex.check_train_step, train_step_skeleton, capsys)
@@ -100,6 +111,7 @@ def test_train_step(capsys):
 TRAIN_STEP_REJECTS = [
     pytest.param(ex.check_train_step, train_step_nll_on_logits, "F.nll_loss 用在了原始 logits 上", id="nll on logits"),
     pytest.param(ex.check_train_step, train_step_targets_transposed, "目标 y 转置了", id="y.t()"),
+    pytest.param(ex.check_train_step, train_step_softmax_first, "logits 先过了 softmax", id="softmax first"),
     pytest.param(ex.check_train_step, train_step_last_position, "损失只用了最后一个位置", id="last position only"),
     pytest.param(
         ex.check_train_step,

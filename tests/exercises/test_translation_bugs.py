@@ -51,6 +51,11 @@ def input_shifted(tgt, pad_id):  # learner test: labels right, the input shifted
     return tgt[:, 1:], labels.masked_fill(labels == pad_id, -100)
 
 
+def input_full(tgt, pad_id):  # learner test 15 (1.9): the decoder input not truncated
+    labels = tgt[:, 1:]
+    return tgt, labels.masked_fill(labels == pad_id, -100)
+
+
 def mask_from_input(tgt, pad_id):  # learner test: -100 where the decoder input is padding
     dec_in, labels = tgt[:, :-1], tgt[:, 1:]
     return dec_in, labels.masked_fill(dec_in == pad_id, -100)
@@ -108,6 +113,7 @@ REJECTS = [
     pytest.param(ex.check_decoder_batch, pad_as_zero, "pad_id 换成 -100", id="pad-id-ignored"),
     pytest.param(ex.check_decoder_batch, float_labels, "整数", id="float"),
     pytest.param(ex.check_decoder_batch, input_shifted, "解码器输入却也右移了", id="input-shifted"),
+    pytest.param(ex.check_decoder_batch, input_full, "没有去掉最后一个词元", id="input-full"),
     pytest.param(ex.check_decoder_batch, mask_from_input, "-100 放错了位置", id="mask-from-input"),
     pytest.param(ex.check_decoder_batch, one_tensor, "两个张量", id="one-tensor"),
     pytest.param(ex.check_decoder_batch, pair_swapped, "两个返回值的顺序反了", id="pair-swapped"),

@@ -189,6 +189,14 @@ def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor:
     norm1, norm2, ffn = block.norm1, block.norm2, block.ffn
     if mistake in _RESIDUAL_MISTAKES:
         return _residual_variant(x, attn, norm1, norm2, ffn, mistake)
+    if mistake == "norm_on_sublayer":  # x + norm(sublayer(x))
+        x = x + norm1(attn(x))
+        return x + norm2(ffn(x))
+    if mistake in ("ffn_first", "ffn_first_norm1"):  # the FFN sublayer before attention
+        if mistake == "ffn_first_norm1":  # the norms taken in the order of use
+            norm1, norm2 = norm2, norm1
+        x = x + ffn(norm2(x))
+        return x + attn(norm1(x))
     if mistake in _FFN_ACTIVATIONS:  # the FFN with another activation
         ffn = functools.partial(_ffn_variant, ffn.w1, ffn.w2, mistake=mistake)
     if mistake == "kv_from_x":  # only the query normalised
@@ -302,6 +310,15 @@ BLOCK_HINTS = [
         "自注意力的 Q、K、V 都来自同一个 h = norm1(x)：self_attn(h)"
         "（或 self_attn(h, h, h)）。",
         "kv_from_x",
+    ),
+    (
+        "归一化用在了子层的输出上（x + norm(子层(x))）：Pre-LN 先归一化、再进子层，"
+        "子层读归一化后的 x，残差加的是原来的 x。",
+        "norm_on_sublayer",
+    ),
+    *(
+        ("两个子层的顺序反了：GPT 块先注意力，后 FFN。", mistake)
+        for mistake in ("ffn_first", "ffn_first_norm1")
     ),
     ("第二个子层应该用 norm2，你用了两次 norm1。", "norm1_twice"),
     ("FFN 之前忘了 norm2：x + ffn(norm2(x))。", "no_norm2"),

@@ -516,6 +516,15 @@ def check_grouped_attention(fn) -> str:
 # ---------------------------------------------------------------------------
 
 
+# the support test 1 + k·z_(k) > cs, and as typical mistakes write it
+_SUPPORT_TESTS = {
+    "": lambda ks, zs, cs: 1 + ks * zs > cs,
+    "no_one": lambda ks, zs, cs: ks * zs > cs,  # the page's bug
+    "no_one_at_least": lambda ks, zs, cs: ks * zs >= cs,  # true for top ties only
+    "no_k": lambda ks, zs, cs: 1 + zs > cs,  # the rank k left out
+}
+
+
 def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
     """sparsemax along the last dim with one typical mistake (for diagnosis)."""
     if mistake == "softmax":
@@ -531,12 +540,7 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
         :n
     ]
     cs = zs.cumsum(-1)
-    if mistake == "no_one":  # support test without the 1 (the page's bug)
-        support = ks * zs > cs
-    elif mistake == "no_k":  # support test without the rank k
-        support = 1 + zs > cs
-    else:
-        support = 1 + ks * zs > cs
+    support = _SUPPORT_TESTS.get(mistake, _SUPPORT_TESTS[""])(ks, zs, cs)
     k = support.sum(-1, keepdim=True).clamp(min=1)
     if mistake == "k_zero_based":
         tau = (cs.gather(-1, k - 1) - 1) / (k - 1).clamp(min=1)
@@ -564,11 +568,14 @@ _SPARSEMAX_MISTAKES = [
         "k_zero_based",
     ),
     (
-        "支撑集的判据不对：应为 1 + k·z_(k) > 前 k 大之和，名次 k = 1, 2, …, n"
-        "（torch.arange(1, n + 1)）。你的结果与这两种写法之一相同："
-        "名次 k 从 0 数起了（torch.arange(0, n)），或把 1 + k·z_(k) > … 写成了 "
-        "k·z_(k) ≥ …（少了 1，> 换成了 ≥）。",
+        "支撑集的判据不对：应为 1 + k·z_(k) > 前 k 大之和，名次 k = 1, 2, …, n；"
+        "你的名次 k 从 0 数起了。",
         "ranks_from_zero",
+    ),
+    (
+        "支撑集的判据少了 1，> 又换成了 ≥：k·z_(k) ≥ 前 k 大之和只在前 k 个并列"
+        "最大时成立，支撑集就只剩并列最大的那几个。判据是 1 + k·z_(k) > 前 k 大之和。",
+        "no_one_at_least",
     ),
     (
         "支撑集的判据少了 1：应为 1 + k·z_(k) > 前 k 大之和。",
@@ -678,6 +685,11 @@ _BATCHED_CRASHES = [
 ]
 
 
+# more inputs for the diagnosis only: [0.9, 0.8, 0.1] tells a rank k from 0
+# (support 2) from k·z_(k) >= the sum (support 1), alike on the graded inputs
+_TELL = [torch.tensor([0.9, 0.8, 0.1], dtype=torch.float64)]
+
+
 @checker("sparsemax")
 def check_sparsemax(fn, exercise: str | None = None) -> str:
     """Grade ``fn(z)``: sparsemax along the last dim of ``z`` (any leading shape),
@@ -711,7 +723,7 @@ def check_sparsemax(fn, exercise: str | None = None) -> str:
         ref = sparsemax(z)
         if close(out, ref):
             continue
-        hint = _sparsemax_hint(fn, [z.double() for _, z in cases], hints)
+        hint = _sparsemax_hint(fn, [z.double() for _, z in cases] + _TELL, hints)
         if hint is None and z.dim() > 1 and _each_row_right(fn, z):
             hint = _BATCHED_CRASHES[0][1]
         if hint is None and not torch.allclose(
@@ -978,6 +990,11 @@ def check_prefix_lm_mask(fn) -> str:
             ),
             None,
         )
+        if hint is None and prefix > 0 and not bool(out[:prefix, :prefix].any()):
+            hint = (
+                f"前缀块 mask[:{prefix}, :{prefix}] 全是 False：前缀里的位置互相都"
+                "看不见，连自己也看不见。约定是 True = 可以关注：前缀块应全是 True。"
+            )
         if hint is None and bool((out & ~want)[:, prefix:].any()):
             hint = (
                 "前缀之后的键 j 被更早的位置 i < j 看到了（看见了未来）："

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -267,63 +267,73 @@ def check_multi_head_attention(cls: type) -> str:
     return _grade_multi_head_attention(cls)
 
 
+def _mha_cases(g: torch.Generator, specs: Sequence[tuple]) -> list[tuple]:
+    """``(description, d_model, heads, Q, K, V, mask)`` for each spec ``(d_model,
+    heads, N, L, S, mask)``: ``S`` None is self-attention (K = V = Q); ``mask`` is
+    None, ``"causal"`` or ``"random"`` (L, S)."""
+    cases = []
+    for E, H, N, L, S, mask_kind in specs:
+        if S is None:
+            Q = K = V = randn(g, N, L, E)
+            kind, S = f"自注意力 N={N}, L={L}", L
+        else:
+            Q, K, V = randn(g, N, L, E), randn(g, N, S, E), randn(g, N, S, E)
+            size = f"L=S={L}" if S == L else f"L={L}, S={S}"
+            kind = f"交叉注意力 N={N}, {size}"
+        mask = {None: None, "causal": causal_mask(L, S)}.get(mask_kind)
+        if mask_kind == "random":
+            mask = random_mask(g, L, S)
+        about = {None: "无掩码", "causal": "因果掩码", "random": "随机掩码"}[mask_kind]
+        about += "" if mask is None else f" ({L}, {S})"
+        cases.append((f"d_model={E}, {H} 个头，{kind}，{about}", E, H, Q, K, V, mask))
+    return cases
+
+
+def _constructed(cls: type, cases: list[tuple]) -> Iterator[tuple]:
+    """For each case of :func:`_mha_cases`: ``(i, case, E, H, (Q, K, V, mask), what,
+    module, args)``, the learner's module built for it and the arguments to call it
+    with."""
+    name = name_of(cls)
+    for i, (case, E, H, Q, K, V, mask) in enumerate(cases):
+        module = construct(cls, E, H, what=name)
+        args = (Q, K, V) if mask is None else (Q, K, V, mask)
+        yield i, case, E, H, (Q, K, V, mask), f"{name}({E}, {H})", module, args
+
+
+def _projections(module: nn.Module, E: int, what: str) -> list[nn.Linear]:
+    """The module's four projections (checked), after checking it has no dropout."""
+    layers = [linear_attr(module, a, E, E, what, bias=True) for a in _MHA_NAMES]
+    check_no_dropout(module, what)
+    return layers
+
+
+def _output(out: object, what: str, case: str) -> Tensor:
+    """The output tensor of ``forward`` (the first of ``(output, weights)``)."""
+    if isinstance(out, (tuple, list)) and len(out) == 2:
+        out = out[0]
+    return as_tensor(out, f"{what} 的输出", case)
+
+
 def _grade_multi_head_attention(cls: type) -> str:
     """The body of :func:`check_multi_head_attention` (also run by
     :func:`check_head_contributions`)."""
-    name = name_of(cls)
-    g = seeded_generator(3)
-    # (description, d_model, heads, Q, K, V, mask)
-    x = randn(g, 3, 5, 12)
-    cases = [
-        ("d_model=12, 3 个头，自注意力 N=3, L=5，无掩码", 12, 3, x, x, x, None),
-        (
-            "d_model=12, 3 个头，交叉注意力 N=2, L=4, S=7，无掩码",
-            12,
-            3,
-            randn(g, 2, 4, 12),
-            randn(g, 2, 7, 12),
-            randn(g, 2, 7, 12),
-            None,
-        ),
-        (
-            "d_model=8, 2 个头，自注意力 N=2, L=6，因果掩码 (6, 6)",
-            8,
-            2,
-            *(3 * (randn(g, 2, 6, 8),)),
-            causal_mask(6),
-        ),
-        (
-            "d_model=12, 4 个头，交叉注意力 N=2, L=3, S=5，随机掩码 (3, 5)",
-            12,
-            4,
-            randn(g, 2, 3, 12),
-            randn(g, 2, 5, 12),
-            randn(g, 2, 5, 12),
-            random_mask(g, 3, 5),
-        ),
-        (  # cross-attention of equal lengths: K ≠ Q although S = L
-            "d_model=8, 2 个头，交叉注意力 N=2, L=S=4，无掩码",
-            8,
-            2,
-            randn(g, 2, 4, 8),
-            randn(g, 2, 4, 8),
-            randn(g, 2, 4, 8),
-            None,
-        ),
-    ]
-    for i, (case, E, H, Q, K, V, mask) in enumerate(cases):
-        what = f"{name}({E}, {H})"
-        module = construct(cls, E, H, what=name)
-        args = (Q, K, V) if mask is None else (Q, K, V, mask)
+    cases = _mha_cases(
+        seeded_generator(3),
+        [
+            (12, 3, 3, 5, None, None),
+            (12, 3, 2, 4, 7, None),
+            (8, 2, 2, 6, None, "causal"),
+            (12, 4, 2, 3, 5, "random"),
+            (8, 2, 2, 4, 4, None),  # cross-attention of equal lengths: K ≠ Q
+        ],
+    )
+    for i, case, E, H, (Q, K, V, mask), what, module, args in _constructed(cls, cases):
         with torch.no_grad():
             out = run_module(
                 module, *args, what=what, case=case, first=i == 0, causes=MHA_CRASHES
             )
-        if isinstance(out, (tuple, list)) and len(out) == 2:
-            out = out[0]
-        out = as_tensor(out, f"{what} 的输出", case)
-        layers = [linear_attr(module, a, E, E, what, bias=True) for a in _MHA_NAMES]
-        check_no_dropout(module, what)
+        out = _output(out, what, case)
+        layers = _projections(module, E, what)
         with torch.no_grad():
             ref = _mha_reference(layers, H, Q, K, V, mask)
         if tuple(out.shape) == (Q.size(0), H, Q.size(1), E // H):
@@ -593,35 +603,18 @@ def check_head_contributions(cls: type) -> str:
     ``hD .. (h+1)D - 1`` of ``out_proj.weight``; ``forward`` returns their sum plus
     ``out_proj.bias``.
     """
-    name = name_of(cls)
-    g = seeded_generator(34)
-    x = randn(g, 2, 6, 8)
-    cases = [  # (description, d_model, heads, Q, K, V, mask)
-        (
-            "d_model=12, 3 个头，交叉注意力 N=2, L=5, S=7，随机掩码 (5, 7)",
-            12,
-            3,
-            randn(g, 2, 5, 12),
-            randn(g, 2, 7, 12),
-            randn(g, 2, 7, 12),
-            random_mask(g, 5, 7),
-        ),
-        ("d_model=8, 2 个头，自注意力 N=2, L=6，无掩码", 8, 2, x, x, x, None),
-    ]
-    for i, (case, E, H, Q, K, V, mask) in enumerate(cases):
-        what = f"{name}({E}, {H})"
-        module = construct(cls, E, H, what=name)
-        args = (Q, K, V) if mask is None else (Q, K, V, mask)
+    cases = _mha_cases(
+        seeded_generator(34),
+        [(12, 3, 2, 5, 7, "random"), (8, 2, 2, 6, None, None)],
+    )
+    for i, case, E, H, (Q, K, V, mask), what, module, args in _constructed(cls, cases):
         with torch.no_grad():
             parts = _contributions_of(module, args, H, what, case, first=i == 0)
-        layers = [linear_attr(module, a, E, E, what, bias=True) for a in _MHA_NAMES]
-        check_no_dropout(module, what)
+        layers = _projections(module, E, what)
         ref = _grade_contributions(parts, layers, H, (Q, K, V, mask), what, case)
         with torch.no_grad():
             out = run_module(module, *args, what=what, case=case, causes=MHA_CRASHES)
-        if isinstance(out, (tuple, list)) and len(out) == 2:
-            out = out[0]
-        out = as_tensor(out, f"{what} 的输出", case)
+        out = _output(out, what, case)
         bias = layers[3].bias
         if close(out, sum(ref) + bias):
             continue

@@ -108,20 +108,44 @@ def check_split_heads(fn: Callable, exercise: str | None = None) -> str:
                 f"{name} 的输出形状是 (N, T, H, D) = {(N, T, H, D)}（{case}）："
                 + _SPLIT_MISTAKES[2][0]
             )
+        if tuple(got.shape) == (N, D, T, H) and H != D:
+            fail(
+                f"{name} 的输出形状是 {tuple(got.shape)}，应为 {(N, H, T, D)}"
+                f"（{case}）：头数与每头的维数用反了，拆出了 D = {D} 个头、"
+                f"每头 H = {H} 维。"
+            )
         check_shape(got, (N, H, T, D), f"{name} 的输出", case)
         if close(got, ref, 0.0, 0.0):
             continue
         hint = first_reproduced(
             got, hints, functools.partial(_split_variant, t, H), 0.0, 0.0
         )
-        if hint is None:
-            bad = (got != ref).nonzero()[0].tolist()
-            hint = (
-                f"例如 out{tuple(bad)} 应等于 t[{bad[0]}, {bad[2]}, "
-                f"{bad[1]}*D + {bad[3]}]：第 h 个头的第 i 行应是位置 i 的第 h 段特征。"
-            )
-        fail(f"{name} 拆出的头不对（{case}）：{hint}")
+        fail(f"{name} 拆出的头不对（{case}）：{hint or _split_where(got, ref, t)}")
     return "4 种 (N, T, E, H)，每个头拿到每个位置的第 h 段特征"
+
+
+def _split_where(got: Tensor, ref: Tensor, t: Tensor) -> str:
+    """Where the first wrong element of a split came from in ``t`` (random, so each
+    value stands once), and what that says."""
+    n, h, i, d = (got != ref).nonzero()[0].tolist()
+    want = f"t[{n}, {i}, {h}*D + {d}]"
+    found = (t[n] == got[n, h, i, d]).nonzero().tolist()
+    if len(found) != 1:
+        return (
+            f"例如 out[{n}, {h}, {i}, {d}] 应等于 {want}，它却不是 t 里的任何一个元素："
+            "拆头只重排元素，不改变数值。"
+        )
+    pos, feat = found[0]
+    if pos != i:
+        return (
+            f"例如 out[{n}, {h}, {i}, {d}] 应等于 {want}，却是 t[{n}, {pos}, {feat}]，"
+            f"位置 {pos} 的特征：头里的第 i 行混进了别的位置，不再是位置 i 的特征，"
+            "因果掩码按行屏蔽就屏蔽错了位置。"
+        )
+    return (
+        f"例如 out[{n}, {h}, {i}, {d}] 应等于 {want}，却是 t[{n}, {i}, {feat}]："
+        f"位置对了，特征取错了。第 h 个头应拿到连续的第 h 段特征 hD … (h+1)D − 1。"
+    )
 
 
 def leaking_positions(T: int, H: int) -> list[int]:

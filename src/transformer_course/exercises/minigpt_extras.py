@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -58,6 +60,24 @@ POST_LN_HINTS = [
         "attn_unfixed",
     ),
     ("少了残差：应为 LN(x + F(x))，不是 LN(F(x))。", "no_residual"),
+    ("注意力这一层少了残差：它的输出是 LN(F(x))，应为 LN(x + F(x))。", "no_res_attn"),
+    ("FFN 这一层少了残差：块的输出是 LN(F(h))，应为 LN(h + F(h))。", "no_res_ffn"),
+    (
+        "FFN 读的是块的输入 x，不是注意力这一层的输出 h：两个子层是串行的，"
+        "FFN 的输入和它的残差都应是 h。",
+        "ffn_from_input",
+    ),
+    (
+        "子层的输入也先归一化了（子层读 LN(x)）：这混进了前归一化。后归一化的子层"
+        "直接读未归一化的输入，LayerNorm 只作用在残差之和上：LN(x + F(x))。",
+        "norm_twice",
+    ),
+    (
+        "LayerNorm 只包住了残差一支（LN(x) + F(x)）：后归一化要归一化整个和，"
+        "LN(x + F(x))。",
+        "norm_on_residual",
+    ),
+    ("两个子层都用了 norm1：FFN 这一层之后应是 norm2。", "norm1_twice"),
     (
         "FFN 这一层的残差加的是块的输入 x：norm2(x + ffn(h)) 跳过了注意力子层。"
         "残差应加 FFN 自己的输入 h：输出 norm2(h + ffn(h))，h = norm1(x + attn(x))。",
@@ -89,8 +109,33 @@ _BUG_HUNT = {
 }
 
 
+def _post_ln_sublayer_mistake(
+    ref: TransformerBlock, x: Tensor, mistake: str
+) -> Tensor | None:
+    """The Post-LN block with a mistake inside one sublayer (None: not one of them)."""
+    n1, n2, ffn = ref.norm1, ref.norm2, ref.ffn
+    attend = functools.partial(ref.self_attn, is_causal=True)
+    if mistake == "norm_twice":  # the sublayers read normalised inputs as well
+        h = n1(x + attend(n1(x)))
+        return n2(h + ffn(n2(h)))
+    if mistake == "norm_on_residual":  # LN(x) + F(x)
+        h = n1(x) + attend(x)
+        return n2(h) + ffn(h)
+    h = n1((0 if mistake == "no_res_attn" else x) + attend(x))
+    if mistake == "no_res_ffn":
+        return n2(ffn(h))
+    if mistake == "ffn_from_input":
+        return n2(h + ffn(x))
+    if mistake == "norm1_twice":
+        return n1(h + ffn(h))
+    return n2(h + ffn(h)) if mistake == "no_res_attn" else None
+
+
 def _post_ln_variant(ref: TransformerBlock, x: Tensor, mistake: str) -> Tensor:
     """What the block ``ref`` outputs on ``x`` with one typical wiring mistake."""
+    inside = _post_ln_sublayer_mistake(ref, x, mistake)
+    if inside is not None:
+        return inside
 
     def attend(z: Tensor) -> Tensor:
         return ref.self_attn(z, is_causal=mistake != "no_mask")

@@ -243,7 +243,7 @@ def _leak_mask(
 
 def _one_ahead(T: int) -> Tensor:
     """Keys ``j <= i + 1``: a bounded leak (with 2 layers a change at t reaches back
-    to t − 2, not to position 0)."""
+    to t − 2, not to position 0; in the last block alone, to t − 1 only)."""
     return torch.ones(T, T, dtype=torch.bool).tril(1)
 
 
@@ -297,6 +297,12 @@ def check_causality_probe(fn: object) -> str:
                 "最后一层里位置 0 看得见全部位置的模型",
                 "first_sees_all",
             ),
+            (
+                _LeakyGPT(cfg, _one_ahead, leaky=(1,)).eval(),
+                False,
+                "只在最后一层多看一个未来位置的模型",
+                "last_one_ahead",
+            ),
         ]
     ids = torch.randint(0, 17, (2, 12), generator=g)
     first = True
@@ -336,9 +342,11 @@ def check_causality_probe(fn: object) -> str:
                     f"得到 {type(out).__name__}（{case}）。"
                 )
             if bool(out) != expected:
-                why = _probe_mistake(fed, ids, t, leak)
+                why = _probe_mistake(fed, ids, t, leak) or _comparison_fault(
+                    fn, model, fed, ids, t
+                )
                 fail(f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：{why}")
-    return "因果的模型与四种泄漏未来的模型、三个 t，判断都对"
+    return "因果的模型与五种泄漏未来的模型、三个 t，判断都对"
 
 
 def _keep_input(fed: list[Tensor], module: object, args: tuple, kwargs: dict) -> None:
@@ -359,8 +367,9 @@ def _changed_positions(fed: list[Tensor], ids: Tensor) -> list[int]:
 
 
 def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
-    """Why a probe that fed the model ``fed`` misjudged it at ``t``; ``leak`` names
-    the model's leak (see :func:`check_causality_probe`; empty: the causal model)."""
+    """Why a probe that fed the model ``fed`` misjudged it at ``t``, when the inputs it
+    changed say so (empty: they do not); ``leak`` names the model's leak (see
+    :func:`check_causality_probe`; empty: the causal model)."""
     changed = _changed_positions(fed, ids)
     last = ids.size(1) - 1
     if changed and changed[0] < t:
@@ -368,7 +377,14 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
             f"你改动了位置 {changed[0]} 的词元，它在 t = {t} 之前。只改位置 t 及以后"
             "（ids2[:, t:] = …），位置 < t 的输入保持不变，再比较 [:, :t]。"
         )
-    if fed and not changed and leak:
+    if not leak:
+        return (
+            "这个模型是因果的，位置 < t 的 logits 不会变：比较时只取 [:, :t]，"
+            "用 torch.allclose（浮点误差）而不是 ==。"
+        )
+    if not fed:
+        return "探针没有调用模型：要比较模型在原输入与改动后的输入上的 logits。"
+    if not changed:
         return (
             "送进模型的输入一个词元也没有改，logits 当然不变：把位置 "
             f"t = {t} 及以后换成别的词元编号（ids2[:, t:] = …），再比较 [:, :t]。"
@@ -382,11 +398,12 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
             "（如最后一个），对完全没有掩码的模型够用，对这种有限的泄漏不够："
             "把位置 t 及以后全部换掉（ids2[:, t:] = …）。"
         )
-    if leak == "one_ahead":
+    if leak == "last_one_ahead" and t not in changed:
         return (
-            f"这个模型每层只多看一个未来位置，两层下来只有位置 t − 2、t − 1 = "
-            f"{t - 2}、{t - 1} 的 logits 会变，位置 0 不变。只比较位置 0"
-            "（或某一个位置）就漏掉了这种泄漏：要比较整个 [:, :t]。"
+            f"你没有改位置 t = {t} 的词元，只改了位置 {where}。这个模型只在最后一层"
+            "多看一个未来位置，位置 p 的词元只影响位置 p − 1 的 logits："
+            f"改位置 {where} 动不到 [:, :{t}]，泄漏就漏掉了。泄漏可能只来自位置 t："
+            "要把位置 t 及以后全部换掉。"
         )
     if leak == "also_last" and last not in changed:
         return (
@@ -395,20 +412,97 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
             "[:, :t] 的 logits 不变，泄漏就漏掉了。泄漏可能来自 t 之后的任何位置："
             "把位置 t 及以后全部换掉（ids2[:, t:] = …）。"
         )
-    if leak == "first_sees_all":
+    return ""
+
+
+class _PlantedLeak(MiniGPT):
+    """A causal MiniGPT with a planted leak, to see what a probe's comparison misses:
+    in each row whose tokens from ``t`` on differ from ``ids``, the logits at
+    ``positions`` move by ``size``; ``flip``: the smallest logit is raised (the argmax
+    changes), else every logit but the largest is lowered (the argmax stays)."""
+
+    def __init__(self, cfg: GPTConfig, ids: Tensor, t: int, positions, size: float,
+                 flip: bool) -> None:  # fmt: skip
+        super().__init__(cfg)
+        self.ids, self.t, self.size, self.flip = ids, t, size, flip
+        self.where = torch.zeros(1, ids.size(1), 1, dtype=torch.bool)
+        self.where[0, list(positions)] = True
+
+    def forward(self, input_ids: Tensor, *args, **kwargs):
+        logits, loss = super().forward(input_ids, *args, **kwargs)
+        if input_ids.shape != self.ids.shape:
+            return logits, loss
+        t = self.t
+        rows = (input_ids[:, t:] != self.ids[:, t:]).any(1)[:, None, None]
+        pick = logits.argmin(-1) if self.flip else logits.argmax(-1)
+        one_hot = torch.nn.functional.one_hot(pick, logits.size(-1)).to(logits.dtype)
+        move = self.size * (one_hot if self.flip else one_hot - 1)
+        return logits + move * (rows & self.where), loss
+
+
+def _says_causal(fn: Callable, model: MiniGPT, ids: Tensor, t: int) -> bool | None:
+    """The probe's answer on ``model`` (None: it crashed or gave no boolean)."""
+    try:
+        with torch.no_grad():
+            out = fn(model, ids.clone(), t)
+        return bool(out)
+    except Exception:  # the diagnosis only: the graded call already ran cleanly
+        return None
+
+
+def _comparison_fault(
+    fn: Callable, model: MiniGPT, fed: list[Tensor], ids: Tensor, t: int
+) -> str:
+    """Why a probe that changed the tokens from ``t`` on still called the leaky
+    ``model`` causal: what its comparison misses, found by planted leaks (a large one
+    at each position < t alone; one that keeps every argmax; a small one)."""
+    with torch.no_grad():
+        ref = model(ids)[0][:, :t]
+        moved = max(float((model(x)[0][:, :t] - ref).abs().max()) for x in fed)
+    with torch.random.fork_rng(devices=[]):
+
+        def says(positions, size, flip):
+            leak = _PlantedLeak(model.cfg, ids, t, positions, size, flip).eval()
+            return _says_causal(fn, leak, ids, t)
+
+        missed = [p for p in range(t) if says([p], 1e3, True)]
+        keeps_argmax = says(range(t), 1e3, False)
+        small = moved > 0 and says(range(t), moved, False)
+    if missed:
+        return _positions_missed(missed, t)
+    if keeps_argmax:
         return (
-            "这个模型只有位置 0 看得见未来，位置 1 到 t − 1 的 logits 都不变："
-            "只比较位置 t − 1（或某一个位置）就漏掉了它。要比较整个 [:, :t]。"
+            f"这个模型里位置 < t 的 logits 最多变了 {moved:.1e}，预测的词元（argmax）"
+            "却可能不变。让每个位置最大的 logit 不变、其余都变 1000，你的探针仍说不变："
+            "它只比较了 argmax，看不见 logits 本身的变化。"
         )
-    if not leak:
+    if small:
         return (
-            "这个模型是因果的，位置 < t 的 logits 不会变：比较时只取 [:, :t]，"
-            "用 torch.allclose（浮点误差）而不是 ==。"
+            f"这个模型里位置 < t 的 logits 最多变了 {moved:.1e}；让它们全都变这么多，"
+            "你的探针仍说不变：比较的容差太大，把泄漏当成了浮点误差。"
         )
     return (
-        "这个模型没有掩码，过去的位置看得见未来：要改动位置 t 及以后的词元"
-        "（换成别的词元编号），再比较位置 < t 的 logits。"
+        f"这个模型泄漏了未来：位置 < t 的 logits 最多变了 {moved:.1e}，"
+        "你的探针没有看出来。"
     )
+
+
+def _positions_missed(missed: list[int], t: int) -> str:
+    """The hint for a probe blind to the logits at the positions ``missed`` (< t)."""
+    seen = [p for p in range(t) if p not in missed]
+    if missed == [t - 1]:
+        return (
+            f"位置 t − 1 = {t - 1} 的 logits 变了，你的探针看不出：比较的范围差了一个，"
+            "漏了位置 t − 1。位置 < t 是 0 到 t − 1，[:, :t] 包括 t − 1。"
+        )
+    if len(seen) == 1:
+        only = "t − 1" if seen[0] == t - 1 else str(seen[0])
+        return (
+            f"只比较位置 {only}（或某一个位置）就漏掉了其余位置的变化：泄漏可能只动"
+            "某几个位置的 logits。要比较整个 [:, :t]。"
+        )
+    where = "、".join(str(p) for p in missed)
+    return f"位置 {where} 的 logits 变了，你的探针看不出：要比较整个 [:, :t]。"
 
 
 def _counted(make: Callable, made: list[int], *args, **kwargs):
@@ -472,6 +566,12 @@ def check_greedy_with_cache(fn: object) -> str:
             del model.new_caches
         first = False
         got = as_tensor(out, f"{name} 的返回值", case)
+        if tuple(got.shape) == (2, n_new):
+            fail(
+                f"{name} 返回的形状是 {tuple(got.shape)}，应为 (2, {5 + n_new})"
+                f"（{case}）：只有新生成的 {n_new} 个词元，少了提示。返回值要像 "
+                "model.generate 那样包括提示：前 5 个是提示，后面是新词元。"
+            )
         check_shape(got, (2, 5 + n_new), f"{name} 的返回值", case)
         ref = model.generate(prompt, n_new, greedy=True, use_cache=False)
         if not torch.equal(got, ref) and len(made) > 1:

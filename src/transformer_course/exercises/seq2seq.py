@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -53,15 +54,33 @@ def _norms(layer: DecoderLayer, mistake: str) -> list[nn.Module]:
     return norms
 
 
+def _decoder_mistake(
+    layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str, given: Tensor
+) -> Tensor:
+    """:func:`_decoder_variant`; for ``diag_hidden`` (a causal mask without its
+    diagonal) position 0 sees no key, and is taken from ``given``, the learner's
+    output, whatever the code made of it."""
+    out = _decoder_variant(layer, x, memory, mask, mistake)
+    if mistake == "diag_hidden":
+        return torch.cat([given[:, :1], out[:, 1:]], dim=1)
+    return out
+
+
+def _self_mask(mistake: str, L: int) -> dict:
+    """The masked self-attention's mask arguments, as wired with ``mistake``."""
+    if mistake == "diag_hidden":  # keys j < i only
+        return {"attn_mask": torch.ones(L, L, dtype=torch.bool).tril(-1)}
+    return {"is_causal": mistake != "no_causal"}
+
+
 def _decoder_variant(
     layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str
 ):
     """The package's Post-LN decoder layer, wired with one typical mistake."""
     n1, n2, n3 = _norms(layer, mistake)
-    causal = mistake != "no_causal"
 
     def self_attn(h):
-        return layer.self_attn(h, is_causal=causal)
+        return layer.self_attn(h, **_self_mask(mistake, h.size(1)))
 
     def cross_attn(h):
         if mistake == "cross_is_self":
@@ -116,6 +135,11 @@ _DECODER_HINTS = [
         "掩码自注意力没有因果掩码：解码器位置 i 只能看目标的 0..i"
         "（self_attn(x, is_causal=True)，或 attn_mask=tc.causal_mask(L)）。",
         "no_causal",
+    ),
+    (
+        "因果掩码把对角线也遮住了：位置 i 应看得见目标的 0..i，包括它自己；"
+        "你的掩码只让它看 0..i−1。",
+        "diag_hidden",
     ),
     (
         "交叉注意力的键和值应来自编码器输出：cross_attn(x, memory, memory, "
@@ -281,9 +305,7 @@ def check_decoder_layer(cls: type, exercise: str | None = None) -> str:
             hint = first_reproduced(
                 out,
                 hints,
-                lambda m, ref=ref, x=x, memory=memory, mask=mask: _decoder_variant(
-                    ref, x, memory, mask, m
-                ),
+                functools.partial(_decoder_mistake, ref, x, memory, mask, given=out),
             )
         fail(
             f"{name}.forward 的输出与参考实现不一致（{case}）："
@@ -562,15 +584,36 @@ def _decode_hint(
         return "生成 EOS 之后应立即停止（if next_id == eos_id: break）。"
     if ref[-1] == eos and got == ref[:-1]:
         return "EOS 本身也要接到输出里，再停止（先 cat，再 break）。"
+    sampled = _not_argmax(model, src, got)
+    if sampled is not None:
+        step, rank = sampled
+        return (
+            f"第 {step} 个新词元不是（前面的词元送进模型后）最后一个位置 logits 的"
+            f"最大者，它排第 {rank}：贪心解码每步取 argmax，不抽样，结果是确定的。"
+        )
     if got[: len(ref)] != ref and len(got) > 1 and len(got) == len(ref):
         return (
             "下一个词元取错了：用最后一个位置的 logits（logits[:, -1]）的 argmax，"
-            "不是第一个位置，也不要抽样。"
+            "不是第一个位置。"
         )
     return (
         "每一步：把目前的 ys 送进解码器，取最后一个位置 logits 的 argmax，"
         "接到 ys 后面。"
     )
+
+
+def _not_argmax(model: nn.Module, src: Tensor, got: list[int]) -> tuple | None:
+    """The first new token of ``got`` that is the argmax of neither the last nor the
+    first position's logits for the prefix before it, as (step, its rank); None:
+    none."""
+    if not all(0 <= i < model.cfg.tgt_vocab_size for i in got):
+        return None
+    with torch.no_grad():
+        for k in range(1, len(got)):
+            logits = model(src, torch.tensor([got[:k]]))[0]
+            if got[k] not in (int(logits[-1].argmax()), int(logits[0].argmax())):
+                return k, int((logits[-1] > logits[-1, got[k]]).sum()) + 1
+    return None
 
 
 @contextmanager
@@ -642,8 +685,8 @@ def check_greedy_decode(fn: Callable) -> str:
             again = run_learner(fn, model, src, _BOS, eos_arg, max_len, what=name)
             if isinstance(again, Tensor) and again.tolist() != out.tolist():
                 fail(
-                    f"{name} 两次调用结果不同（{case}）：贪心解码取 argmax，不抽样"
-                    "（不要用 torch.multinomial）。"
+                    f"{name} 两次调用结果不同（{case}）：贪心解码每步取 argmax，"
+                    "结果是确定的，同样的输入每次得到同样的输出；结果会变，说明在抽样。"
                 )
             fail(
                 f"{name} 的输出不对（{case}）：应为 {ref}，得到 {got}。"

@@ -77,6 +77,8 @@ def _loss_variant(
         return F.nll_loss(before(x).flatten(0, 1), y.flatten())
     if mistake == "targets_transposed":  # y.t(): (T, N) flattened against (N·T, V)
         return F.cross_entropy(before(x).flatten(0, 1), y.t().reshape(-1))
+    if mistake == "softmax_first":  # probabilities into cross_entropy
+        return F.cross_entropy(before(x).softmax(-1).flatten(0, 1), y.flatten())
     if mistake == "last_position":  # logits[:, -1] against y[:, -1] only
         return F.cross_entropy(before(x)[:, -1], y[:, -1])
     # "shifted": x and y moved against each other once more
@@ -105,6 +107,11 @@ LOSS_HINTS = [
         "先 F.log_softmax(logits, dim=-1)，或直接用 F.cross_entropy（它自己做 "
         "log_softmax）。",
         "nll_on_logits",
+    ),
+    (
+        "logits 先过了 softmax 再进 F.cross_entropy：cross_entropy 要的是原始 logits，"
+        "它自己会做 log_softmax，先 softmax 就做了两次，损失和梯度都不对。",
+        "softmax_first",
     ),
     (
         "目标 y 转置了（y.t() 或 y.T）：logits 按 (N, T) 的顺序展平成 N·T 行，"

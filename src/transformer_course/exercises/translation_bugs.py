@@ -63,6 +63,12 @@ DECODER_BATCH_HINTS = [
         "eos_masked",
     ),
     (
+        "解码器输入没有去掉最后一个词元：dec_in 是整个 tgt，比标签长一列。"
+        "位置 t 的输入对应位置 t 的标签（下一个词）；最后一个词元之后没有要预测的词，"
+        "它不该出现在输入里。",
+        "input_full",
+    ),
+    (
         "两个返回值的顺序反了：两者都算对了，应返回 (dec_in, labels)，"
         "解码器输入在前、标签（含 -100）在后。",
         "pair_swapped",
@@ -108,8 +114,7 @@ def _batch_variant(tgt: Tensor, pad_id: int, mistake: str) -> tuple[Tensor, Tens
         labels = torch.roll(dec_in, -1, 1)
     elif mistake == "reversed":
         dec_in, labels = labels, dec_in
-    if mistake == "input_shifted":
-        dec_in = tgt[:, 1:]
+    dec_in = {"input_shifted": tgt[:, 1:], "input_full": tgt}.get(mistake, dec_in)
     if mistake == "mask_from_input":
         labels = labels.masked_fill(dec_in == pad_id, IGNORE)
     elif mistake != "pad_kept":
