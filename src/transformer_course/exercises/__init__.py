@@ -83,6 +83,7 @@ from .attention import check_causal_mask, check_self_attention
 from .blocks_gpt import check_gpt, check_transformer_block, copy_parameters
 from .cached_generation import check_cached_forward
 from .derivation_checks import check_padding_mask
+from .dropout_placement import check_encoder_dropout
 from .efficient import (
     check_grouped_attention,
     check_kv_cache_bytes,
@@ -154,6 +155,7 @@ __all__ = [
     "copy_parameters",
     "progress",
     "check_encoder_layer",
+    "check_encoder_dropout",
     "check_smoothed_loss",
     "check_rnn_linear_attention",
     "check_cached_forward",
