@@ -124,8 +124,8 @@ HUNTS = [
     (
         cached_generation,
         ex.check_cached_forward,
-        "5.22",
-        "5.16",
+        "5.23",
+        "5.17",
         make_forward("positions_from_zero"),
         "看进入第一个块之前的那一行",
         "arange(start",

@@ -42,7 +42,7 @@ def make_forward(mistake=None):
                 i = 0
             attn = block.self_attn
             h = x if mistake == "no_norm1" else block.norm1(x)
-            if mistake == "heads_no_transpose":  # learner test 6b, 5.16: reshape straight to (N, H, T, D)
+            if mistake == "heads_no_transpose":  # learner test 6b, 5.17: reshape straight to (N, H, T, D)
                 q, k, v = (p(h).reshape(N, num_heads, T, -1) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
             else:
                 q, k, v = (
@@ -64,7 +64,7 @@ def make_forward(mistake=None):
             if mistake not in ("heads_no_transpose", "merge_no_transpose"):
                 o = o.transpose(1, 2)
             x = x + attn.out_proj(o.reshape(N, T, -1))
-            # learner test 9b, 5.16: norm2 skipped
+            # learner test 9b, 5.17: norm2 skipped
             x = x + block.ffn(x if mistake == "no_norm2" else block.norm2(x))
         if mistake != "no_norm_f":
             x = model.norm_f(x)
@@ -93,7 +93,7 @@ def einsum_forward(model, input_ids, caches, num_heads):
 
 @torch.no_grad()
 def prompt_causal_forward(model, input_ids, caches, num_heads):
-    """Learner test 10b (5.16): is_causal=L > 1, right under the text's contract (the
+    """Learner test 10b (5.17): is_causal=L > 1, right under the text's contract (the
     whole prompt first, then one token per call: a single new token sees every key)."""
     N, L = input_ids.shape
     x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(len(caches[0]), len(caches[0]) + L))
@@ -127,7 +127,7 @@ def test_skeleton(capsys):
     ("mistake", "keyword"),
     [
         ("positions_from_zero", "位置编号从 0 开始"),
-        ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b, 5.22
+        ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b, 5.23
         ("positions_plus_1", "新词元的位置多算了 1"),
         ("no_mask", "因果掩码"),
         ("no_scale", "√D"),

@@ -477,7 +477,7 @@ def kv_bytes_no_kv_heads(cfg, batch, seq_len, bytes_per_element=4):
     return 2 * cfg.num_layers * batch * seq_len * cfg.head_dim * bytes_per_element
 
 
-def kv_bytes_no_batch(cfg, batch, seq_len, bytes_per_element=4):  # learner test 6b, 5.21
+def kv_bytes_no_batch(cfg, batch, seq_len, bytes_per_element=4):  # learner test 6b, 5.22
     return kv_bytes(cfg, 1, seq_len, bytes_per_element)
 
 

@@ -102,7 +102,7 @@ def test_softmax_jacobian(capsys):
         (lambda p: torch.diag_embed(p), "漏了 −p pᵀ"),
         (lambda p: torch.diag_embed(p - p * p), "只减了对角线"),
         (lambda p: p.unsqueeze(-1) * p.unsqueeze(-2) - torch.diag_embed(p), "符号反了"),
-        # learner test 9b, 5.19: the elementwise square p², not the outer product
+        # learner test 9b, 5.20: the elementwise square p², not the outer product
         (lambda p: torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-1), "不是外积 p pᵀ"),
         (lambda p: torch.diag_embed(p) - p.unsqueeze(-2) * p.unsqueeze(-2), "不是外积 p pᵀ"),
         (lambda p: torch.diag_embed(p) - 0.5 * p.unsqueeze(-1) * p.unsqueeze(-2), "δ_ij"),
@@ -204,7 +204,7 @@ def moved_before(model, ids, t, changed):
 
 
 def test_the_two_narrow_leaks_are_what_the_hints_say():
-    """Learner test 10b (5.20): the first-layer leak from the last token is seen only
+    """Learner test 10b (5.21): the first-layer leak from the last token is seen only
     by changing the tokens after t too; the last-layer leak into position 0 only by
     comparing position 0."""
     cfg = GPTConfig(vocab_size=17, context_length=16, d_model=16, num_heads=2, num_layers=2)
@@ -221,14 +221,14 @@ def test_the_two_narrow_leaks_are_what_the_hints_say():
 
 
 def probe_token_t_only(model, ids, t):
-    """Learner test 10b (5.20): only token t changed, not the ones after it."""
+    """Learner test 10b (5.21): only token t changed, not the ones after it."""
     changed = ids.clone()
     changed[:, t] = (changed[:, t] + 1) % 17
     return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
 
 
 def probe_position_t_minus_1_only(model, ids, t):
-    """Learner test 10b (5.20): the tokens from t on changed, only position t - 1
+    """Learner test 10b (5.21): the tokens from t on changed, only position t - 1
     compared."""
     changed = ids.clone()
     changed[:, t:] = (changed[:, t:] + 1) % 17

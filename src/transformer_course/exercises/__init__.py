@@ -110,6 +110,7 @@ from .positions import (
 )
 from .predictions import compare_prediction
 from .roadmap_checks import check_leak_fixed, check_witten_bell
+from .sampling_filters import check_top_p_filter
 from .self_check import (
     check_causality_probe,
     check_greedy_with_cache,
@@ -147,6 +148,7 @@ __all__ = [
     "check_train_step",
     "check_lm_batch",
     "check_generate",
+    "check_top_p_filter",
     "check_kv_cache",
     "check_pair_counts",
     "check_merge_pair",

@@ -1,0 +1,242 @@
+"""The top-p (nucleus) filter exercise: ``fn(logits, p)`` keeps the smallest set of most
+likely tokens whose probability reaches ``p`` and sets every other logit to ``-inf``,
+as :func:`transformer_course.top_p_filter` does.
+
+What is graded is the *kept set* (a logit at or below ``-1e9`` counts as removed, so
+``-inf``, ``-1e9`` and ``torch.finfo.min`` are all fine) and the distribution
+``softmax(out)``: the kept logits may be returned unchanged or shifted by one constant
+per row (``log_softmax`` values), since softmax renormalises either way. The graded
+inputs (``p = 1.0`` apart, which keeps every token) have no cumulative mass within
+``1e-3`` of ``p`` and no tie at the nucleus's edge, so neither the strict/non-strict
+comparison nor the order in which a sort puts tied tokens decides the result; ties
+inside the nucleus are graded."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ..sampling import sample_next_token, top_p_filter
+from ._protocol import calls_refused, checker, fail, name_of, run_learner
+from ._report import as_tensor, check_float, check_shape, close, first_reproduced
+
+# a logit at or below this counts as removed (-inf, -1e9, torch.finfo(dtype).min)
+REMOVED = -1e9
+
+# (hint, mistake): the kept sets the typical mistakes give, tried in this order
+TOP_P_HINTS = [
+    (
+        "少留了跨过 p 的那个词元：你保留的是累计概率（含它自己）小于 p 的词元，它们的"
+        "总概率还不到 p。核是“总概率达到 p 的最小前缀”，要一直留到跨过 p 的那个词元"
+        "为止：判断一个词元留不留，看排在它前面的词元的累计概率（不含它自己），即 "
+        "cum - probs < p。",
+        "inclusive",
+    ),
+    (
+        "多留了一个词元：跨过 p 的那个词元之后的下一个也留下了。用的是“排在前面的"
+        "累计概率（不含自己）< p”吗？多半是把右移一位做了两次，或者用了 cum - probs "
+        "之外还减了一次。",
+        "one_extra",
+    ),
+    (
+        "累加前没有按概率从大到小排序：按词表原来的顺序累加，留下的是编号靠前的词元，"
+        "而不是最可能的词元。先 torch.sort(..., descending=True)，在排好序的顺序里"
+        "累加。",
+        "unsorted",
+    ),
+    (
+        "排序方向反了：按概率从小到大累加，留下的是最不可能的词元。用 "
+        "torch.sort(..., descending=True)。",
+        "ascending",
+    ),
+    (
+        "留不留的标记是在排好序的顺序里算的，却直接按位置用在了原来（未排序）的 "
+        "logits 上：第 j 个标记说的是排第 j 的词元，不是编号 j 的词元。用 sort 返回的"
+        "下标把标记放回原来的位置（mask.scatter(-1, idx, sorted_mask)），或者取出最后"
+        "一个保留的 logit 作阈值，比较 logits < 阈值。",
+        "mask_in_sorted_order",
+    ),
+    (
+        "累加的是 logits，不是概率：logits 可正可负、和也不是 1，与 p 比较没有意义。"
+        "先 probs = torch.softmax(sorted_logits, dim=-1)，再 probs.cumsum(dim=-1)。",
+        "cumsum_logits",
+    ),
+]
+
+TOP_P_CRASHES = [
+    (
+        r"(scatter|gather|sort|cumsum|softmax)\w*\((?:[^()]*,\s*)?(dim\s*=\s*)?1\b",
+        "沿第 1 维排序、累加或 scatter，只在 (N, V) 上碰巧对：logits 可以有更多前导维度"
+        "（如 (N, T, V)），词表永远在最后一维，一律写 dim=-1。",
+    ),
+]
+
+
+def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
+    """The kept set (bool, like ``logits``) that ``mistake`` gives."""
+    descending = mistake != "ascending"
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=descending)
+    if mistake == "unsorted":
+        sorted_logits, order = logits, None
+    if mistake == "cumsum_logits":
+        weights = sorted_logits
+    else:
+        weights = torch.softmax(sorted_logits, dim=-1)
+    cum = weights.cumsum(dim=-1)
+    before = cum - weights
+    if mistake == "inclusive":
+        keep = cum < p
+        keep[..., 0] = True
+    elif mistake == "one_extra":
+        keep = torch.cat(
+            [torch.ones_like(before[..., :1], dtype=torch.bool), before[..., :-1] < p],
+            -1,
+        )
+    else:
+        keep = before < p
+    if order is None or mistake == "mask_in_sorted_order":
+        return keep
+    return torch.zeros_like(keep).scatter(-1, order, keep)
+
+
+def _cases() -> list[tuple[str, Tensor, float]]:
+    """(description, logits, p): the graded inputs, every one with a margin of at least
+    ``1e-3`` between ``p`` and every token's exclusive cumulative mass."""
+    g = torch.Generator().manual_seed(20240527 + 41)
+    rows = torch.randn(4, 10, generator=g) * 2.0
+    # row 0: the most likely token alone has more than p; row 1: a flat row
+    rows[0] = torch.tensor([6.0, 1.5, 1.0, 0.5, 0.2, 0.0, -0.5, -1.0, -2.0, -3.0])
+    rows[1] = torch.linspace(0.9, 0.0, 10)
+    ties = torch.tensor([[2.0, 0.5, 2.0, -1.0, 0.5, -3.0, 0.0, -2.0]])
+    return [
+        ("(N, V) = (4, 10)，p = 0.8", rows, 0.8),
+        ("(N, V) = (4, 10)，p = 0.5", rows.flip(-1), 0.5),
+        (
+            "(N, T, V) = (2, 3, 7)，p = 0.9",
+            torch.randn(2, 3, 7, generator=g) * 1.5,
+            0.9,
+        ),
+        ("核内有并列的 logits，p = 0.85", ties, 0.85),
+        ("(N, V) = (4, 10)，p = 1.0", rows, 1.0),
+    ]
+
+
+def _fmt(t: Tensor) -> str:
+    return "[" + ", ".join(f"{v:.3g}" for v in t.tolist()) + "]"
+
+
+def _row_hint(logits: Tensor, ref_kept: Tensor, kept: Tensor, p: float) -> str:
+    """Where the kept sets first differ: the row, and its sorted probabilities."""
+    bad = (kept != ref_kept).any(-1).nonzero()[0]
+    row = tuple(int(i) for i in bad)
+    where = str(row[0]) if len(row) == 1 else str(row)
+    probs = torch.softmax(logits[row], -1)
+    order = probs.argsort(descending=True)
+    n_ref, n_got = int(ref_kept[row].sum()), int(kept[row].sum())
+    got = kept[row].nonzero().flatten().tolist()
+    return (
+        f"第 {where} 行：按从大到小排好的概率是 {_fmt(probs[order])}，p = {p:g}，"
+        f"应保留 {n_ref} 个词元（编号 {order[:n_ref].tolist()}），"
+        f"你保留了 {n_got} 个（编号 {got}）。"
+    )
+
+
+@checker("top-p（核）过滤")
+def check_top_p_filter(fn: Callable) -> str:
+    """Grade ``fn(logits, p)`` on ``(..., V)`` logits: the same kept set and the same
+    ``softmax`` as :func:`transformer_course.top_p_filter` (see the module docstring),
+    written by hand (calling ``tc.top_p_filter`` or ``tc.sample_next_token`` fails)."""
+    name = name_of(fn)
+    refused = (
+        f"{name} 调用了 tc.top_p_filter（或 tc.sample_next_token）：这道练习要自己写出"
+        "排序、累加和截断。"
+    )
+    for i, (case, logits, p) in enumerate(_cases()):
+        with calls_refused((top_p_filter, sample_next_token), refused):
+            out = run_learner(
+                fn, logits, p, what=name, case=case, first=i == 0, causes=TOP_P_CRASHES
+            )
+        out = as_tensor(out, name, case)
+        check_shape(out, logits.shape, name, case, "：返回与 logits 同形状的 logits。")
+        check_float(out, name)
+        if bool((torch.isnan(out) | (out == math.inf)).any()):
+            fail(
+                f"{name} 的输出含 NaN 或 +inf（{case}）：是不是在 -inf 上又做了运算"
+                "（如 -inf × 0、-inf - (-inf)），或者对全为 -inf 的一行做了 softmax？"
+                "只用 masked_fill 把核外的位置设成 -inf，之后不再对它们做运算。"
+            )
+        ref = top_p_filter(logits, p)
+        ref_kept = torch.isfinite(ref)
+        kept = out > REMOVED
+        _check_kept_set(name, case, logits, p, out, kept, ref_kept)
+        if not close(torch.softmax(out.double(), -1), torch.softmax(ref.double(), -1)):
+            fail(
+                f"{name} 留下的词元对了（{case}），但它们的 logits 被改了："
+                "softmax(输出) 与应有的分布不同。核内的 logits 要原样保留（差同一个"
+                "常数也可以），只把核外的设成 -inf；温度之类的缩放不属于这个函数。"
+            )
+    return "排序的、未排序的输出，(N, V) 与 (N, T, V)，核内并列，p = 1.0"
+
+
+def _check_kept_set(
+    name: str,
+    case: str,
+    logits: Tensor,
+    p: float,
+    out: Tensor,
+    kept: Tensor,
+    ref_kept: Tensor,
+) -> None:
+    if bool(torch.equal(kept, ref_kept)):
+        return
+    if not bool((out == -math.inf).any()) and bool(((out >= 0) & (out <= 1)).all()):
+        sums = out.sum(-1)
+        renormalised = bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-4))
+        fail(
+            f"{name} 返回的像是过滤后的概率（核外为 0"
+            + ("" if renormalised else "，而且没有重新归一化：每行的和小于 1")
+            + f"），不是 logits（{case}）。这道练习返回 logits，核外的设成 -inf："
+            "之后的 softmax 会给核外的词元概率 0，并自动把核内的重新归一化。"
+            "若交给 softmax 的是概率，核外的 0 会变成 exp(0) 的权重。"
+        )
+    if not bool(kept.any(-1).all()):
+        row = tuple(int(i) for i in (~kept.any(-1)).nonzero()[0])
+        where = str(row[0]) if len(row) == 1 else str(row)
+        top = float(torch.softmax(logits[row], -1).max())
+        fail(
+            f"{name} 在第 {where} 行一个词元也没留下（{case}）：这一行最可能的词元的"
+            f"概率 {top:.3f} 已经超过 p = {p:g}。跨过 p 的那个词元要保留，所以最可能的"
+            "那个词元总会留下：判断时看排在它前面的累计概率（不含它自己）< p，"
+            "第一个词元前面的累计概率是 0。"
+        )
+    if bool((out[~ref_kept] == 0).all()) and bool(
+        torch.equal(out[ref_kept], logits[ref_kept])
+    ):
+        fail(
+            f"{name} 把核外的 logits 设成了 0（{case}），不是 -inf：softmax 之后 "
+            "exp(0) 仍有权重，核外的词元还会被抽到。用 logits.masked_fill(~keep, "
+            "float('-inf'))。"
+        )
+    sorted_logits = torch.sort(logits, dim=-1, descending=True).values
+    if torch.equal(kept, _kept_by(logits, p, "mask_in_sorted_order")) and close(
+        out[kept], sorted_logits[kept]
+    ):
+        fail(
+            f"{name} 返回的 logits 还是排好序的顺序（{case}）：核选对了，但第 j 个"
+            "位置放的是排第 j 的词元，不是编号 j 的词元。要返回原来词表顺序的 "
+            "logits：在原来的 logits 上把核外的位置设成 -inf。"
+        )
+    hint = first_reproduced(
+        kept,
+        TOP_P_HINTS,
+        lambda mistake: _kept_by(logits, p, mistake),
+        same=lambda a, b: bool(torch.equal(a, b)),
+    )
+    fail(
+        f"{name} 保留的词元不对（{case}）。"
+        + _row_hint(logits, ref_kept, kept, p)
+        + (hint or "核是按概率从大到小排好后、总概率达到 p 的最小前缀。")
+    )

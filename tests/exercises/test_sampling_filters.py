@@ -1,0 +1,195 @@
+"""The top-p (nucleus) filter exercise.
+
+Correct filters written in other styles pass with one "✓" line, a skeleton is
+"尚未实现", and hand-written wrong filters are rejected with a Chinese hint that names
+the mistake."""
+
+import math
+
+import pytest
+import torch
+
+import transformer_course as tc
+from transformer_course import exercises as ex
+from transformer_course.exercises import sampling_filters
+
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+
+check = ex.check_top_p_filter
+
+
+# correct filters in other styles
+# ---------------------------------------------------------------------------
+
+
+def shifted_removal(logits, p):  # remove where the inclusive sum exceeds p, shifted right by one
+    sorted_logits, idx = torch.sort(logits, descending=True)
+    cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+    remove = cum > p
+    remove[..., 1:] = remove[..., :-1].clone()
+    remove[..., 0] = False
+    return logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+
+
+def threshold_style(logits, p):  # the last kept logit as a threshold
+    sorted_logits = torch.sort(logits, dim=-1, descending=True).values
+    probs = torch.softmax(sorted_logits, dim=-1)
+    n_keep = ((probs.cumsum(-1) - probs) <= p).sum(-1, keepdim=True)
+    return torch.where(logits < sorted_logits.gather(-1, n_keep - 1), -math.inf, logits)
+
+
+def per_row_loop(logits, p):  # plain Python over the flattened rows
+    flat = logits.reshape(-1, logits.size(-1))
+    out = torch.full_like(flat, float("-inf"))
+    for r in range(flat.size(0)):
+        probs = torch.softmax(flat[r], dim=0)
+        total = 0.0
+        for j in torch.argsort(probs, descending=True).tolist():
+            out[r, j] = flat[r, j]
+            total += float(probs[j])
+            if total >= p:
+                break
+    return out.reshape(logits.shape)
+
+
+def log_probs_big_negative(logits, p):  # log-probabilities (a per-row shift), -1e9 outside
+    probs, idx = torch.sort(torch.softmax(logits, -1), descending=True)
+    keep_sorted = probs.cumsum(-1) - probs < p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
+    return torch.log_softmax(logits, -1).masked_fill(~keep, -1e9)
+
+
+def ascending_tail_removal(logits, p):  # sort ascending, drop the tail whose mass is <= 1 - p
+    sorted_logits, idx = torch.sort(logits, descending=False)
+    remove = torch.softmax(sorted_logits, -1).cumsum(-1) <= 1 - p
+    remove[..., -1] = False
+    return logits.masked_fill(remove.scatter(-1, idx, remove), torch.finfo(logits.dtype).min)
+
+
+@pytest.mark.parametrize(
+    "fn", [shifted_removal, threshold_style, per_row_loop, log_probs_big_negative, ascending_tail_removal]
+)
+def test_accepts_correct_styles(fn, capsys):
+    assert_passes(check, fn, capsys)
+
+
+def test_accepts_the_package_style_written_out(capsys):
+    def solution(logits, p):
+        sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        keep_sorted = probs.cumsum(dim=-1) - probs < p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
+        return logits.masked_fill(~keep, float("-inf"))
+
+    assert_passes(check, solution, capsys, exercise="5.15")
+
+
+def test_skeleton(capsys):
+    def my_top_p_filter(logits, p):
+        pass
+
+    assert_skeleton(check, my_top_p_filter, capsys)
+
+
+def test_calling_the_package_is_refused(capsys):
+    assert_rejects(check, lambda logits, p: tc.top_p_filter(logits, p), "tc.top_p_filter", capsys)
+
+
+def test_the_rule_the_checker_follows_is_the_packages():
+    """Every graded case: the kept set is what tc.top_p_filter keeps, no mass within 1e-3
+    of p (p < 1), and the first row of the first case keeps only its top token."""
+    cases = sampling_filters._cases()
+    for _, logits, p in cases:
+        if p < 1.0:
+            probs = torch.sort(torch.softmax(logits, -1), descending=True).values
+            assert float(((probs.cumsum(-1) - probs) - p).abs().min()) > 1e-3
+    first = cases[0][1]
+    assert torch.isfinite(tc.top_p_filter(first, cases[0][2]))[0].sum() == 1
+    assert any(p == 1.0 for _, _, p in cases)
+    assert any(logits.dim() == 3 for _, logits, _ in cases)
+
+
+# wrong filters
+# ---------------------------------------------------------------------------
+
+
+def make_filter(mistake):
+    def fn(logits, p):
+        descending = mistake != "ascending"
+        sorted_logits, idx = torch.sort(logits, dim=-1, descending=descending)
+        if mistake == "unsorted":
+            sorted_logits = logits
+        probs = torch.softmax(sorted_logits, dim=-1)
+        weights = sorted_logits if mistake == "cumsum_logits" else probs
+        cum = weights.cumsum(-1)
+        if mistake in ("inclusive", "inclusive_no_first"):
+            keep_sorted = cum <= p
+            if mistake == "inclusive":
+                keep_sorted[..., 0] = True
+        elif mistake == "double_shift":
+            keep_sorted = torch.ones_like(cum, dtype=torch.bool)
+            keep_sorted[..., 1:] = (cum - weights)[..., :-1] < p
+        else:
+            keep_sorted = cum - weights < p
+        if mistake in ("unsorted", "no_scatter"):
+            keep = keep_sorted
+        else:
+            keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
+        if mistake == "sorted_returned":
+            return sorted_logits.masked_fill(~keep_sorted, float("-inf"))
+        if mistake == "zeros":
+            return logits.masked_fill(~keep, 0.0)
+        if mistake in ("probs", "probs_renormalised"):
+            out = torch.softmax(logits, -1) * keep
+            return out / out.sum(-1, keepdim=True) if mistake == "probs_renormalised" else out
+        if mistake == "scaled":
+            return (logits / 0.7).masked_fill(~keep, float("-inf"))
+        if mistake == "nan":
+            return logits.masked_fill(~keep, float("-inf")) * keep  # -inf * 0 = NaN
+        if mistake == "bool":
+            return keep
+        if mistake == "dim1":
+            return logits.masked_fill(~torch.zeros_like(keep_sorted).scatter(1, idx, keep_sorted), -math.inf)
+        return logits.masked_fill(~keep, float("-inf"))
+
+    fn.__name__ = f"top_p_{mistake}"
+    return fn
+
+
+REJECTS = [
+    pytest.param(check, make_filter("inclusive"), "少留了跨过 p 的那个词元", id="inclusive"),
+    pytest.param(check, make_filter("inclusive_no_first"), "一个词元也没留下", id="inclusive-no-first"),
+    pytest.param(check, make_filter("double_shift"), "多留了一个词元", id="one-extra"),
+    pytest.param(check, make_filter("unsorted"), "没有按概率从大到小排序", id="unsorted"),
+    pytest.param(check, make_filter("ascending"), "排序方向反了", id="ascending"),
+    pytest.param(check, make_filter("no_scatter"), "放回原来的位置", id="mask-in-sorted-order"),
+    pytest.param(check, make_filter("sorted_returned"), "还是排好序的顺序", id="sorted-returned"),
+    pytest.param(check, make_filter("cumsum_logits"), "累加的是 logits，不是概率", id="cumsum-logits"),
+    pytest.param(check, make_filter("zeros"), "设成了 0", id="zeros"),
+    pytest.param(check, make_filter("probs"), "没有重新归一化", id="probs"),
+    pytest.param(check, make_filter("probs_renormalised"), "过滤后的概率", id="probs-renormalised"),
+    pytest.param(check, make_filter("scaled"), "logits 被改了", id="scaled"),
+    pytest.param(check, make_filter("nan"), "NaN", id="nan"),
+    pytest.param(check, make_filter("bool"), "浮点", id="bool"),
+    pytest.param(check, make_filter("dim1"), "一律写 dim=-1", id="dim1"),
+]
+
+
+@pytest.mark.parametrize(("checker", "candidate", "keyword"), REJECTS)
+def test_rejects_with_the_mistake_named(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_probabilities_renormalised_are_not_called_unnormalised(capsys):
+    message = str(pytest.raises(ex.ExerciseError, check, make_filter("probs_renormalised")).value)
+    assert "没有重新归一化" not in message, message
+
+
+def test_the_message_shows_the_row(capsys):
+    message = str(pytest.raises(ex.ExerciseError, check, make_filter("inclusive")).value)
+    assert "应保留" in message and "你保留了" in message, message
+
+
+def test_every_hint_reached(capsys):
+    tables = {"TOP_P_HINTS": sampling_filters.TOP_P_HINTS, "TOP_P_CRASHES": sampling_filters.TOP_P_CRASHES}
+    assert_every_hint_reached(tables, REJECTS, capsys)
