@@ -138,6 +138,26 @@ def test_progress_by_exercise_number(capsys):
     assert "还没有运行过" in capsys.readouterr().out
 
 
+def test_progress_counts_an_exercise_with_two_checkers_once(capsys):
+    _protocol.RESULTS.clear()
+
+    def done(Q, K, V, attn_mask=None):
+        return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0]
+
+    def todo(L):
+        pass
+
+    ex.check_self_attention(done, exercise="2.5")
+    ex.check_causal_mask(todo, exercise="2.5")
+    ex.check_self_attention(done, exercise="2.6")
+    capsys.readouterr()
+    ex.progress(2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "搭建练习：1 道通过，1 道尚未实现，0 道未通过（共 2 道）", lines
+    assert len(lines) == 4, lines  # each checker still has its own row
+    _protocol.RESULTS.clear()
+
+
 def test_crash_message_quotes_the_learner(capsys):
     def crashes(Q, K, V, attn_mask=None):
         return Q.undefined_method()

@@ -14,6 +14,7 @@ import re
 from ._protocol import FAILED, PASSED, RESULTS, SKELETON
 
 _MARKS = {PASSED: "✓", SKELETON: "…", FAILED: "✗"}
+_SEVERITY = {PASSED: 0, SKELETON: 1, FAILED: 2}
 
 
 def _number_key(exercise: str) -> tuple:
@@ -40,10 +41,15 @@ def progress(chapter: int | str | None = None) -> None:
     if not rows:
         print("还没有运行过带练习编号的检查单元格（exercise=…）。")
         return
-    counts = {status: sum(row[2] == status for row in rows) for status in _MARKS}
+    # an exercise graded by several checkers counts once, with its worst outcome
+    worst: dict[str, str] = {}
+    for exercise, _, status, _ in rows:
+        if exercise not in worst or _SEVERITY[status] > _SEVERITY[worst[exercise]]:
+            worst[exercise] = status
+    counts = {status: sum(s == status for s in worst.values()) for status in _MARKS}
     print(
         f"搭建练习：{counts[PASSED]} 道通过，{counts[SKELETON]} 道尚未实现，"
-        f"{counts[FAILED]} 道未通过（共 {len(rows)} 道）"
+        f"{counts[FAILED]} 道未通过（共 {len(worst)} 道）"
     )
     for exercise, title, status, name in rows:
         print(f"  {_MARKS[status]} 练习 {exercise}  {title}（{name}）：{status}")
