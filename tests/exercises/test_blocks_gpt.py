@@ -440,6 +440,14 @@ class ScaledTokenEmbeddings(GPT):
         return self.tok_emb(input_ids) * scale + self.pos_emb(torch.arange(input_ids.size(1)))
 
 
+class ScaledEmbeddingSum(GPT):
+    """Learner test 18a, 3.6: tokens plus positions, the sum × √d_model."""
+
+    def embed(self, input_ids):
+        x = self.tok_emb(input_ids) + self.pos_emb(torch.arange(input_ids.size(1)))
+        return x * self.tok_emb.embedding_dim**0.5
+
+
 class PositionsAfterBlocks(GPT):
     def forward(self, input_ids):
         x = self.tok_emb(input_ids)
@@ -597,6 +605,7 @@ GPT_REJECTS = [
     gpt_check(PositionsFrom1LargerTable, "让位置从 1 编号", "positions 1..L, table of C + 1 rows"),
     gpt_check(LastPositions, "最后 L 行", "the table's last L rows"),
     gpt_check(ScaledTokenEmbeddings, "乘了 √d_model", "token embeddings scaled by sqrt(d)"),
+    gpt_check(ScaledEmbeddingSum, "嵌入之和）乘了 √d_model", "tokens plus positions scaled by sqrt(d)"),
     gpt_check(NoFinalNorm, "norm_f", "no final norm"),
     gpt_check(PositionsAfterBlocks, "位置嵌入加晚了", "positions added after the blocks"),
     gpt_check(FinalNormFirst, "norm_f 用在了进入块之前", "final norm before the blocks"),

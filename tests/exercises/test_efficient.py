@@ -365,6 +365,25 @@ def sparsemax_mean_threshold(z):  # tau from every entry, not the support: (sum 
     return torch.clamp(z - tau, min=0)
 
 
+def sparsemax_support_plus_one(z):  # learner test 18b, 4.6: the 1 left out, k + 1 in the tau line
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = (k * zs > cs).sum(-1, keepdim=True).clamp(min=1)
+    support = (support + 1).clamp(max=z.size(-1))
+    return torch.clamp(z - (cs.gather(-1, support - 1) - 1) / support, min=0)
+
+
+def sparsemax_argmax(z):  # learner test 18b, 4.6: a one-hot of the largest entry
+    return torch.zeros_like(z).scatter(-1, z.argmax(-1, keepdim=True), 1.0)
+
+
+def sparsemax_in_place(z):  # learner test 18b, 4.6: right values, the caller's z edited
+    tau = tc.sparsemax_threshold(z)
+    z -= tau
+    return z.clamp_(min=0)
+
+
 def sparsemax_skeleton(z):
     raise NotImplementedError
 
@@ -395,7 +414,24 @@ SPARSEMAX_REJECTS = [
     (sparsemax_renormalised, "输出除以了自己的和"),
     (sparsemax_unsorted, "没有先排序"),
     (sparsemax_mean_threshold, "τ 用了全部元素"),
+    (sparsemax_support_plus_one, "支撑集大小多加了 1"),
+    (sparsemax_argmax, "argmax 的 one-hot"),
 ]
+
+
+@pytest.mark.parametrize("exercise", [None, "4.6"])
+def test_sparsemax_rejects_an_in_place_edit_of_z(exercise, capsys):
+    """Learner test 18b: right values, but the caller's z changed (the page's
+    attention scores would be corrupted); the checker gives the learner its own copy."""
+    message = rejection(lambda c: ex.check_sparsemax(c, exercise=exercise), sparsemax_in_place)
+    assert "原地修改了传进来的 z" in message and "torch.clamp(z - tau, min=0)" in message, message
+
+
+def test_sparsemax_support_plus_one_in_the_bug_hunt(capsys):
+    """Learner test 18b (4.6): the page's bug patched with k + 1 in the tau line is
+    told where to look, without the corrected criterion."""
+    message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.6"), sparsemax_support_plus_one)
+    assert "τ 那一行里把支撑集大小加了 1" in message and "1 + k·z_(k)" not in message, message
 
 
 def test_sparsemax_two_support_mistakes_are_told_apart(capsys):

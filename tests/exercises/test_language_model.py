@@ -198,6 +198,10 @@ def var_sample_variance(a, p):  # learner test 6a, 3.16
     return p / (1 - p) * a.var(-1)
 
 
+def var_standard_deviation(a, p):  # learner test 18a, 3.16: the square root taken
+    return (p / (1 - p) * (a**2).sum(-1)).sqrt()
+
+
 def var_skeleton(a, p):
     raise NotImplementedError
 
@@ -220,6 +224,7 @@ def test_dropout_variance_accepts(fn, capsys):
         (var_sum_all, "形状不对"),
         (var_mean_not_sum, "对平方取了平均"),
         (var_sample_variance, "权重本身的样本方差"),
+        (var_standard_deviation, "这是标准差"),
     ],
 )
 def test_dropout_variance_rejects(fn, keyword, capsys):

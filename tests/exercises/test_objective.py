@@ -221,7 +221,19 @@ def mean_over_vocab(logits, labels, smoothing):  # learner test 10a, 2.8
     return -(_q(logp, labels, smoothing) * logp).mean(-1)[labels != 0].mean()
 
 
+def log1p_of_probs(logits, labels, smoothing):  # learner test 18a, 2.7: log(1 + p), not log p
+    p = F.softmax(logits, -1)
+    return -(_q(p, labels, smoothing) * p.log1p()).sum(-1)[labels != 0].mean()
+
+
+def sqrt_of_probs(logits, labels, smoothing):  # another quantity that is not a log-probability
+    p = F.softmax(logits, -1)
+    return -(_q(p, labels, smoothing) * p.sqrt()).sum(-1)[labels != 0].mean()
+
+
 REJECTS = [
+    (log1p_of_probs, "损失是负数"),
+    (sqrt_of_probs, "不是对数概率"),
     (annotated_transformer, "The Annotated Transformer 的写法"),
     (mean_over_vocab, "对词表求的是平均"),
     (smoothing_term_over_pads, "平滑那一项"),

@@ -90,6 +90,18 @@ def counts_list_of_pairs(ids):
     return list(zip(ids, ids[1:], strict=False))
 
 
+def counts_reversed(ids):  # learner test 18b: zip(ids[1:], ids)
+    return Counter(zip(ids[1:], ids, strict=False))
+
+
+def counts_skipping_repeats(ids):  # learner test 18b: jumps past (a, a) as a merge does
+    counts, i = Counter(), 0
+    while i < len(ids) - 1:
+        counts[ids[i], ids[i + 1]] += 1
+        i += 2 if ids[i] == ids[i + 1] else 1
+    return counts
+
+
 def counts_crash_on_empty(ids):
     return Counter((ids[i], ids[i + 1]) for i in range(len(ids) - 1)) if ids[0] is not None else {}
 
@@ -104,6 +116,8 @@ def counts_crash_on_empty(ids):
         (counts_list_keys, "二元组"),
         (counts_list_of_pairs, "应返回字典"),
         (counts_crash_on_empty, r"ids=\[\].*IndexError"),
+        (counts_reversed, r"顺序反了.*zip\(ids, ids\[1:\]\)"),
+        (counts_skipping_repeats, r"\(a, a\) 后跳过了一个位置"),
     ],
 )
 def test_pair_counts_rejects_typical_mistakes(fn, keyword, capsys):
@@ -201,6 +215,12 @@ def merge_in_place(ids, pair, new_id):
     return ids
 
 
+def merge_same_list_when_absent(ids, pair, new_id):  # learner test 18b: no copy when nothing merges
+    if pair not in set(zip(ids, ids[1:], strict=False)):
+        return ids
+    return merge_while(ids, pair, new_id)
+
+
 def merge_returns_string(ids, pair, new_id):
     return " ".join(map(str, merge_while(ids, pair, new_id)))
 
@@ -215,6 +235,7 @@ def merge_returns_string(ids, pair, new_id):
         (merge_list_slice_vs_tuple, "没有做任何替换"),
         (merge_in_place, "改动了传进来的 ids"),
         (merge_returns_string, "应返回一个列表"),
+        (merge_same_list_when_absent, "返回的就是传进来的 ids 这个列表本身"),
     ],
 )
 def test_merge_pair_rejects_typical_mistakes(fn, keyword, capsys):
@@ -268,6 +289,42 @@ def test_bpe_tie_hint_names_the_one_liner_only_when_it_is_the_code(capsys):
     first = rejection(bx.check_bpe_merge, step_first_of_ties)
     assert "并列时约定取最小的一对" in largest and "最先出现" not in largest, largest
     assert "最先出现的一对" in first, first
+
+
+def step_counts_skipping_repeats(ids, new_id):  # learner test 18b: right tie-break, wrong count
+    counts = counts_skipping_repeats(ids)
+    pair = min(counts, key=lambda p: (-counts[p], p))
+    return pair, merge_while(ids, pair, new_id)
+
+
+def test_bpe_wrong_count_is_not_blamed_on_the_tie_break(capsys):
+    """Learner test 18b: a pick that ties by the true counts on one input, from a
+    count that skips overlapping repeats, is diagnosed as the count, not the tie-break."""
+    message = rejection(bx.check_bpe_merge, step_counts_skipping_repeats)
+    assert "数错了的相邻对" in message and "(a, a) 后跳过了一个位置" in message, message
+    assert "并列" not in message and "max(counts" not in message, message
+
+
+def step_returns_input(ids, new_id):  # learner test 18b: the merge computed, its result dropped
+    pair, _ = step_min(ids, new_id)
+    return pair, ids
+
+
+def step_merge_does_nothing(ids, new_id):
+    pair, _ = step_min(ids, new_id)
+    return pair, merge_list_slice_vs_tuple(ids, pair, new_id)
+
+
+def test_bpe_unmerged_result_gets_its_own_hint(capsys):
+    """Learner test 18b: new_ids equal to ids is told as such, with the step's own
+    two-argument call and not the pair-merge checker's tuple-vs-list hint."""
+    returned = rejection(bx.check_bpe_merge, step_returns_input)
+    assert "传进来的 ids 本身" in returned and "return pair, new_ids" in returned, returned
+    nothing = rejection(bx.check_bpe_merge, step_merge_does_nothing)
+    assert "一处也没合并" in nothing and "本身" not in nothing, nothing
+    for message in (returned, nothing):
+        assert "99)" in message and ", 99)" in message and "), 99)" not in message, message
+        assert "元组" not in message, message
 
 
 def step_least_frequent(ids, new_id):

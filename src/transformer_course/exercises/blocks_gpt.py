@@ -441,6 +441,8 @@ def _gpt_embeddings(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
         return tok + pos[1 : L + 1] if L < pos.size(0) else None
     if mistake == "pos_by_id":  # clamped into the table, as a learner makes it run
         return tok + pos[idx.clamp(max=pos.size(0) - 1)]
+    if mistake == "sum_scaled":  # tokens and positions together times sqrt(E)
+        return (tok + pos[:L]) * math.sqrt(tok.size(-1))
     if mistake == "pos_reversed":
         return tok + pos[:L].flip(0)
     return tok + (pos[-L:] if mistake == "pos_last" else pos[:L])
@@ -495,6 +497,11 @@ GPT_HINTS = [
         "词元嵌入乘了 √d_model（原始 Transformer 的做法）：本书的 GPT 不缩放，"
         "x = tok_emb(input_ids) + pos_emb(torch.arange(L))。",
         "tok_scaled",
+    ),
+    (
+        "进入第一个块的 x（词元嵌入与位置嵌入之和）乘了 √d_model：本书的 GPT 不缩放"
+        "嵌入，x = tok_emb(input_ids) + pos_emb(torch.arange(L))，直接进入各块。",
+        "sum_scaled",
     ),
     (
         "forward 应返回 logits（未经 softmax）：交叉熵和采样都从 logits 出发。",

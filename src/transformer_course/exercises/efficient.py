@@ -520,6 +520,7 @@ def check_grouped_attention(fn) -> str:
 _SUPPORT_TESTS = {
     "": lambda ks, zs, cs: 1 + ks * zs > cs,
     "no_one": lambda ks, zs, cs: ks * zs > cs,  # the page's bug
+    "no_one_plus_one": lambda ks, zs, cs: ks * zs > cs,  # and k + 1 in the τ line
     "no_one_at_least": lambda ks, zs, cs: ks * zs >= cs,  # true for top ties only
     "no_k": lambda ks, zs, cs: 1 + zs > cs,  # the rank k left out
 }
@@ -534,6 +535,8 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
     if mistake == "renormalised":  # the bug left in, the output divided by its sum
         wrong = _sparsemax_variant(z, "no_one")
         return wrong / wrong.sum(-1, keepdim=True)
+    if mistake == "argmax":  # one-hot of the (first) largest entry
+        return torch.zeros_like(z).scatter_(-1, z.argmax(-1, keepdim=True), 1.0)
     n = z.size(-1)
     zs = z if mistake == "unsorted" else z.sort(dim=-1, descending=True).values
     ks = torch.arange(0 if mistake == "ranks_from_zero" else 1, n + 1, dtype=z.dtype)[
@@ -542,6 +545,8 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
     cs = zs.cumsum(-1)
     support = _SUPPORT_TESTS.get(mistake, _SUPPORT_TESTS[""])(ks, zs, cs)
     k = support.sum(-1, keepdim=True).clamp(min=1)
+    if mistake == "no_one_plus_one":  # the bug left in, its k raised by one
+        k = (k + 1).clamp(max=n)
     if mistake == "k_zero_based":
         tau = (cs.gather(-1, k - 1) - 1) / (k - 1).clamp(min=1)
     elif mistake == "mean_threshold":  # tau = mean of all entries - 1/n
@@ -616,6 +621,17 @@ _SPARSEMAX_MISTAKES = [
         "要改的是支撑集的判据：1 + k·z_(k) > 前 k 大之和。",
         "renormalised",
     ),
+    (
+        "支撑集大小多加了 1：k(z) 应由判据 1 + k·z_(k) > 前 k 大之和直接数出来；"
+        "判据少了 1 时再把 k 加 1，只在真正的支撑集恰好比它多一个时碰巧对"
+        "（z 全部相等时就不对）。",
+        "no_one_plus_one",
+    ),
+    (
+        "输出是 argmax 的 one-hot（只有最大的一个为 1）：sparsemax 可以保留好几个"
+        "非零，值是 max(z − τ, 0)，τ = (前 k 大之和 − 1)/k，k 是支撑集的大小。",
+        "argmax",
+    ),
 ]
 
 
@@ -630,6 +646,10 @@ _BUG_HUNT = {
         "renormalised": (
             "输出除以了自己的和：每行和虽为 1，错误的 τ 却被掩盖了。正确的 τ 下 "
             "max(z − τ, 0) 的和本来就是 1，不需要再归一化；问题在更前面的支撑集判据。"
+        ),
+        "no_one_plus_one": (
+            "τ 那一行里把支撑集大小加了 1：z = (1.0, 0.8, 0.1) 碰巧对了，z 全部相等时"
+            "就不对。τ 那一行本身没有错，错的是算支撑集大小的那一行。"
         ),
     }
 }
@@ -685,6 +705,17 @@ _BATCHED_CRASHES = [
 ]
 
 
+def _check_z_unchanged(name: str, given: Tensor, z: Tensor, case: str) -> None:
+    """The learner's sparsemax must leave its input as it was."""
+    if not torch.equal(given, z):
+        fail(
+            f"{name} 的输出对，却原地修改了传进来的 z（{case}）：z -= tau、"
+            "z.clamp_(...) 这类带下划线或 -= 的运算改的是调用者的张量。在注意力里 z "
+            "就是调用者的分数（logits），改了它，后面再用这些分数（另一次前向、"
+            "求梯度、画图）都会出错。用不改输入的写法：torch.clamp(z - tau, min=0)。"
+        )
+
+
 # more inputs for the diagnosis only: [0.9, 0.8, 0.1] tells a rank k from 0
 # (support 2) from k·z_(k) >= the sum (support 1), alike on the graded inputs
 _TELL = [torch.tensor([0.9, 0.8, 0.1], dtype=torch.float64)]
@@ -710,9 +741,10 @@ def check_sparsemax(fn, exercise: str | None = None) -> str:
     ]
     for i, (case, z) in enumerate(cases):
         z = z.double()
+        given = z.clone()  # the learner's own copy: an in-place edit shows
         out = run_learner(
-            fn, z, what=name, case=case, first=i == 0,
-            causes=_BATCHED_CRASHES if z.dim() > 1 else (),
+            fn, given, what=name, case=case, first=i == 0,
+            causes=_BATCHED_CRASHES if z.dim() > 1 else (), copy_inputs=False,
         )  # fmt: skip
         out = as_tensor(out, f"{name} 的输出", case)
         check_shape(
@@ -722,6 +754,7 @@ def check_sparsemax(fn, exercise: str | None = None) -> str:
         check_finite(out, f"{name} 的输出", case)
         ref = sparsemax(z)
         if close(out, ref):
+            _check_z_unchanged(name, given, z, case)
             continue
         hint = _sparsemax_hint(fn, [z.double() for _, z in cases] + _TELL, hints)
         if hint is None and z.dim() > 1 and _each_row_right(fn, z):

@@ -261,6 +261,11 @@ def check_dropout_row_sum_variance(fn: Callable) -> str:
         hint = first_reproduced(
             got, _DROPOUT_MISTAKES, functools.partial(_dropout_variant, a, p)
         )
+        if hint is None and close(got.double() ** 2, ref.double()):
+            hint = (
+                "这是标准差 √(p/(1-p)·Σa²)：题目要的是方差本身，最后不要开平方根"
+                "（去掉 .sqrt() / ** 0.5）。"
+            )
         fail(
             f"{name} 的方差不对（{case}）：应为 {ref.flatten()[:3].tolist()}，"
             f"得到 {got.flatten()[:3].tolist()}。"

@@ -128,6 +128,15 @@ _MISTAKES = [
 ]
 
 
+# a loss below 0 that no mistake of _MISTAKES reproduces: q >= 0 and log p <= 0 make
+# every term of -Σ q·log p nonnegative: the log p in the code is no log-probability
+_NEGATIVE = (
+    "损失是负数：q ≥ 0、log p ≤ 0，−Σ q·log p 的每一项都 ≥ 0，结果不可能小于 0。"
+    "代码里当 log p 用的多半不是对数概率，而是概率 p 本身或它的变形（如 p.log1p()"
+    "，即 log(1 + p) ≥ 0）：用 logp = F.log_softmax(logits, dim=-1)；也检查前面的负号。"
+)
+
+
 def _target(onehot: Tensor, eps: float, mistake: str) -> Tensor:
     """The smoothed target ``q``, or what one typical mistake makes of it."""
     V = onehot.size(-1)
@@ -226,6 +235,8 @@ def check_smoothed_loss(fn) -> str:
             hint = first_reproduced(
                 out, _MISTAKES, functools.partial(_loss, logits, labels, eps)
             )
+        if hint is None and float(out.detach()) < 0:
+            hint = _NEGATIVE
         fail(
             f"{what} = {float(out.detach()):.6g}，应为 {float(ref):.6g}（{case}）。\n"
             "可能的原因："

@@ -43,17 +43,23 @@ def _random_cases(offset: int, n: int = 12) -> list[list[int]]:
 
 
 def _explain(
-    name: str, runs: list, want: Callable, variants: Callable, rule: str
+    name: str,
+    runs: list,
+    want: Callable,
+    variants: Callable,
+    rule: str,
+    call: Callable[[tuple], str] | None = None,
 ) -> None:
     """Fail if a run is wrong. ``runs`` holds ``(args, result)`` of every case; the hint
     is that of the first usual mistake (``variants(*args)``: ``{hint: result}``) that
-    reproduces the candidate on *every* case, else ``rule``."""
+    reproduces the candidate on *every* case, else ``rule``. ``call(args)`` shows the
+    learner's call (default ``name(*args)``)."""
     wrong = [(args, got) for args, got in runs if got != want(*args)]
     if not wrong:
         return
     args, got = wrong[0]
-    shown = ", ".join(repr(a) for a in args)
-    head = f"{name}({shown}) 得到 {got}，应为 {want(*args)}。"
+    shown = call(args) if call else f"{name}({', '.join(repr(a) for a in args)}) "
+    head = f"{shown}得到 {got}，应为 {want(*args)}。"
     for hint in variants(*args):
         if all(got_i == variants(*args_i)[hint] for args_i, got_i in runs):
             fail(head + hint)
@@ -93,8 +99,26 @@ def _count_variants(ids: list[int]) -> dict:
             count_pairs([*ids, ids[0]]) if ids else {}
         ),
         "只记了哪些对出现过，没有计数：同一对每出现一次加 1。": dict.fromkeys(want, 1),
+        "对的两个元素顺序反了：位置 i 贡献 (ids[i], ids[i + 1])，左边的在前，"
+        "即 zip(ids, ids[1:])，不是 zip(ids[1:], ids)。": {
+            (b, a): n for (a, b), n in want.items()
+        },
+        "数到两个相同元素组成的对 (a, a) 后跳过了一个位置：计数时每次只前进一个位置"
+        "，重叠的对都要数（[7, 7, 7] 里 (7, 7) 出现两次）；跳过两个是合并时的规则。": (
+            _count_skipping_repeats(ids)
+        ),
     }
     return {hint: {k: v for k, v in c.items() if v} for hint, c in variants.items()}
+
+
+def _count_skipping_repeats(ids: list[int]) -> dict:
+    """Pair counts that jump past a pair of two equal ids, as a merge would."""
+    counts: Counter = Counter()
+    i = 0
+    while i < len(ids) - 1:
+        counts[ids[i], ids[i + 1]] += 1
+        i += 2 if ids[i] == ids[i + 1] else 1
+    return dict(counts)
 
 
 def _want_counts(ids: list[int]) -> dict:
@@ -203,6 +227,12 @@ def check_merge_pair(fn: Callable) -> str:
         arg, case = list(ids), f"ids={ids}, pair={pair}"
         out = run_learner(fn, arg, pair, _NEW, what=name, case=case, first=i == 0)
         _check_unchanged(name, arg, ids)
+        if out is arg:
+            fail(
+                f"{name}({ids}, {pair}, {_NEW}) 返回的就是传进来的 ids 这个列表本身"
+                "（不是副本）：练习要求返回一个新列表，否则调用者以后改结果时会把 ids "
+                "一起改掉。pair 不出现时也要新建：return list(ids) 或 ids[:]。"
+            )
         runs.append(((ids, pair, _NEW), _as_list(name, out)))
     _explain(name, runs, merge_pair, _merge_variants, _MERGE_RULE)
     return f"{len(cases)} 个序列：多次出现、重叠的 [7, 7, 7]、末尾、不出现、空序列"
@@ -221,21 +251,83 @@ def _holds_new_id(seq: object) -> bool:
     return isinstance(seq, Sequence) and not isinstance(seq, str) and _NEW in seq
 
 
-def _diagnose_choice(name: str, pair: tuple, ids: list[int]) -> None:
-    counts, want = count_pairs(ids), _best_pair(ids)
-    if pair == want:
+def _first_seen(counts: Mapping) -> tuple[int, int]:
+    """What ``max(counts, key=counts.get)`` picks: ties go to the pair seen first."""
+    return max(counts, key=counts.get)
+
+
+def _largest(counts: Mapping) -> tuple[int, int]:
+    """Ties broken toward the largest pair, ``max`` of ``(count, pair)``."""
+    return max(counts, key=lambda p: (counts[p], p))
+
+
+def _is_most_frequent(ids: list[int], pair: tuple) -> bool:
+    counts = count_pairs(ids)
+    return counts.get(pair, 0) == max(counts.values())
+
+
+def _picked_by_count(picks: list[tuple[list[int], tuple]], hint: str) -> bool:
+    """Whether every pick is the most frequent pair of the wrong count ``hint`` names
+    (ties: the smallest pair)."""
+    for ids, pair in picks:
+        counts = _count_variants(ids)[hint]
+        if not counts or pair != min(counts, key=lambda p: (-counts[p], p)):
+            return False
+    return True
+
+
+def _diagnose_choices(name: str, picks: list[tuple[list[int], tuple]]) -> None:
+    """Fail if a pick of ``picks`` (``(ids, the learner's pair)`` of every case) is
+    not the most frequent pair. The hint comes from the picks on all cases, compared
+    with the true counts: a tie-break when every pick is a most frequent pair, a wrong
+    count when they are the picks of a usual wrong count, else the rule."""
+    wrong = [(ids, pair) for ids, pair in picks if pair != _best_pair(ids)]
+    if not wrong:
         return
-    head = f"{name}({ids}) 选了 {pair}（出现 {counts.get(pair, 0)} 次），应选 {want}。"
-    if counts.get(pair, 0) == counts[want]:
-        one_liner = "max(counts, key=counts.get) 在并列时取的是最先出现的一对。"
+    ids, pair = wrong[0]
+    counts, want = count_pairs(ids), _best_pair(ids)
+    head = (
+        f"{name}({ids}, {_NEW}) 选了 {pair}（出现 {counts.get(pair, 0)} 次），"
+        f"应选 {want}。"
+    )
+    rules = (_first_seen, _largest)
+    tie_break = any(all(p == r(count_pairs(i)) for i, p in picks) for r in rules)
+    counted = [h for h in _count_variants(ids) if _picked_by_count(picks, h)]
+    if tie_break or (not counted and all(_is_most_frequent(i, p) for i, p in picks)):
+        # the remark fits only code that picks what the usual one-liner picks
+        first_seen = all(p == _first_seen(count_pairs(i)) for i, p in picks)
         fail(
             head + f"这几对都出现 {counts[want]} 次，并列时约定取最小的一对（元组按"
             "字典序比较：先比第一个 id，再比第二个），与 tc.BPETokenizer 一致，训练才"
             "可复现。"
-            # the remark fits only code that picks what the usual one-liner picks
-             + (one_liner if pair == max(counts, key=counts.get) else "")
+            + (
+                "max(counts, key=counts.get) 在并列时取的是最先出现的一对。"
+                if first_seen
+                else ""
+            )
         )
-    fail(head + "要合并的是出现次数最多的一对。")
+    if counted:
+        fail(head + f"你选的是数错了的相邻对里最多的一对：{counted[0]}")
+    fail(
+        head + f"要合并的是出现次数最多的一对，{pair} 却只出现 "
+        f"{counts.get(pair, 0)} 次：先用上一题的检查确认相邻对的计数"
+        "（重叠的对也要数）。"
+    )
+
+
+def _check_merged(name: str, ids: list[int], new_ids: list, same: bool) -> None:
+    """A step's ``new_ids`` must differ from ``ids`` (its pair always occurs);
+    ``same``: the learner returned the list it was given."""
+    if same or new_ids == ids:
+        fail(
+            f"{name}({ids}, {_NEW}) 返回的 new_ids 与输入 ids 一样，一处也没合并"
+            + (
+                "：返回的就是传进来的 ids 本身。把合并的结果存下来再返回："
+                "new_ids = 合并函数(ids, pair, new_id)，return pair, new_ids。"
+                if same
+                else "：选的对是对的，检查合并那一步（它应先通过上一题的检查）。"
+            )
+        )
 
 
 @checker("BPE 的一步合并")
@@ -249,7 +341,7 @@ def check_bpe_merge(fn: Callable) -> str:
         [3, 1, 3, 1, 1, 3],
     ]
     cases += [ids for ids in _random_cases(4) if len(ids) >= 2]
-    runs = []
+    runs, picks, same = [], [], []
     for i, ids in enumerate(cases):
         arg = list(ids)
         out = run_learner(fn, arg, _NEW, what=name, case=f"ids={ids}", first=i == 0)
@@ -269,7 +361,18 @@ def check_bpe_merge(fn: Callable) -> str:
                 "合并与它逐个比较，"
                 "[a, b] == (a, b) 为 False。用 tuple(...) 或直接返回 counts 的键。"
             )
-        _diagnose_choice(name, out[0], ids)
+        picks.append((ids, out[0]))
         runs.append(((ids, _best_pair(ids), _NEW), _as_list(name, out[1])))
-    _explain(name, runs, merge_pair, _merge_variants, _MERGE_RULE)
+        same.append(out[1] is arg)
+    _diagnose_choices(name, picks)
+    for ((ids, *_), new_ids), is_arg in zip(runs, same, strict=True):
+        _check_merged(name, ids, new_ids, is_arg)
+    _explain(
+        name,
+        runs,
+        merge_pair,
+        _merge_variants,
+        _MERGE_RULE,
+        call=lambda args: f"{name}({args[0]}, {_NEW}) 选对了 {args[1]}，合并后",
+    )
     return f"{len(cases)} 个序列，含出现次数并列的对和重叠的 [7, 7, 7, 7]"
