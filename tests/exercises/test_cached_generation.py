@@ -152,7 +152,7 @@ def positions_after_first_update(model, input_ids, caches, num_heads):
     N, T = input_ids.shape
     start = len(caches[0])
     x = model.tok_emb(input_ids)
-    for i, (block, cache) in enumerate(zip(model.blocks, caches)):
+    for i, (block, cache) in enumerate(zip(model.blocks, caches, strict=True)):
         attn = block.self_attn
         split = lambda t: t.view(N, T, num_heads, -1).transpose(1, 2)  # noqa: E731
         K, V = cache.update(split(attn.k_proj(block.norm1(x))), split(attn.v_proj(block.norm1(x))))

@@ -66,9 +66,7 @@ def ascending_tail_removal(logits, p):  # sort ascending, drop the tail whose ma
     return logits.masked_fill(remove.scatter(-1, idx, remove), torch.finfo(logits.dtype).min)
 
 
-@pytest.mark.parametrize(
-    "fn", [threshold_style, per_row_loop, log_probs_big_negative, ascending_tail_removal]
-)
+@pytest.mark.parametrize("fn", [threshold_style, per_row_loop, log_probs_big_negative, ascending_tail_removal])
 def test_accepts_correct_styles(fn, capsys):
     assert_passes(check, fn, capsys)
 
@@ -90,9 +88,7 @@ def test_non_strict_rule_passes_with_a_reminder_naming_it(fn, capsys):
     assert "多留了一个词元" in line and "<= 而不是 <" in line, line
 
 
-@pytest.mark.parametrize(
-    "fn", [threshold_style, per_row_loop, log_probs_big_negative, ascending_tail_removal]
-)
+@pytest.mark.parametrize("fn", [threshold_style, per_row_loop, log_probs_big_negative, ascending_tail_removal])
 def test_the_strict_rule_gets_no_reminder(fn, capsys):
     check(fn)
     assert "<= 而不是 <" not in capsys.readouterr().out

@@ -89,7 +89,8 @@ def _dropout_variant(
     if mistake in ("shared_mask", "shared_mask_first"):
         # one mask (times 1/(1-p)) for both, drawn before or after the attention's own
         # dropout has used the random stream
-        early = layer.drop(torch.ones_like(X)) if mistake == "shared_mask_first" else None
+        first = mistake == "shared_mask_first"
+        early = layer.drop(torch.ones_like(X)) if first else None
         attended = layer.self_attn(X, X, X, attn_mask=mask)
         scale = layer.drop(torch.ones_like(attended)) if early is None else early
         A = layer.norm1(X + attended * scale)
