@@ -616,7 +616,7 @@ GPT_REJECTS = [
     gpt_check(LastOnly, "只返回了最后一个位置", "last position only"),
     gpt_check(Flattened, "展平", "flattened logits"),
     gpt_check(WithoutCausal, "因果掩码", "blocks without causal mask"),
-    gpt_check(WithPostLN, "check_transformer_block", "post-LN blocks"),
+    gpt_check(WithPostLN, "的输出与参考块不一致：这是 Post-LN", "post-LN blocks"),
     gpt_check(UntiedHead, "共享", "untied lm_head"),
     gpt_check(RepeatedBlock, "同一个块对象", "one block object repeated"),
     gpt_check(BiasFreeFFNGPT, "缺少偏置", "bias-free FFN inside"),

@@ -146,6 +146,30 @@ def test_mistakes_are_named(mistake, keyword, capsys):
 
 
 @torch.no_grad()
+def positions_after_first_update(model, input_ids, caches, num_heads):
+    # learner test 18c, 5.17: the first block caches k, v of the bare token embeddings,
+    # the positions are added just after its cache.update (so only q carries them there)
+    N, T = input_ids.shape
+    start = len(caches[0])
+    x = model.tok_emb(input_ids)
+    for i, (block, cache) in enumerate(zip(model.blocks, caches, strict=True)):
+        attn = block.self_attn
+        split = lambda t: t.view(N, T, num_heads, -1).transpose(1, 2)  # noqa: E731
+        K, V = cache.update(split(attn.k_proj(block.norm1(x))), split(attn.v_proj(block.norm1(x))))
+        if i == 0:
+            x = x + model.pos_emb(torch.arange(start, start + T))
+        q = split(attn.q_proj(block.norm1(x)))
+        o = F.scaled_dot_product_attention(q, K, V, attn_mask=tc.causal_mask(T, K.shape[-2]))
+        x = x + attn.out_proj(o.transpose(1, 2).reshape(N, T, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+def test_keys_and_values_without_positions_are_named(capsys):
+    assert_rejects(ex.check_cached_forward, positions_after_first_update, "加位置嵌入之前算的", capsys)
+
+
+@torch.no_grad()
 def negative_first_position(model, input_ids, caches, num_heads):
     start = len(caches[0]) - 1  # position -1 at the first call
     return make_forward()(model, input_ids, caches, num_heads) + model.pos_emb(torch.arange(start, start + 1)).sum()

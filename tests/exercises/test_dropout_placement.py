@@ -2,6 +2,7 @@
 in other styles pass, each wrong placement is caught with its own hint."""
 
 import pytest
+import torch
 import torch.nn.functional as F
 
 from transformer_course import exercises as ex
@@ -68,6 +69,30 @@ def ffn_dropout_only(layer, X, attn_mask=None):
     return layer.norm2(A + layer.drop(layer.ffn(A)))
 
 
+def dropout_on_inputs(layer, X, attn_mask=None):
+    # each sublayer reads its dropped input; the residual keeps the undropped one
+    for f, norm in (
+        (lambda x: layer.self_attn(x, x, x, attn_mask), layer.norm1),
+        (layer.ffn, layer.norm2),
+    ):
+        X = norm(X + f(layer.drop(X)))
+    return X
+
+
+def one_mask_for_both(layer, X, attn_mask=None):
+    # the mask is drawn once, before either sublayer, and multiplied into both outputs
+    scale = F.dropout(X.new_ones(X.shape), layer.drop.p, layer.training)
+    A = layer.norm1(X + scale * layer.self_attn(X, attn_mask=attn_mask))
+    return layer.norm2(A + scale * layer.ffn(A))
+
+
+def one_mask_after_attention(layer, X, attn_mask=None):
+    attended = layer.self_attn(X, attn_mask=attn_mask)
+    keep = layer.drop(torch.ones_like(attended))
+    A = layer.norm1(X + attended * keep)
+    return layer.norm2(A + layer.ffn(A) * keep)
+
+
 def dropout_twice(layer, X, attn_mask=None):
     # dropout on the sublayer output and again on the residual branch: not a listed mistake
     A = layer.norm1(X + layer.drop(layer.drop(layer.self_attn(X, attn_mask=attn_mask))))
@@ -88,6 +113,9 @@ REJECTS = [
     pytest.param(check, dropout_on_sum, "残差相加之后的和上", id="on_sum"),
     pytest.param(check, attention_dropout_only, "只有自注意力子层", id="attention_only"),
     pytest.param(check, ffn_dropout_only, "只有前馈子层", id="ffn_only"),
+    pytest.param(check, dropout_on_inputs, "作用在了子层的输入上", id="on_input"),
+    pytest.param(check, one_mask_for_both, "同一个 dropout 掩码", id="shared_mask_first"),
+    pytest.param(check, one_mask_after_attention, "同一个 dropout 掩码", id="shared_mask"),
 ]
 
 

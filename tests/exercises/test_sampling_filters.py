@@ -34,7 +34,7 @@ def shifted_removal(logits, p):  # remove where the inclusive sum exceeds p, shi
 def threshold_style(logits, p):  # the last kept logit as a threshold
     sorted_logits = torch.sort(logits, dim=-1, descending=True).values
     probs = torch.softmax(sorted_logits, dim=-1)
-    n_keep = ((probs.cumsum(-1) - probs) <= p).sum(-1, keepdim=True)
+    n_keep = ((probs.cumsum(-1) - probs) < p).sum(-1, keepdim=True)
     return torch.where(logits < sorted_logits.gather(-1, n_keep - 1), -math.inf, logits)
 
 
@@ -66,11 +66,32 @@ def ascending_tail_removal(logits, p):  # sort ascending, drop the tail whose ma
     return logits.masked_fill(remove.scatter(-1, idx, remove), torch.finfo(logits.dtype).min)
 
 
-@pytest.mark.parametrize(
-    "fn", [shifted_removal, threshold_style, per_row_loop, log_probs_big_negative, ascending_tail_removal]
-)
+@pytest.mark.parametrize("fn", [threshold_style, per_row_loop, log_probs_big_negative, ascending_tail_removal])
 def test_accepts_correct_styles(fn, capsys):
     assert_passes(check, fn, capsys)
+
+
+def non_strict(logits, p):  # the token whose preceding mass already equals p is kept
+    sorted_logits, idx = torch.sort(logits, descending=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    keep_sorted = (probs.cumsum(-1) - probs) <= p
+    return logits.masked_fill(~torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted), -math.inf)
+
+
+@pytest.mark.parametrize("fn", [non_strict, shifted_removal])
+def test_non_strict_rule_passes_with_a_reminder_naming_it(fn, capsys):
+    """`<= p` and the classic `cum > p` shifted right differ from the package only when
+    a token's preceding mass equals p exactly: a ✓ that names `<=` instead of `<`."""
+    assert_passes(check, fn, capsys)
+    check(fn)
+    line = capsys.readouterr().out
+    assert "多留了一个词元" in line and "<= 而不是 <" in line, line
+
+
+@pytest.mark.parametrize("fn", [threshold_style, per_row_loop, log_probs_big_negative, ascending_tail_removal])
+def test_the_strict_rule_gets_no_reminder(fn, capsys):
+    check(fn)
+    assert "<= 而不是 <" not in capsys.readouterr().out
 
 
 def test_accepts_the_package_style_written_out(capsys):
@@ -99,8 +120,15 @@ def test_the_rule_the_checker_follows_is_the_packages():
     """Every graded case: the kept set is what tc.top_p_filter keeps, no mass within 1e-3
     of p (p < 1), and the first row of the first case keeps only its top token."""
     cases = sampling_filters._cases()
-    for _, logits, p in cases:
-        if p < 1.0:
+    for case, logits, p in cases:
+        if case == sampling_filters.TIE_CASE:
+            probs = torch.sort(torch.softmax(logits, -1), descending=True).values
+            assert float((probs.cumsum(-1) - probs)[0, 2]) == p  # exactly, in float32 too
+            assert float((probs.float().cumsum(-1) - probs.float())[0, 2]) == p
+            assert int(torch.isfinite(tc.top_p_filter(logits, p)).sum()) == 2
+            assert int(torch.isfinite(tc.top_p_filter(logits.float(), p)).sum()) == 2
+            assert int(non_strict(logits, p).isfinite().sum()) == 3
+        elif p < 1.0:
             probs = torch.sort(torch.softmax(logits, -1), descending=True).values
             assert float(((probs.cumsum(-1) - probs) - p).abs().min()) > 1e-3
     first = cases[0][1]

@@ -656,9 +656,13 @@ def _gpt_block_hint(module: nn.Module, ref: nn.Module, idx: Tensor, what: str) -
                 )
             expected = block(h)
             if not (isinstance(got, Tensor) and close(got, expected)):
+                named = isinstance(got, Tensor) and first_reproduced(
+                    got, BLOCK_HINTS, functools.partial(_block_variant, block, h)
+                )
                 return (
-                    f"{what}.blocks[{i}] 的输出与参考块不一致：先用 "
-                    "check_transformer_block 检查你的块类。"
+                    f"{what}.blocks[{i}] 的输出与参考块不一致："
+                    + (f"{named}" if named else "")
+                    + "先用 check_transformer_block 检查你的块类。"
                 )
             h = expected
     return (

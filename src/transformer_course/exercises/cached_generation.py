@@ -110,6 +110,13 @@ _MISTAKES = [
         "no_norm1",
     ),
     (
+        "第一个块的 k、v 是在加位置嵌入之前算的（从 norm1(tok_emb(ids)) 投影）：缓存"
+        "里的键和值没有位置信息，只有 q 带着位置。先 x = tok_emb(ids) + "
+        "pos_emb(torch.arange(start, start + T))，再进第一个块，q、k、v 都从 "
+        "norm1(x) 投影。",
+        "kv_before_pos",
+    ),
+    (
         "所有层共用了一个缓存：各层缓存各自的 k、v，caches[i] 属于 blocks[i]，"
         "for block, cache in zip(model.blocks, caches)。",
         "one_cache",
@@ -157,13 +164,16 @@ def _cached_variant(
     start = max(len(caches[0]) + shift, 0)  # a learner's max(..., 0) keeps it running
     if mistake == "positions_from_zero":
         start = 0
-    x = model.tok_emb(ids) + model.pos_emb(torch.arange(start, start + T))
+    tokens = model.tok_emb(ids)
+    x = tokens + model.pos_emb(torch.arange(start, start + T))
     for i, block in enumerate(model.blocks):
         cache = caches[0 if mistake == "one_cache" else i]
         attn, H = block.self_attn, model.num_heads
         h = x if mistake == "no_norm1" else block.norm1(x)
         flat = mistake == "heads_no_transpose"
         q = _heads(attn.q_proj(h), H, flat)
+        if mistake == "kv_before_pos" and i == 0:
+            h = block.norm1(tokens)  # keys and values without the positions
         k, v = _heads(attn.k_proj(h), H, flat), _heads(attn.v_proj(h), H, flat)
         K, V = cache.update(k, v)
         if mistake == "cache_not_read":

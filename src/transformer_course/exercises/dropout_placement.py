@@ -23,6 +23,11 @@ from ._protocol import (
 )
 from ._report import as_tensor, check_shape, close, first_reproduced, where_differs
 
+_SHARED_MASK = (
+    "两个子层用了同一个 dropout 掩码（只调用一次 layer.drop，结果用了两次）：每个"
+    "子层的输出各调用一次 layer.drop，各自随机丢，两个掩码互相独立。"
+)
+
 # (hint, mistake): the typical placements of ``layer.drop``, in the order they are tried
 _DROPOUT_MISTAKES = [
     ("没有用 layer.drop：每个子层的输出先经过 layer.drop，再加残差。", "none"),
@@ -39,6 +44,13 @@ _DROPOUT_MISTAKES = [
         "只有前馈子层用了 dropout：自注意力子层的输出也要经过 layer.drop。",
         "ffn_only",
     ),
+    (
+        "dropout 作用在了子层的输入上（drop(X) 送进自注意力、drop(A) 送进前馈）："
+        "应丢的是子层的输出，norm(x + drop(F(x)))，子层读的是没丢过的 x。",
+        "on_input",
+    ),
+    (_SHARED_MASK, "shared_mask"),
+    (_SHARED_MASK, "shared_mask_first"),
 ]
 
 
@@ -70,6 +82,19 @@ def _dropout_variant(
     if mistake == "after_norm":
         A = layer.drop(layer.norm1(X + layer.self_attn(X, X, X, attn_mask=mask)))
         return layer.drop(layer.norm2(A + layer.ffn(A)))
+    if mistake == "on_input":
+        Xd = layer.drop(X)
+        A = layer.norm1(X + layer.self_attn(Xd, Xd, Xd, attn_mask=mask))
+        return layer.norm2(A + layer.ffn(layer.drop(A)))
+    if mistake in ("shared_mask", "shared_mask_first"):
+        # one mask (times 1/(1-p)) for both, drawn before or after the attention's own
+        # dropout has used the random stream
+        first = mistake == "shared_mask_first"
+        early = layer.drop(torch.ones_like(X)) if first else None
+        attended = layer.self_attn(X, X, X, attn_mask=mask)
+        scale = layer.drop(torch.ones_like(attended)) if early is None else early
+        A = layer.norm1(X + attended * scale)
+        return layer.norm2(A + layer.ffn(A) * scale)
     if mistake == "on_sum":
         A = layer.norm1(layer.drop(X + layer.self_attn(X, X, X, attn_mask=mask)))
         return layer.norm2(layer.drop(A + layer.ffn(A)))

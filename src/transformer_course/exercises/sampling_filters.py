@@ -6,10 +6,13 @@ What is graded is the *kept set* (a logit at or below ``-1e9`` counts as removed
 ``-inf``, ``-1e9`` and ``torch.finfo.min`` are all fine) and the distribution
 ``softmax(out)``: the kept logits may be returned unchanged or shifted by one constant
 per row (``log_softmax`` values), since softmax renormalises either way. The graded
-inputs (``p = 1.0`` apart, which keeps every token) have no cumulative mass within
-``1e-3`` of ``p`` and no tie at the nucleus's edge, so neither the strict/non-strict
-comparison nor the order in which a sort puts tied tokens decides the result; ties
-inside the nucleus are graded."""
+inputs (``p = 1.0`` and :data:`TIE_CASE` apart) have no cumulative mass within ``1e-3``
+of ``p`` and no tie at the nucleus's edge, so the order in which a sort puts tied tokens
+never decides the result; ties inside the nucleus are graded. :data:`TIE_CASE` has
+dyadic probabilities (exact in float32 and float64) and a token whose exclusive mass
+equals ``p`` exactly: the package drops it (``before < p``), ``before <= p`` keeps it.
+The classic shifted removal (``cum > p``, shifted right by one) is that same non-strict
+rule, so keeping it passes with a reminder instead of a rejection."""
 
 from __future__ import annotations
 
@@ -90,6 +93,8 @@ def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
     if mistake == "inclusive":
         keep = cum < p
         keep[..., 0] = True
+    elif mistake == "non_strict":
+        keep = before <= p
     elif mistake == "one_extra":
         keep = torch.cat(
             [torch.ones_like(before[..., :1], dtype=torch.bool), before[..., :-1] < p],
@@ -102,9 +107,20 @@ def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
     return torch.zeros_like(keep).scatter(-1, order, keep)
 
 
+TIE_CASE = "累计概率恰好等于 p：概率 0.5、0.25、0.125、0.0625、0.0625，p = 0.75"
+
+NON_STRICT_NOTE = (
+    "但在“{case}”这一行多留了一个词元：排在第 3 的词元前面的累计概率已经恰好等于 p，"
+    "前两个的总概率已达到 p，它不需要了。你用的是 <= 而不是 <（cum - probs <= p，"
+    "或 cum > p 再右移一位，两者等价）；只在恰好相等时才有区别，按定义写 "
+    "cum - probs < p"
+)
+
+
 def _cases() -> list[tuple[str, Tensor, float]]:
-    """(description, logits, p): the graded inputs, every one with a margin of at least
-    ``1e-3`` between ``p`` and every token's exclusive cumulative mass."""
+    """(description, logits, p): the graded inputs, every one but :data:`TIE_CASE` with
+    a margin of at least ``1e-3`` between ``p`` and every token's exclusive cumulative
+    mass."""
     g = torch.Generator().manual_seed(20240527 + 41)
     rows = torch.randn(4, 10, generator=g) * 2.0
     # row 0: the most likely token alone has more than p; row 1: a flat row
@@ -120,6 +136,12 @@ def _cases() -> list[tuple[str, Tensor, float]]:
             0.9,
         ),
         ("核内有并列的 logits，p = 0.85", ties, 0.85),
+        (
+            TIE_CASE,
+            torch.tensor([[-3.0, 0.0, -2.0, -1.0, -3.0]], dtype=torch.float64)
+            * math.log(2.0),
+            0.75,
+        ),
         ("(N, V) = (4, 10)，p = 1.0", rows, 1.0),
     ]
 
@@ -154,6 +176,7 @@ def check_top_p_filter(fn: Callable) -> str:
         f"{name} 调用了 tc.top_p_filter（或 tc.sample_next_token）：这道练习要自己写出"
         "排序、累加和截断。"
     )
+    note = ""
     for i, (case, logits, p) in enumerate(_cases()):
         with calls_refused((top_p_filter, sample_next_token), refused):
             out = run_learner(
@@ -171,6 +194,11 @@ def check_top_p_filter(fn: Callable) -> str:
         ref = top_p_filter(logits, p)
         ref_kept = torch.isfinite(ref)
         kept = out > REMOVED
+        if case == TIE_CASE and bool(
+            torch.equal(kept, _kept_by(logits, p, "non_strict"))
+        ):
+            note = "；" + NON_STRICT_NOTE.format(case=case)
+            continue
         _check_kept_set(name, case, logits, p, out, kept, ref_kept)
         if not close(torch.softmax(out.double(), -1), torch.softmax(ref.double(), -1)):
             fail(
@@ -178,7 +206,7 @@ def check_top_p_filter(fn: Callable) -> str:
                 "softmax(输出) 与应有的分布不同。核内的 logits 要原样保留（差同一个"
                 "常数也可以），只把核外的设成 -inf；温度之类的缩放不属于这个函数。"
             )
-    return "排序的、未排序的输出，(N, V) 与 (N, T, V)，核内并列，p = 1.0"
+    return "排序的、未排序的输出，(N, V) 与 (N, T, V)，核内并列，p = 1.0" + note
 
 
 def _check_kept_set(
