@@ -221,6 +221,11 @@ def merge_same_list_when_absent(ids, pair, new_id):  # learner test 18b: no copy
     return merge_while(ids, pair, new_id)
 
 
+def merge_by_string_replace(ids, pair, new_id):  # learner test 19: digits merge across ids
+    text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+    return [int(t) for t in text.split()]
+
+
 def merge_returns_string(ids, pair, new_id):
     return " ".join(map(str, merge_while(ids, pair, new_id)))
 
@@ -236,6 +241,7 @@ def merge_returns_string(ids, pair, new_id):
         (merge_in_place, "改动了传进来的 ids"),
         (merge_returns_string, "应返回一个列表"),
         (merge_same_list_when_absent, "返回的就是传进来的 ids 这个列表本身"),
+        (merge_by_string_replace, "从左往右扫描"),
     ],
 )
 def test_merge_pair_rejects_typical_mistakes(fn, keyword, capsys):
@@ -349,6 +355,11 @@ def step_swapped(ids, new_id):  # learner test: (new_ids, pair)
     return new_ids, pair
 
 
+def step_string_replace(ids, new_id):
+    pair, _ = step_min(ids, new_id)
+    return pair, merge_by_string_replace(ids, pair, new_id)
+
+
 def step_one_value(ids, new_id):
     return step_min(ids, new_id)[1]
 
@@ -362,6 +373,7 @@ def step_one_value(ids, new_id):
         (step_one_value, r"\(pair, new_ids\)"),
         (step_list_pair, "pair 是 list.*应是元组"),
         (step_swapped, "两项顺序反了"),
+        (step_string_replace, "从左往右扫描"),
     ],
 )
 def test_bpe_merge_rejects_typical_mistakes(fn, keyword, capsys):

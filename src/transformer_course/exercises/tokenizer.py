@@ -203,6 +203,7 @@ def _merge_cases() -> list[tuple[list[int], tuple[int, int]]]:
     fixed = [
         ([1, 2, 3, 1, 2], (1, 2)), ([7, 7, 7], (7, 7)), ([7, 7, 7, 7], (7, 7)),
         ([1, 2, 3, 4], (3, 4)), ([1, 2, 3], (2, 1)), ([5], (5, 5)), ([], (1, 2)),
+        ([11, 2, 1, 2], (1, 2)), ([3, 12, 1, 21], (1, 2)),  # ids of several digits
     ]  # fmt: skip
     rng = random.Random(SEED + 2)
     return fixed + [
@@ -235,7 +236,7 @@ def check_merge_pair(fn: Callable) -> str:
             )
         runs.append(((ids, pair, _NEW), _as_list(name, out)))
     _explain(name, runs, merge_pair, _merge_variants, _MERGE_RULE)
-    return f"{len(cases)} 个序列：多次出现、重叠的 [7, 7, 7]、末尾、不出现、空序列"
+    return f"{len(cases)} 个序列：多次出现、重叠的 [7, 7, 7]、末尾、不出现、空序列、多位数的 id"
 
 
 # --- one training step ---------------------------------------------------------------
@@ -339,6 +340,7 @@ def check_bpe_merge(fn: Callable) -> str:
         [5, 6, 1, 2, 5, 6, 1, 2],
         [7, 7, 7, 7],
         [3, 1, 3, 1, 1, 3],
+        [11, 2, 1, 2, 1, 2],  # ids of several digits: 11, 2 is not the pair (1, 2)
     ]
     cases += [ids for ids in _random_cases(4) if len(ids) >= 2]
     runs, picks, same = [], [], []
