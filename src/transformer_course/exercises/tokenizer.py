@@ -236,7 +236,10 @@ def check_merge_pair(fn: Callable) -> str:
             )
         runs.append(((ids, pair, _NEW), _as_list(name, out)))
     _explain(name, runs, merge_pair, _merge_variants, _MERGE_RULE)
-    return f"{len(cases)} 个序列：多次出现、重叠的 [7, 7, 7]、末尾、不出现、空序列、多位数的 id"
+    return (
+        f"{len(cases)} 个序列：多次出现、重叠的 [7, 7, 7]、末尾、不出现、空序列、"
+        "多位数的 id"
+    )
 
 
 # --- one training step ---------------------------------------------------------------
