@@ -106,24 +106,26 @@ def test_instance_instead_of_class():
         ex.check_multi_head_attention(tc.MultiHeadAttention(12, 3))
 
 
+def _done(Q, K, V, attn_mask=None):
+    return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0]
+
+
+def _todo(L):
+    pass
+
+
 def test_progress_by_exercise_number(capsys):
     _protocol.RESULTS.clear()
 
-    def done(Q, K, V, attn_mask=None):
-        return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0]
-
-    def todo(L):
-        pass
-
     def wrong(Q, K, V, attn_mask=None):
-        return done(Q, K, V, attn_mask) * 2
+        return _done(Q, K, V, attn_mask) * 2
 
-    ex.check_self_attention(done, exercise="5.10")
-    ex.check_causal_mask(todo, exercise="5.2")
+    ex.check_self_attention(_done, exercise="5.10")
+    ex.check_causal_mask(_todo, exercise="5.2")
     with pytest.raises(ex.ExerciseError):
         ex.check_self_attention(wrong, exercise="4.3")
-    ex.check_self_attention(done, solution=True, exercise="4.3")  # solutions are not counted
-    ex.check_self_attention(done)  # no number: not counted
+    ex.check_self_attention(_done, solution=True, exercise="4.3")  # solutions are not counted
+    ex.check_self_attention(_done)  # no number: not counted
     capsys.readouterr()
     ex.progress(5)
     lines = capsys.readouterr().out.splitlines()
@@ -141,15 +143,9 @@ def test_progress_by_exercise_number(capsys):
 def test_progress_counts_an_exercise_with_two_checkers_once(capsys):
     _protocol.RESULTS.clear()
 
-    def done(Q, K, V, attn_mask=None):
-        return tc.scaled_dot_product_attention(Q, K, V, attn_mask)[0]
-
-    def todo(L):
-        pass
-
-    ex.check_self_attention(done, exercise="2.5")
-    ex.check_causal_mask(todo, exercise="2.5")
-    ex.check_self_attention(done, exercise="2.6")
+    ex.check_self_attention(_done, exercise="2.5")
+    ex.check_causal_mask(_todo, exercise="2.5")
+    ex.check_self_attention(_done, exercise="2.6")
     capsys.readouterr()
     ex.progress(2)
     lines = capsys.readouterr().out.splitlines()
