@@ -117,3 +117,22 @@ def test_checks_refuses_a_block_without_checks():
     with pytest.raises(TypeError, match="summary"):
         with nb.claims(""):
             pass
+
+
+def test_quiet_checks_are_counted_in_the_next_printed_line(capsys):
+    with nb.claims("第一格", quiet=True):
+        nb.claim(True, "a")
+        nb.claim(True, "b")
+    assert capsys.readouterr().out == ""
+    with nb.claims("一节的检查"):
+        nb.claim(True, "c")
+    assert capsys.readouterr().out == "✓ 一节的检查（3 项检查）\n"
+    with nb.claims("下一节"):
+        nb.claim(True, "d")
+    assert capsys.readouterr().out == "✓ 下一节（1 项检查）\n"
+    with pytest.raises(AssertionError, match="claim failed: e"):
+        with nb.claims("quiet failure", quiet=True):
+            nb.claim(False, "e")
+    with pytest.raises(TypeError, match="quiet"):
+        with nb.claims("s", quiet="yes"):
+            nb.claim(True, "f")

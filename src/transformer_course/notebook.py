@@ -154,6 +154,8 @@ def show_source(obj: object) -> SourceCode:
 
 # Counters of the open `claims` blocks (innermost last): claims inside one are silent.
 _OPEN_BLOCKS: list[list[int]] = []
+# Checks run by finished quiet blocks that the next reported block has not counted yet.
+_UNREPORTED = [0]
 
 
 def _passed(line: str) -> None:
@@ -164,16 +166,22 @@ def _passed(line: str) -> None:
 
 
 @contextlib.contextmanager
-def claims(summary: str) -> Iterator[None]:
+def claims(summary: str, *, quiet: bool = False) -> Iterator[None]:
     """Run a section's checks quietly and print one line for all of them.
 
     Inside the block :func:`claim` and :func:`claim_close` print nothing; the first
     failure raises at once with its own message. When the block ends, one line
     ``✓ summary（n 项检查）`` is printed. A block in which no check ran raises
     ``AssertionError``: it would claim what nothing verified.
+
+    With ``quiet=True`` the block prints nothing; its checks are counted in the line
+    of the next block that prints, so a section whose checks sit in several cells
+    shows a single line.
     """
     if not isinstance(summary, str) or not summary:
         raise TypeError(f"summary must be a non-empty str, got {summary!r}")
+    if not isinstance(quiet, bool):
+        raise TypeError(f"quiet must be a bool, got {quiet!r}")
     counter = [0]
     _OPEN_BLOCKS.append(counter)
     try:
@@ -182,7 +190,13 @@ def claims(summary: str) -> Iterator[None]:
         _OPEN_BLOCKS.pop()
     if counter[0] == 0:
         raise AssertionError(f"claim failed: {summary}: no check ran in this block")
-    _passed(f"✓ {summary}（{counter[0]} 项检查）")
+    if quiet and not _OPEN_BLOCKS:
+        _UNREPORTED[0] += counter[0]
+        return
+    total = counter[0] + (0 if _OPEN_BLOCKS else _UNREPORTED[0])
+    if not _OPEN_BLOCKS:
+        _UNREPORTED[0] = 0
+    _passed(f"✓ {summary}（{total} 项检查）")
 
 
 def claim(condition: object, what: str) -> None:
