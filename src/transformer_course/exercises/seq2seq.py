@@ -240,19 +240,21 @@ _BUG_HUNT = {
 DECODER_CRASHES = [
     (
         r"mask of shape \(.*\) does not broadcast to \(\d+, \d+, (\d+), \1\)",
-        "memory_mask 传给了掩码自注意力：它的形状 (N, 1, 1, {S}) 对应源句的 {S} 个位置，"
-        "只属于交叉注意力（键是 memory）；自注意力的键是 x 本身（{L} 个位置），只用因果"
+        "memory_mask 传给了掩码自注意力：它的形状 (N, 1, 1, {S}) 对应源句的 "
+        "{S} 个位置，只属于交叉注意力（键是 memory）；自注意力的键是 x 本身（{L} 个位置），只用因果"
         "掩码。self_attn(x, is_causal=True)，"
         "cross_attn(x, memory, memory, attn_mask=memory_mask)。",
     ),
     (
         r"mask of shape \((\d+), \1\) does not broadcast",
-        "因果掩码 ({L}, {L}) 传给了交叉注意力：交叉注意力的键是 memory（{S} 个位置），用 "
+        "因果掩码 ({L}, {L}) 传给了交叉注意力：交叉注意力的键是 memory"
+        "（{S} 个位置），用 "
         "memory_mask；因果掩码只给掩码自注意力。",
     ),
     (
         r"size of tensor|shape|mat1 and mat2|must match|expanded size",
-        "多半是形状对不上（这里 {L} ≠ {S}）。交叉注意力的查询是解码器的 x (N, {L}, {E})，"
+        "多半是形状对不上（这里 {L} ≠ {S}）。交叉注意力的查询是解码器的 x "
+        "(N, {L}, {E})，"
         "键和值是 memory (N, {S}, {E})："
         "cross_attn(x, memory, memory, attn_mask=memory_mask)。",
     ),
