@@ -242,7 +242,8 @@ DECODER_CRASHES = [
         r"mask of shape \(.*\) does not broadcast to \(\d+, \d+, (\d+), \1\)",
         "memory_mask 传给了掩码自注意力：它的形状 (N, 1, 1, {S}) 对应源句的 "
         "{S} 个位置，只属于交叉注意力（键是 memory）；"
-        "自注意力的键是 x 本身（{L} 个位置），只用因果掩码。self_attn(x, is_causal=True)，"
+        "自注意力的键是 x 本身（{L} 个位置），只用因果掩码。"
+        "self_attn(x, is_causal=True)，"
         "cross_attn(x, memory, memory, attn_mask=memory_mask)。",
     ),
     (
