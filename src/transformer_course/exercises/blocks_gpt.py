@@ -185,26 +185,27 @@ def _attend(block: nn.Module, h: Tensor, causal: bool = True) -> Tensor:
     return block.self_attn(h, is_causal=causal)
 
 
-def _attention_mistake(block: nn.Module, mistake: str) -> Callable:
-    """The block's self-attention (its four projections, causal) with one of
-    :data:`MHA_HINTS`' mistakes inside: ``h -> output`` (None: not possible here)."""
+def _block_mistake(block: nn.Module, x: Tensor, mistake: str) -> Tensor | None:
+    """What the package block outputs with one of :data:`BLOCK_HINTS`' mistakes:
+    ``attn_<m>`` is the right wiring around a self-attention (the block's four
+    projections, causal) with :data:`MHA_HINTS`' mistake ``m`` inside."""
+    if not mistake.startswith("attn_"):
+        return _block_variant(block, x, mistake)
     a = block.self_attn
     layers = (a.q_proj, a.k_proj, a.v_proj, a.out_proj)
-    return lambda h: _mha_variant(
-        layers, a.num_heads, h, h, h, causal_mask(h.size(1)), mistake
+    h = block.norm1(x)
+    out = _mha_variant(
+        layers, a.num_heads, h, h, h, causal_mask(x.size(1)), mistake[len("attn_") :]
     )
+    if out is None:
+        return None
+    x = x + out
+    return x + block.ffn(block.norm2(x))
 
 
-def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor | None:
+def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor:
     """The package block's pieces, wired with one typical mistake."""
     attn = functools.partial(_attend, block, causal=mistake != "no_causal")
-    if mistake.startswith("attn_"):  # right wiring, a mistake inside the attention
-        inner = _attention_mistake(block, mistake.removeprefix("attn_"))
-        out = inner(block.norm1(x))
-        if out is None:
-            return None
-        x = x + out
-        return x + block.ffn(block.norm2(x))
     norm1, norm2, ffn = block.norm1, block.norm2, block.ffn
     if mistake in _RESIDUAL_MISTAKES:
         return _residual_variant(x, attn, norm1, norm2, ffn, mistake)
@@ -446,7 +447,7 @@ def check_transformer_block(cls: type) -> str:
         hint = first_reproduced(
             out,
             BLOCK_HINTS,
-            functools.partial(_block_variant, ref_mod, x),
+            functools.partial(_block_mistake, ref_mod, x),
             H=H,
             D=E // H,
             E=E,
@@ -710,7 +711,7 @@ def _gpt_block_hint(module: nn.Module, ref: nn.Module, idx: Tensor, what: str) -
                 named = isinstance(got, Tensor) and first_reproduced(
                     got,
                     BLOCK_HINTS,
-                    functools.partial(_block_variant, block, h),
+                    functools.partial(_block_mistake, block, h),
                     H=H,
                     D=E // H,
                     E=E,
