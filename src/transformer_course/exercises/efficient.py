@@ -556,6 +556,8 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
         tau = (cs.gather(-1, k.clamp(max=n - 1)) - 1) / k
     elif mistake == "no_minus_one":
         tau = cs.gather(-1, k - 1) / k
+    elif mistake == "tau_over_n":  # the right sum, divided by the length n
+        tau = (cs.gather(-1, k - 1) - 1) / n
     else:
         tau = (cs.gather(-1, k - 1) - 1) / k
     out = z - tau
@@ -597,6 +599,11 @@ _SPARSEMAX_MISTAKES = [
         "sum_shifted",
     ),
     ("τ 少了 −1：τ = (前 k 大之和 − 1) / k。", "no_minus_one"),
+    (
+        "τ 除以了 z 的全部元素个数 n（z.size(-1)），应除以支撑集的大小 k(z)："
+        "τ = (前 k 大之和 − 1) / k(z)。支撑集和前 k 大之和你都算对了。",
+        "tau_over_n",
+    ),
     (
         "没有先排序：判据 1 + k·z_(k) > 前 k 大之和里的 z_(k) 和前 k 大之和都来自从大到"
         "小排好的 z：zs = z.sort(dim=-1, descending=True).values，cs = zs.cumsum(-1)"
@@ -759,6 +766,11 @@ def check_sparsemax(fn, exercise: str | None = None) -> str:
         hint = _sparsemax_hint(fn, [z.double() for _, z in cases] + _TELL, hints)
         if hint is None and z.dim() > 1 and _each_row_right(fn, z):
             hint = _BATCHED_CRASHES[0][1]
+        if hint is None and torch.equal(out > 0, ref > 0):
+            hint = (
+                "非零的位置（支撑集）对了，值不对：错的是 τ。τ = (前 k 大之和 − 1)/k，"
+                "k 是支撑集的大小（非零的个数），前 k 大之和取自从大到小排好的 z。"
+            )
         if hint is None and not torch.allclose(
             out.double().sum(-1), torch.ones(()).double()
         ):
