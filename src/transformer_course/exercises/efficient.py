@@ -526,6 +526,24 @@ _SUPPORT_TESTS = {
 }
 
 
+def _sparsemax_tau(cs: Tensor, k: Tensor, mistake: str) -> Tensor:
+    """τ from the sorted cumulative sums ``cs`` and the support size ``k``, with the
+    τ-line mistake ``mistake`` (any other: the right τ)."""
+    n = cs.size(-1)
+    if mistake == "k_zero_based":
+        return (cs.gather(-1, k - 1) - 1) / (k - 1).clamp(min=1)
+    if mistake == "mean_threshold":  # tau = mean of all entries - 1/n
+        # also what sorting ascending gives: 1 + k·z_(k) > cs holds at every k then
+        return (cs[..., -1:] - 1) / n
+    if mistake == "sum_shifted":  # cs[k] where cs[k - 1] is the sum of the top k
+        return (cs.gather(-1, k.clamp(max=n - 1)) - 1) / k
+    if mistake == "no_minus_one":
+        return cs.gather(-1, k - 1) / k
+    if mistake == "tau_over_n":  # the right sum, divided by the length n
+        return (cs.gather(-1, k - 1) - 1) / n
+    return (cs.gather(-1, k - 1) - 1) / k
+
+
 def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
     """sparsemax along the last dim with one typical mistake (for diagnosis)."""
     if mistake == "softmax":
@@ -547,20 +565,7 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
     k = support.sum(-1, keepdim=True).clamp(min=1)
     if mistake == "no_one_plus_one":  # the bug left in, its k raised by one
         k = (k + 1).clamp(max=n)
-    if mistake == "k_zero_based":
-        tau = (cs.gather(-1, k - 1) - 1) / (k - 1).clamp(min=1)
-    elif mistake == "mean_threshold":  # tau = mean of all entries - 1/n
-        # also what sorting ascending gives: 1 + k·z_(k) > cs holds at every k then
-        tau = (cs[..., -1:] - 1) / n
-    elif mistake == "sum_shifted":  # cs[k] where cs[k - 1] is the sum of the top k
-        tau = (cs.gather(-1, k.clamp(max=n - 1)) - 1) / k
-    elif mistake == "no_minus_one":
-        tau = cs.gather(-1, k - 1) / k
-    elif mistake == "tau_over_n":  # the right sum, divided by the length n
-        tau = (cs.gather(-1, k - 1) - 1) / n
-    else:
-        tau = (cs.gather(-1, k - 1) - 1) / k
-    out = z - tau
+    out = z - _sparsemax_tau(cs, k, mistake)
     return out if mistake == "no_clamp" else out.clamp(min=0)
 
 
