@@ -184,7 +184,33 @@ def make_filter(mistake):
     return fn
 
 
+def softmax_over_the_batch(logits, p):  # learner test 19, 5.15: softmax(logits, 0)
+    probs = logits.softmax(0)
+    sorted_probs, order = probs.sort(-1, descending=True)
+    keep = (sorted_probs.cumsum(-1) - sorted_probs) < p
+    return logits.masked_fill(~torch.zeros_like(keep).scatter(-1, order, keep), float("-inf"))
+
+
+def one_count_for_the_batch(logits, p):  # learner test 19, 5.15: int() over all rows
+    probs = logits.softmax(-1)
+    sorted_probs, order = probs.sort(-1, descending=True)
+    k = int(((sorted_probs.cumsum(-1) - sorted_probs) < p).sum())
+    out = torch.full_like(logits, float("-inf"))
+    out[..., order[..., :k]] = logits[..., order[..., :k]]
+    return out
+
+
+def one_threshold_for_the_batch(logits, p):  # the smallest kept probability of any row
+    probs = logits.softmax(-1)
+    sorted_probs, _ = probs.sort(-1, descending=True)
+    smallest = sorted_probs[(sorted_probs.cumsum(-1) - sorted_probs) < p].min()
+    return logits.masked_fill(probs < smallest, float("-inf"))
+
+
 REJECTS = [
+    pytest.param(check, softmax_over_the_batch, "softmax 沿第 0 维", id="softmax-dim-0"),
+    pytest.param(check, one_count_for_the_batch, "每一行单独送进来时保留的词元都对", id="one-k-for-the-batch"),
+    pytest.param(check, one_threshold_for_the_batch, "整批的一个阈值", id="one-threshold-for-the-batch"),
     pytest.param(check, make_filter("inclusive"), "少留了跨过 p 的那个词元", id="inclusive"),
     pytest.param(check, make_filter("inclusive_no_first"), "一个词元也没留下", id="inclusive-no-first"),
     pytest.param(check, make_filter("double_shift"), "多留了一个词元", id="one-extra"),

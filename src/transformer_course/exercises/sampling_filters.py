@@ -67,7 +67,20 @@ TOP_P_HINTS = [
         "先 probs = torch.softmax(sorted_logits, dim=-1)，再 probs.cumsum(dim=-1)。",
         "cumsum_logits",
     ),
+    (
+        "softmax 沿第 0 维（批）做了：softmax(logits, dim=0) 让同一个词元在各行之间"
+        "归一化，每一行的概率之和不再是 1。词表在最后一维："
+        "torch.softmax(logits, dim=-1)（一行一行单独送进来时看不出这个错）。",
+        "softmax_first_dim",
+    ),
 ]
+
+BATCH_HINT = (
+    "每一行单独送进来时保留的词元都对，整批一起送就错了：有一步把几行混在了一起。"
+    "每一行有自己的核：排序、softmax、cumsum、比较都沿最后一维（dim=-1）逐行做，"
+    "不要用 int(...)、.item()、不带 dim 的 sum 或整批的一个阈值，把各行的保留个数"
+    "归成一个数。"
+)
 
 TOP_P_CRASHES = [
     (
@@ -80,6 +93,8 @@ TOP_P_CRASHES = [
 
 def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
     """The kept set (bool, like ``logits``) that ``mistake`` gives."""
+    if mistake == "softmax_first_dim":
+        return _kept_softmax_first_dim(logits, p)
     descending = mistake != "ascending"
     sorted_logits, order = torch.sort(logits, dim=-1, descending=descending)
     if mistake == "unsorted":
@@ -105,6 +120,33 @@ def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
     if order is None or mistake == "mask_in_sorted_order":
         return keep
     return torch.zeros_like(keep).scatter(-1, order, keep)
+
+
+def _kept_softmax_first_dim(logits: Tensor, p: float) -> Tensor:
+    """The kept set of the right filter on ``softmax(logits, dim=0)``."""
+    probs = torch.softmax(logits, dim=0)
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    keep = sorted_probs.cumsum(dim=-1) - sorted_probs < p
+    return torch.zeros_like(keep).scatter(-1, order, keep)
+
+
+def _each_row_right(fn: Callable, logits: Tensor, p: float) -> bool:
+    """Whether ``fn`` keeps the right set for every row of ``logits`` given alone
+    (shape ``(1, …, 1, V)``): a wrong batch then mixes the rows."""
+    rows = logits.reshape(-1, logits.size(-1))
+    if rows.size(0) < 2:
+        return False
+    shape = (1,) * (logits.dim() - 1) + (logits.size(-1),)
+    for row in rows:
+        try:  # diagnosis only
+            with calls_refused((top_p_filter, sample_next_token), ""):
+                out = fn(row.reshape(shape).clone(), p)
+        except Exception:
+            return False
+        want = torch.isfinite(top_p_filter(row.reshape(shape), p))
+        if not (isinstance(out, Tensor) and torch.equal(out > REMOVED, want)):
+            return False
+    return True
 
 
 TIE_CASE = "累计概率恰好等于 p：概率 0.5、0.25、0.125、0.0625、0.0625，p = 0.75"
@@ -199,7 +241,7 @@ def check_top_p_filter(fn: Callable) -> str:
         ):
             note = "；" + NON_STRICT_NOTE.format(case=case)
             continue
-        _check_kept_set(name, case, logits, p, out, kept, ref_kept)
+        _check_kept_set(fn, case, (logits, p), out, kept, ref_kept)
         if not close(torch.softmax(out.double(), -1), torch.softmax(ref.double(), -1)):
             fail(
                 f"{name} 留下的词元对了（{case}），但它们的 logits 被改了："
@@ -210,16 +252,16 @@ def check_top_p_filter(fn: Callable) -> str:
 
 
 def _check_kept_set(
-    name: str,
+    fn: Callable,
     case: str,
-    logits: Tensor,
-    p: float,
+    logits_p: tuple[Tensor, float],
     out: Tensor,
     kept: Tensor,
     ref_kept: Tensor,
 ) -> None:
     if bool(torch.equal(kept, ref_kept)):
         return
+    name, (logits, p) = name_of(fn), logits_p
     if not bool((out == -math.inf).any()) and bool(((out >= 0) & (out <= 1)).all()):
         sums = out.sum(-1)
         renormalised = bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-4))
@@ -263,6 +305,8 @@ def _check_kept_set(
         lambda mistake: _kept_by(logits, p, mistake),
         same=lambda a, b: bool(torch.equal(a, b)),
     )
+    if hint is None and _each_row_right(fn, logits, p):
+        hint = BATCH_HINT
     fail(
         f"{name} 保留的词元不对（{case}）。"
         + _row_hint(logits, ref_kept, kept, p)
