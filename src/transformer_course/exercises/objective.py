@@ -195,8 +195,9 @@ def check_smoothed_loss(fn) -> str:
     """Grade ``fn(logits, labels, smoothing)``: ``logits (N, n, |V|)``, ``labels
     (N, n)`` (chapter 2's letters, as the messages) with padding id 0; returns the
     scalar mean over the labels ``!= 0`` of ``−Σ_v q_v log p_v`` with
-    ``q = (1 - ε) e_y + ε/|V|``, written by hand: a call with ``label_smoothing=`` (≠ 0) or to the package's
-    ``label_smoothing_loss`` / ``smoothed_targets`` is refused."""
+    ``q = (1 - ε) e_y + ε/|V|``, written by hand: a call with ``label_smoothing=``
+    (≠ 0) or to the package's ``label_smoothing_loss`` / ``smoothed_targets`` is
+    refused."""
     name = name_of(fn)
     g = seeded_generator(53)
     # (description, N, T, V, ε, lengths): labels after lengths[i] are padding
