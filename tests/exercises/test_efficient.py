@@ -333,6 +333,14 @@ def sparsemax_tau_from_the_mean_of_the_support(z):  # τ = mean of the support, 
     return torch.clamp(z - cs.gather(-1, support - 1) / support + 0.5 / support, min=0)
 
 
+def sparsemax_cumsum_unsorted(z):  # sorted for z_(k), but the sums from z as given
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = z.cumsum(-1)
+    support = (1 + k * zs > cs).sum(-1, keepdim=True).clamp(min=1)
+    return torch.clamp(z - (cs.gather(-1, support - 1) - 1) / support, min=0)
+
+
 def sparsemax_softmax(z):
     return torch.softmax(z, -1)
 
@@ -431,6 +439,7 @@ SPARSEMAX_REJECTS = [
     (sparsemax_output_sorted, "排好的顺序"),
     (sparsemax_renormalised, "输出除以了自己的和"),
     (sparsemax_unsorted, "没有先排序"),
+    (sparsemax_cumsum_unsorted, "前 k 大之和是从原顺序的 z 累加的"),
     (sparsemax_mean_threshold, "τ 用了全部元素"),
     (sparsemax_support_plus_one, "支撑集大小多加了 1"),
     (sparsemax_argmax, "argmax 的 one-hot"),

@@ -13,7 +13,7 @@ import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course.exercises import sampling_filters
 
-from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton, rejection
 
 check = ex.check_top_p_filter
 
@@ -191,6 +191,17 @@ def softmax_over_the_batch(logits, p):  # learner test 19, 5.15: softmax(logits,
     return logits.masked_fill(~torch.zeros_like(keep).scatter(-1, order, keep), float("-inf"))
 
 
+def cumsum_over_the_batch(logits, p):  # the sorted probabilities summed down the rows
+    sorted_logits, order = logits.sort(-1, descending=True)
+    probs = sorted_logits.softmax(-1)
+    keep = (probs.cumsum(0) - probs) < p
+    return logits.masked_fill(~torch.zeros_like(keep).scatter(-1, order, keep), float("-inf"))
+
+
+def keep_above_one_minus_p(logits, p):  # a probability threshold, not a nucleus
+    return logits.masked_fill(logits.softmax(-1) < 1 - p, float("-inf"))
+
+
 def one_count_for_the_batch(logits, p):  # learner test 19, 5.15: int() over all rows
     probs = logits.softmax(-1)
     sorted_probs, order = probs.sort(-1, descending=True)
@@ -209,6 +220,7 @@ def one_threshold_for_the_batch(logits, p):  # the smallest kept probability of 
 
 REJECTS = [
     pytest.param(check, softmax_over_the_batch, "softmax 沿第 0 维", id="softmax-dim-0"),
+    pytest.param(check, cumsum_over_the_batch, "累加沿错了维", id="cumsum-dim-0"),
     pytest.param(check, one_count_for_the_batch, "每一行单独送进来时保留的词元都对", id="one-k-for-the-batch"),
     pytest.param(check, one_threshold_for_the_batch, "整批的一个阈值", id="one-threshold-for-the-batch"),
     pytest.param(check, make_filter("inclusive"), "少留了跨过 p 的那个词元", id="inclusive"),
@@ -247,3 +259,10 @@ def test_the_message_shows_the_row(capsys):
 def test_every_hint_reached(capsys):
     tables = {"TOP_P_HINTS": sampling_filters.TOP_P_HINTS, "TOP_P_CRASHES": sampling_filters.TOP_P_CRASHES}
     assert_every_hint_reached(tables, REJECTS, capsys)
+
+
+def test_an_empty_row_does_not_claim_the_top_token_exceeds_p(capsys):
+    # learner test 20 (extra): every token below 1 - p removed, a flat row loses all;
+    # its top probability (0.15) is below p, the message must not say it exceeds p
+    message = rejection(check, keep_above_one_minus_p)
+    assert "一个词元也没留下" in message and "已经超过 p" not in message, message

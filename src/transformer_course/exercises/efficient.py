@@ -560,7 +560,7 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
     ks = torch.arange(0 if mistake == "ranks_from_zero" else 1, n + 1, dtype=z.dtype)[
         :n
     ]
-    cs = zs.cumsum(-1)
+    cs = (z if mistake == "cs_unsorted" else zs).cumsum(-1)
     support = _SUPPORT_TESTS.get(mistake, _SUPPORT_TESTS[""])(ks, zs, cs)
     k = support.sum(-1, keepdim=True).clamp(min=1)
     if mistake == "no_one_plus_one":  # the bug left in, its k raised by one
@@ -621,6 +621,11 @@ _SPARSEMAX_MISTAKES = [
         "（descending=True）；从小到大排时判据 1 + k·z_(k) > 前 k 大之和处处成立，"
         "k 就成了 n。",
         "mean_threshold",
+    ),
+    (
+        "前 k 大之和是从原顺序的 z 累加的（z.cumsum(-1)）：判据和 τ 里的“前 k 大之和”"
+        "要从排好序的 zs 累加，cs = zs.cumsum(-1)。",
+        "cs_unsorted",
     ),
     (
         "输出是按从大到小排好的顺序：最后一步应对原始的 z 截断，"

@@ -73,6 +73,11 @@ TOP_P_HINTS = [
         "torch.softmax(logits, dim=-1)（一行一行单独送进来时看不出这个错）。",
         "softmax_first_dim",
     ),
+    (
+        "累加沿错了维：cumsum 要沿最后一维（词表，排好序的概率）做，"
+        "probs.cumsum(dim=-1)；沿第 0 维累加的是各行同一名次的概率。",
+        "cumsum_first_dim",
+    ),
 ]
 
 BATCH_HINT = (
@@ -93,8 +98,8 @@ TOP_P_CRASHES = [
 
 def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
     """The kept set (bool, like ``logits``) that ``mistake`` gives."""
-    if mistake == "softmax_first_dim":
-        return _kept_softmax_first_dim(logits, p)
+    if mistake in ("softmax_first_dim", "cumsum_first_dim"):
+        return _kept_first_dim(logits, p, mistake)
     descending = mistake != "ascending"
     sorted_logits, order = torch.sort(logits, dim=-1, descending=descending)
     if mistake == "unsorted":
@@ -122,11 +127,19 @@ def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
     return torch.zeros_like(keep).scatter(-1, order, keep)
 
 
-def _kept_softmax_first_dim(logits: Tensor, p: float) -> Tensor:
-    """The kept set of the right filter on ``softmax(logits, dim=0)``."""
-    probs = torch.softmax(logits, dim=0)
-    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-    keep = sorted_probs.cumsum(dim=-1) - sorted_probs < p
+def _kept_first_dim(logits: Tensor, p: float, mistake: str) -> Tensor:
+    """The kept set of the filter with its softmax (``softmax_first_dim``) or its
+    cumsum (``cumsum_first_dim``) along dim 0."""
+    softmax_dim = 0 if mistake == "softmax_first_dim" else -1
+    cumsum_dim = 0 if mistake == "cumsum_first_dim" else -1
+    if softmax_dim == 0:  # softmax first, then sort the probabilities
+        sorted_probs, order = torch.sort(
+            torch.softmax(logits, dim=0), dim=-1, descending=True
+        )
+    else:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+    keep = sorted_probs.cumsum(dim=cumsum_dim) - sorted_probs < p
     return torch.zeros_like(keep).scatter(-1, order, keep)
 
 
@@ -276,11 +289,15 @@ def _check_kept_set(
         row = tuple(int(i) for i in (~kept.any(-1)).nonzero()[0])
         where = str(row[0]) if len(row) == 1 else str(row)
         top = float(torch.softmax(logits[row], -1).max())
+        above = (
+            f"这一行最可能的词元的概率 {top:.3f} 已经超过 p = {p:g}。"
+            if top >= p
+            else ""
+        )
         fail(
-            f"{name} 在第 {where} 行一个词元也没留下（{case}）：这一行最可能的词元的"
-            f"概率 {top:.3f} 已经超过 p = {p:g}。跨过 p 的那个词元要保留，所以最可能的"
-            "那个词元总会留下：判断时看排在它前面的累计概率（不含它自己）< p，"
-            "第一个词元前面的累计概率是 0。"
+            f"{name} 在第 {where} 行一个词元也没留下（{case}）：{above}跨过 p 的那个"
+            "词元要保留，所以最可能的那个词元总会留下：判断时看排在它前面的累计概率"
+            "（不含它自己）< p，第一个词元前面的累计概率是 0。"
         )
     if bool((out[~ref_kept] == 0).all()) and bool(
         torch.equal(out[ref_kept], logits[ref_kept])

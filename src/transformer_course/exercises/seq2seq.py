@@ -98,6 +98,7 @@ def _decoder_variant(
         "cross_query_from_input",
         "cross_residual_from_input",
         "ffn_from_b1",
+        "ffn_from_input",
     ):
         b1 = n1(x + self_attn(x))  # a sublayer fed from the wrong place
         query, residual = {
@@ -105,7 +106,8 @@ def _decoder_variant(
             "cross_residual_from_input": (b1, x),
         }.get(mistake, (b1, b1))
         b2 = n2(residual + cross_attn(query))
-        return n3(b2 + layer.ffn(b1 if mistake == "ffn_from_b1" else b2))
+        ffn_in = {"ffn_from_b1": b1, "ffn_from_input": x}.get(mistake, b2)
+        return n3(b2 + layer.ffn(ffn_in))
     if mistake == "pre_ln":
         x = x + self_attn(n1(x))
         x = x + cross_attn(n2(x))
@@ -166,6 +168,11 @@ _DECODER_HINTS = [
         "B2 = norm2(B1 + cross_attn(B1, …)) 上，即 norm3(B2 + ffn(B2))，"
         "否则交叉注意力只经残差进到输出。",
         "ffn_from_b1",
+    ),
+    (
+        "FFN 的输入用了层输入 Y（forward 收到的 x）：FFN 应作用在交叉注意力之后的 "
+        "B2 = norm2(B1 + cross_attn(B1, …)) 上，即 norm3(B2 + ffn(B2))。",
+        "ffn_from_input",
     ),
     (
         "交叉注意力没有用 memory_mask：源句的填充位置不能被看到"
