@@ -12,7 +12,8 @@ never decides the result; ties inside the nucleus are graded. :data:`TIE_CASE` h
 dyadic probabilities (exact in float32 and float64) and a token whose exclusive mass
 equals ``p`` exactly: the package drops it (``before < p``), ``before <= p`` keeps it.
 The classic shifted removal (``cum > p``, shifted right by one) is that same non-strict
-rule, so keeping it passes with a reminder instead of a rejection."""
+rule; the exercise's text defines the smallest set (a token stays when the mass before
+it is *below* p), so both are rejected with a hint that names ``<=`` for ``<``."""
 
 from __future__ import annotations
 
@@ -164,11 +165,11 @@ def _each_row_right(fn: Callable, logits: Tensor, p: float) -> bool:
 
 TIE_CASE = "累计概率恰好等于 p：概率 0.5、0.25、0.125、0.0625、0.0625，p = 0.75"
 
-NON_STRICT_NOTE = (
-    "但在“{case}”这一行多留了一个词元：排在第 3 的词元前面的累计概率已经恰好等于 p，"
-    "前两个的总概率已达到 p，它不需要了。你用的是 <= 而不是 <（cum - probs <= p，"
-    "或 cum > p 再右移一位，两者等价）；只在恰好相等时才有区别，按定义写 "
-    "cum - probs < p"
+NON_STRICT_HINT = (
+    "多留了一个词元：排在第 3 的词元前面的累计概率已经恰好等于 p，前两个的总概率已"
+    "达到 p，它不需要了（核是总概率达到 p 的最小的一组）。你用的是 <= 而不是 <"
+    "（cum - probs <= p，或 cum > p 再右移一位，两者等价）；只在恰好相等时才有区别，"
+    "按定义写 cum - probs < p。"
 )
 
 
@@ -231,7 +232,6 @@ def check_top_p_filter(fn: Callable) -> str:
         f"{name} 调用了 tc.top_p_filter（或 tc.sample_next_token）：这道练习要自己写出"
         "排序、累加和截断。"
     )
-    note = ""
     for i, (case, logits, p) in enumerate(_cases()):
         with calls_refused((top_p_filter, sample_next_token), refused):
             out = run_learner(
@@ -252,8 +252,11 @@ def check_top_p_filter(fn: Callable) -> str:
         if case == TIE_CASE and bool(
             torch.equal(kept, _kept_by(logits, p, "non_strict"))
         ):
-            note = "；" + NON_STRICT_NOTE.format(case=case)
-            continue
+            fail(
+                f"{name} 保留的词元不对（{case}）。"
+                + _row_hint(logits, torch.isfinite(top_p_filter(logits, p)), kept, p)
+                + NON_STRICT_HINT
+            )
         _check_kept_set(fn, case, (logits, p), out, kept, ref_kept)
         if not close(torch.softmax(out.double(), -1), torch.softmax(ref.double(), -1)):
             fail(
@@ -261,7 +264,10 @@ def check_top_p_filter(fn: Callable) -> str:
                 "softmax(输出) 与应有的分布不同。核内的 logits 要原样保留（差同一个"
                 "常数也可以），只把核外的设成 -inf；温度之类的缩放不属于这个函数。"
             )
-    return "排序的、未排序的输出，(N, V) 与 (N, T, V)，核内并列，p = 1.0" + note
+    return (
+        "排序的、未排序的输出，(N, V) 与 (N, T, V)，核内并列，累计概率恰好等于 p，"
+        "p = 1.0"
+    )
 
 
 def _check_kept_set(
