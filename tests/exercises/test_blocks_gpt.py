@@ -11,7 +11,14 @@ import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course.exercises import blocks_gpt
 
-from .support import GeluFeedForward, assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+from .support import (
+    GeluFeedForward,
+    assert_every_hint_reached,
+    assert_passes,
+    assert_rejects,
+    assert_skeleton,
+    rejection,
+)
 
 
 class Block(nn.Module):
@@ -633,6 +640,103 @@ GPT_REJECTS = [
 ]
 
 REJECTS = BLOCK_REJECTS + GPT_REJECTS
+
+
+class HandAttention(nn.Module):
+    """A learner's causal multi-head self-attention written out by hand; ``slip`` names
+    the one line written wrong."""
+
+    def __init__(self, d_model, num_heads, slip=""):
+        super().__init__()
+        self.H, self.slip = num_heads, slip
+        self.q_proj, self.k_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.v_proj, self.out_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        N, L, E = x.shape
+        H = 1 if self.slip == "one head" else self.H
+        D, slip = E // H, self.slip
+        k_layer = self.q_proj if slip in ("k from q_proj", "all from q_proj") else self.k_proj
+        v_layer = {"v from q_proj": self.q_proj, "all from q_proj": self.q_proj, "v from k_proj": self.k_proj}.get(
+            slip, self.v_proj
+        )
+        if slip == "k and v layers swapped":
+            k_layer, v_layer = self.v_proj, self.k_proj
+
+        def split(t):
+            if slip in ("split by view", "split and merge by view"):
+                return t.view(N, H, L, D)
+            return t.view(N, L, H, D).transpose(1, 2)
+
+        q, k, v = split(self.q_proj(x)), split(k_layer(x)), split(v_layer(x))
+        scale = {"no scale": 1.0, "scale by d_model": E**0.5}.get(slip, D**0.5)
+        scores = torch.einsum("nhld,nhsd->nhls", q, k) / scale
+        mask = tc.causal_mask(L)
+        mask = mask.T if slip == "mask transposed" else mask
+        fill = -1e9 if slip == "softmax over heads" else float("-inf")
+        scores = scores.masked_fill(~mask, fill)
+        dim = {"softmax over queries": -2, "softmax over heads": 1}.get(slip, -1)
+        o = torch.softmax(scores, dim=dim) @ v
+        if slip in ("merge by view", "split and merge by view"):
+            o = o.reshape(N, L, E)
+        else:
+            o = o.transpose(1, 2).reshape(N, L, E)
+        return o if slip == "no out_proj" else self.out_proj(o)
+
+
+def hand_block(slip):
+    class HandBlock(Block):
+        def __init__(self, d_model, num_heads):
+            super().__init__(d_model, num_heads)
+            self.self_attn = HandAttention(d_model, num_heads, slip)
+
+        def attn(self, h):
+            return self.self_attn(h)
+
+    HandBlock.__name__ = f"Block_{slip.replace(' ', '_')}"
+    return HandBlock
+
+
+def hand_gpt(slip):
+    return type(f"GPT_{slip.replace(' ', '_')}", (GPT,), {"block": hand_block(slip)})
+
+
+# (slip, a phrase of its hint): the attention inside the block written wrong
+ATTENTION_SLIPS = [
+    ("no scale", "分数没有除以 √d_k"),
+    ("scale by d_model", "缩放用了 √d_model"),
+    ("split by view", "拆分多头时直接 view"),
+    ("merge by view", "合并多头时没有先转置"),
+    ("split and merge by view", "拆分和合并多头时都少了转置"),
+    ("one head", "没有拆分多头"),
+    ("softmax over queries", "softmax 的 dim"),
+    ("softmax over heads", "softmax 在头的维度上"),
+    ("no out_proj", "忘了最后的输出投影"),
+    ("mask transposed", "掩码转置了"),
+    ("all from q_proj", "K 和 V 也用 q_proj 投影了"),
+    ("k and v layers swapped", "k_proj 和 v_proj 用反了"),
+    ("k from q_proj", "键用 q_proj 投影了"),
+    ("v from q_proj", "值用 q_proj 投影了"),
+    ("v from k_proj", "值用 k_proj 投影了"),
+]
+
+
+REJECTS += [block_check(hand_block(slip), phrase, f"attention: {slip}") for slip, phrase in ATTENTION_SLIPS]
+
+
+def test_hand_written_attention_passes(capsys):
+    assert_passes(ex.check_transformer_block, hand_block(""), capsys, exercise="3.5")
+    assert_passes(ex.check_gpt, hand_gpt(""), capsys, exercise="3.6")
+
+
+@pytest.mark.parametrize(("slip", "phrase"), ATTENTION_SLIPS, ids=[s for s, _ in ATTENTION_SLIPS])
+def test_a_slip_inside_the_blocks_attention_is_named(slip, phrase, capsys):
+    message = rejection(ex.check_transformer_block, hand_block(slip))
+    assert "错在块里的多头注意力" in message and phrase in message, message
+    if slip in ("no scale", "split by view", "merge by view"):  # and through the model (3.6)
+        message = rejection(ex.check_gpt, hand_gpt(slip))
+        assert "blocks[0]" in message and phrase in message, message
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("checker, candidate, keyword", REJECTS)

@@ -113,8 +113,8 @@ def support_without_one_renormalised(z):  # learner test: the bug hidden by a di
 HUNTS = [
     (attention, ex.check_self_attention, "1.7", "1.1", softmax_over_queries, "看 softmax 沿的是哪一维", "dim=-1"),
     (translation_bugs, ex.check_decoder_batch, "1.9", None, labels_not_shifted, "看标签是从 tgt 的", "tgt[:, 1:]"),
-    (attention, ex.check_self_attention, "2.1", "5.3", scaled_by_key_count, "看分数那一行除以的是", "Q.size(-1)"),
-    (seq2seq, ex.check_decoder_layer, "2.6", "1.3", CrossQueryFromInput, "看 cross_attn 的查询", "cross_attn(B1"),
+    (attention, ex.check_self_attention, "2.1", "5.3", scaled_by_key_count, "分数除以的是什么量", "Q.size(-1)"),
+    (seq2seq, ex.check_decoder_layer, "2.6", "1.3", CrossQueryFromInput, "看交叉注意力那一行", "cross_attn(B1"),
     (norms_ffn, ex.check_layer_norm, "3.8", "3.1", NormOverBatch, "看 mean 和 var 的维度参数", "dim=-1"),
     (language_model, ex.check_split_heads, "3.10", None, split_by_view, "哪种操作才真正交换两根轴", "transpose(1, 2)"),
     (minigpt_extras, ex.check_post_ln_block, "3.11", None, InnerNormBlock, "各该包住哪一部分", "LN(x + F(x))"),
@@ -164,3 +164,38 @@ def test_every_bug_hunt_number_is_a_find_the_bug_exercise_of_that_checker():
     in_book = _bug_hunts_in_the_book()
     registered = {number: checker.__name__ for module, checker, *_ in HUNTS for number in module._BUG_HUNT}
     assert registered == in_book
+
+
+# ch02: the page's bug unchanged is told as such; a changed line that is still wrong
+# gets the precise hint, in the page's letters (n, m)
+
+
+def scaled_by_d_k(Q, K, V, attn_mask=None):  # changed, still wrong: d_k, not √d_k
+    scores = Q @ K.transpose(-2, -1) / Q.shape[-1]
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ V
+
+
+class CrossResidualFromInput(tc.DecoderLayer):  # query fixed, the residual still Y
+    def forward(self, x, memory, memory_mask=None):
+        b1 = self.norm1(x + self.self_attn(x, is_causal=True))
+        b2 = self.norm2(x + self.cross_attn(b1, memory, memory, attn_mask=memory_mask))
+        return self.norm3(b2 + self.ffn(b2))
+
+
+@pytest.mark.parametrize(
+    ("checker", "hunt", "bug"),
+    [(ex.check_self_attention, "2.1", scaled_by_key_count), (ex.check_decoder_layer, "2.6", CrossQueryFromInput)],
+)
+def test_ch02_bug_unchanged_is_named_as_unchanged_in_n_and_m(checker, hunt, bug):
+    message = rejection(lambda c: checker(c, exercise=hunt), bug)
+    assert "还没有改到 bug" in message and "n=" in message and "m=" in message, message
+    assert "L=" not in message and "S=" not in message, message
+
+
+def test_ch02_changed_but_wrong_gets_the_precise_hint():
+    message = rejection(lambda c: ex.check_self_attention(c, exercise="2.1"), scaled_by_d_k)
+    assert "还没有改到" not in message and "应除以 √d_k" in message, message
+    message = rejection(lambda c: ex.check_decoder_layer(c, exercise="2.6"), CrossResidualFromInput)
+    assert "还没有改到" not in message and "残差" in message and "B1" in message, message

@@ -42,16 +42,16 @@ def make_forward(mistake=None):
                 i = 0
             attn = block.self_attn
             h = x if mistake == "no_norm1" else block.norm1(x)
-            if mistake == "heads_no_transpose":  # learner test 6b, 5.17: reshape straight to (N, H, T, D)
+            if mistake in ("heads_no_transpose", "split_no_transpose"):  # learner tests 6b, 19: (N, H, T, D)
                 q, k, v = (p(h).reshape(N, num_heads, T, -1) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
             else:
                 q, k, v = (
                     p(h).view(N, T, num_heads, -1).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj)
                 )
-            K, V = caches[i].update(k, v)
+            K, V = caches[i].update(*((v, k) if mistake == "kv_swapped" else (k, v)))
             if mistake == "cache_not_read":
                 K, V = k, v
-            D = q.shape[-1]
+            D = q.shape[-1] if mistake != "scale_model" else x.shape[-1]
             scores = q @ K.transpose(-2, -1)
             if mistake != "no_scale":
                 scores = scores / math.sqrt(D)
@@ -63,9 +63,18 @@ def make_forward(mistake=None):
             o = scores.softmax(-1) @ V
             if mistake not in ("heads_no_transpose", "merge_no_transpose"):
                 o = o.transpose(1, 2)
-            x = x + attn.out_proj(o.reshape(N, T, -1))
+            # learner test 19, 5.17: the residual taken from h = norm1(x)
+            x = (h if mistake in ("res_from_norm1", "res_from_norm") else x) + attn.out_proj(o.reshape(N, T, -1))
+            if mistake == "res_from_norm":  # both sublayers: h2 + ffn(h2)
+                h2 = block.norm2(x)
+                x = h2 + block.ffn(h2)
+                continue
             # learner test 9b, 5.17: norm2 skipped
-            x = x + block.ffn(x if mistake == "no_norm2" else block.norm2(x))
+            x = x + block.ffn(
+                {"no_norm2": x, "ffn_from_h": h}.get(mistake)
+                if mistake in ("no_norm2", "ffn_from_h")
+                else block.norm2(x)
+            )
         if mistake != "no_norm_f":
             x = model.norm_f(x)
         return model.lm_head(x)
@@ -137,8 +146,14 @@ def test_skeleton(capsys):
         ("cache_not_read", "cache.update"),
         ("one_cache", "共用了一个缓存"),
         ("top_left_padded", "对齐到了左上角"),
-        ("heads_no_transpose", "少了 transpose"),
-        ("merge_no_transpose", "少了 transpose"),
+        ("heads_no_transpose", "分头和合并时都少了 transpose"),
+        ("merge_no_transpose", "合并多头时少了 transpose"),
+        ("split_no_transpose", "分头时直接 view 成了 (N, H, T, D)"),  # learner test 19
+        ("res_from_norm1", "注意力子层的残差加在了 norm1(x) 上"),  # learner test 19
+        ("res_from_norm", "注意力子层的残差加在了 norm1(x) 上"),  # with default norms: alike
+        ("ffn_from_h", "FFN 的输入用了注意力之前的 h"),
+        ("scale_model", "缩放用了 √d_model"),
+        ("kv_swapped", "键和值弄反了"),
     ],
 )
 def test_mistakes_are_named(mistake, keyword, capsys):

@@ -317,6 +317,30 @@ def sparsemax_one_support_for_all_rows(z):  # learner test 6b, 4.6: int() of the
     return torch.clamp(z - (cs[..., support - 1 : support] - 1) / support, min=0)
 
 
+def sparsemax_tau_over_length(z):  # learner test 19, 4.6: τ divided by n, not k(z)
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = (1 + k * zs > cs).sum(-1, keepdim=True)
+    return torch.clamp(z - (cs.gather(-1, support - 1) - 1) / z.size(-1), min=0)
+
+
+def sparsemax_tau_from_the_mean_of_the_support(z):  # τ = mean of the support, no −1/k
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = (1 + k * zs > cs).sum(-1, keepdim=True)
+    return torch.clamp(z - cs.gather(-1, support - 1) / support + 0.5 / support, min=0)
+
+
+def sparsemax_cumsum_unsorted(z):  # sorted for z_(k), but the sums from z as given
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = z.cumsum(-1)
+    support = (1 + k * zs > cs).sum(-1, keepdim=True).clamp(min=1)
+    return torch.clamp(z - (cs.gather(-1, support - 1) - 1) / support, min=0)
+
+
 def sparsemax_softmax(z):
     return torch.softmax(z, -1)
 
@@ -405,6 +429,8 @@ SPARSEMAX_REJECTS = [
     (sparsemax_no_k, "判据少了名次 k"),
     (sparsemax_sum_shifted, "不是 cs[k]"),
     (sparsemax_tau_without_minus_one, "τ 少了 −1"),
+    (sparsemax_tau_over_length, "应除以支撑集的大小 k(z)"),
+    (sparsemax_tau_from_the_mean_of_the_support, "非零的位置（支撑集）对了，值不对：错的是 τ"),
     (sparsemax_no_one, "判据少了 1"),
     (sparsemax_one_row_only, "一维输入通过了，有多行的输入出错"),
     (sparsemax_one_support_for_all_rows, "对每一行分别做"),
@@ -413,6 +439,7 @@ SPARSEMAX_REJECTS = [
     (sparsemax_output_sorted, "排好的顺序"),
     (sparsemax_renormalised, "输出除以了自己的和"),
     (sparsemax_unsorted, "没有先排序"),
+    (sparsemax_cumsum_unsorted, "前 k 大之和是从原顺序的 z 累加的"),
     (sparsemax_mean_threshold, "τ 用了全部元素"),
     (sparsemax_support_plus_one, "支撑集大小多加了 1"),
     (sparsemax_argmax, "argmax 的 one-hot"),
@@ -899,3 +926,10 @@ def test_streaming_attention_hints_all_reached(capsys):
         STREAMING_REJECTS,
         capsys,
     )
+
+
+def test_sparsemax_tau_over_n_named_in_the_bug_hunt(capsys):
+    # learner test 19: in the find-the-bug exercise a changed τ line that divides by n
+    # is named, not sent to the support test (which is right)
+    message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.6"), sparsemax_tau_over_length)
+    assert "应除以支撑集的大小 k(z)" in message and "支撑集的判据" not in message, message

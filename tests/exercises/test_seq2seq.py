@@ -73,10 +73,10 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 b1 = self.norm1(x + self.sa(x))
                 b2 = self.norm2(x + self.cross_attn(b1, memory, memory, attn_mask=memory_mask))
                 return self.norm3(b2 + self.ffn(b2))
-            if mistake == "ffn_from_b1":  # learner test 8a, 2.7: ffn(b1)
+            if mistake in ("ffn_from_b1", "ffn_from_input"):  # learner test 8a, 2.7: ffn(b1); or ffn(Y)
                 b1 = self.norm1(x + self.sa(x))
                 b2 = self.norm2(b1 + self.cross_attn(b1, memory, memory, attn_mask=memory_mask))
-                return self.norm3(b2 + self.ffn(b1))
+                return self.norm3(b2 + self.ffn(b1 if mistake == "ffn_from_b1" else x))
             if mistake == "cross_first":  # cross-attention before the masked self-attention
                 x = self.norm1(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 x = self.norm2(x + self.sa(x))
@@ -193,6 +193,7 @@ def test_decoder_layer_skeleton(capsys):
         ("cross_residual_from_input", "交叉注意力的残差加的是层输入 Y"),
         ("cross_first", "顺序不对"),
         ("ffn_from_b1", "FFN 的输入用了第一个子层的输出 B1"),
+        ("ffn_from_input", "FFN 的输入用了层输入 Y"),
         ("no_res_self", "少了掩码自注意力的残差连接"),
         ("no_res_ffn", "少了 FFN 的残差连接"),
         ("norms_swapped", "norm1 与 norm3 用反了"),
@@ -211,7 +212,7 @@ def test_decoder_hints_are_all_reached(capsys):
         "no_causal", "diag_hidden", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
         "norm3_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
-        "no_res_self", "no_res_ffn", "ffn_from_b1",
+        "no_res_self", "no_res_ffn", "ffn_from_b1", "ffn_from_input",
         "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal", "cross_causal_masked",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]

@@ -102,6 +102,14 @@ def counts_skipping_repeats(ids):  # learner test 18b: jumps past (a, a) as a me
     return counts
 
 
+def counts_unordered(ids):  # learner test 19: sorted pairs, (1, 2) and (2, 1) together
+    return dict(Counter(tuple(sorted(p)) for p in zip(ids, ids[1:], strict=False)))
+
+
+def counts_frozenset_keys(ids):  # the same mistake with sets as keys
+    return dict(Counter(frozenset(p) for p in zip(ids, ids[1:], strict=False)))
+
+
 def counts_crash_on_empty(ids):
     return Counter((ids[i], ids[i + 1]) for i in range(len(ids) - 1)) if ids[0] is not None else {}
 
@@ -118,6 +126,8 @@ def counts_crash_on_empty(ids):
         (counts_crash_on_empty, r"ids=\[\].*IndexError"),
         (counts_reversed, r"顺序反了.*zip\(ids, ids\[1:\]\)"),
         (counts_skipping_repeats, r"\(a, a\) 后跳过了一个位置"),
+        (counts_unordered, r"把 \(a, b\) 和 \(b, a\) 当成了同一对"),
+        (counts_frozenset_keys, r"键是集合.*有序"),
     ],
 )
 def test_pair_counts_rejects_typical_mistakes(fn, keyword, capsys):

@@ -14,14 +14,14 @@ from ._protocol import ATOL, RTOL, fail
 
 # The letters messages use for query length, key length, head dimension and heads:
 # PyTorch's everywhere, the paper's in chapter 2, whose page keeps the paper's notation.
-TORCH_LETTERS = {"L": "L", "S": "S", "D": "D", "H": "H"}
-PAPER_LETTERS = {"L": "n", "S": "m", "D": "d_k", "H": "h"}
+TORCH_LETTERS = {"L": "L", "S": "S", "D": "D", "H": "H", "E": "E"}
+PAPER_LETTERS = {"L": "n", "S": "m", "D": "d_k", "H": "h", "E": "d_model"}
 
 
 def shape_letters(exercise: str | None) -> dict[str, str]:
     """The shape letters for the messages of ``exercise`` (``"2.4"``: the paper's n,
-    m, d_k, h; any other number or None: L, S, D, H); fill a template's ``{L}``,
-    ``{S}``, ``{D}``, ``{H}`` with them."""
+    m, d_k, h, d_model; any other number or None: L, S, D, H, E); fill a template's
+    ``{L}``, ``{S}``, ``{D}``, ``{H}``, ``{E}`` with them."""
     if exercise is not None and str(exercise).startswith("2."):
         return PAPER_LETTERS
     return TORCH_LETTERS
@@ -29,7 +29,7 @@ def shape_letters(exercise: str | None) -> dict[str, str]:
 
 def filled(causes: Sequence[tuple[str, str]], letters: dict[str, str]) -> list:
     """A ``*_CRASHES`` table ``[(pattern, hint), ...]`` with the hints' ``{L}``,
-    ``{S}``, ``{D}``, ``{H}`` filled with ``letters``."""
+    ``{S}``, ``{D}``, ``{H}``, ``{E}`` filled with ``letters``."""
     return [(pattern, hint.format(**letters)) for pattern, hint in causes]
 
 

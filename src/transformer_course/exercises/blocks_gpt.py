@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..blocks import TransformerBlock
+from ..masks import causal_mask
 from ..models import GPTConfig, MiniGPT
 from ._protocol import (
     checker,
@@ -33,6 +34,7 @@ from ._report import (
     first_reproduced,
     where_differs,
 )
+from .heads import MHA_HINTS, _mha_variant
 from .norms_ffn import FFN_HINTS, _ffn_variant
 
 
@@ -183,6 +185,24 @@ def _attend(block: nn.Module, h: Tensor, causal: bool = True) -> Tensor:
     return block.self_attn(h, is_causal=causal)
 
 
+def _block_mistake(block: nn.Module, x: Tensor, mistake: str) -> Tensor | None:
+    """What the package block outputs with one of :data:`BLOCK_HINTS`' mistakes:
+    ``attn_<m>`` is the right wiring around a self-attention (the block's four
+    projections, causal) with :data:`MHA_HINTS`' mistake ``m`` inside."""
+    if not mistake.startswith("attn_"):
+        return _block_variant(block, x, mistake)
+    a = block.self_attn
+    layers = (a.q_proj, a.k_proj, a.v_proj, a.out_proj)
+    h = block.norm1(x)
+    out = _mha_variant(
+        layers, a.num_heads, h, h, h, causal_mask(x.size(1)), mistake[len("attn_") :]
+    )
+    if out is None:
+        return None
+    x = x + out
+    return x + block.ffn(block.norm2(x))
+
+
 def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor:
     """The package block's pieces, wired with one typical mistake."""
     attn = functools.partial(_attend, block, causal=mistake != "no_causal")
@@ -262,6 +282,26 @@ def _residual_variant(
 # the FFN's activation mistakes, named with check_feed_forward's hints
 _FFN_ACTIVATIONS = ("tanh", "relu")
 
+# the multi-head attention's mistakes a causal self-attention shows (K = V = Q makes
+# the others look right; an ignored mask is "no_causal", an inverted one gives NaN)
+_BLOCK_ATTENTION_MISTAKES = (
+    "no_scale",
+    "scale_model",
+    "split_view",
+    "merge_view",
+    "split_merge_view",
+    "one_head",
+    "softmax_queries",
+    "softmax_heads",
+    "no_out_proj",
+    "mask_transposed",
+    "q_proj_for_all",
+    "kv_swapped",
+    "copied_k_q",
+    "copied_v_q",
+    "copied_v_k",
+)
+
 BLOCK_HINTS = [
     ("少了注意力子层的残差连接：x = x + self_attn(norm1(x))。", "no_res_attn"),
     ("少了 FFN 子层的残差连接：x = x + ffn(norm2(x))。", "no_res_ffn"),
@@ -331,6 +371,12 @@ BLOCK_HINTS = [
         for hint, mistake in FFN_HINTS
         if mistake in _FFN_ACTIVATIONS
     ),
+    # the block's wiring is right, its attention has one of the multi-head mistakes
+    *(
+        (f"块的连线对，错在块里的多头注意力：{hint}", f"attn_{mistake}")
+        for hint, mistake in MHA_HINTS
+        if mistake in _BLOCK_ATTENTION_MISTAKES
+    ),
 ]
 
 
@@ -399,7 +445,12 @@ def check_transformer_block(cls: type) -> str:
         if close(out, ref):
             continue
         hint = first_reproduced(
-            out, BLOCK_HINTS, functools.partial(_block_variant, ref_mod, x)
+            out,
+            BLOCK_HINTS,
+            functools.partial(_block_mistake, ref_mod, x),
+            H=H,
+            D=E // H,
+            E=E,
         )
         if hint is None and x.size(1) > 2:
             hint = _causality_hint(
@@ -656,13 +707,23 @@ def _gpt_block_hint(module: nn.Module, ref: nn.Module, idx: Tensor, what: str) -
                 )
             expected = block(h)
             if not (isinstance(got, Tensor) and close(got, expected)):
+                H, E = block.self_attn.num_heads, h.size(-1)
                 named = isinstance(got, Tensor) and first_reproduced(
-                    got, BLOCK_HINTS, functools.partial(_block_variant, block, h)
+                    got,
+                    BLOCK_HINTS,
+                    functools.partial(_block_mistake, block, h),
+                    H=H,
+                    D=E // H,
+                    E=E,
                 )
+                if named:
+                    return (
+                        f"{what}.blocks[{i}] 的输出与参考块不一致：{named}"
+                        "（改好后可以先用 check_transformer_block 单独检查块类。）"
+                    )
                 return (
                     f"{what}.blocks[{i}] 的输出与参考块不一致："
-                    + (f"{named}" if named else "")
-                    + "先用 check_transformer_block 检查你的块类。"
+                    "先用 check_transformer_block 检查你的块类。"
                 )
             h = expected
     return (

@@ -133,14 +133,41 @@ _MISTAKES = [
         "attn_mask = tc.causal_mask(T, len(缓存) + T)。",
         "top_left",
     ),
-    *(
-        (
-            "分头或合并时少了 transpose：(N, T, E) 直接 reshape 成 (N, H, T, D) 会把"
-            "不同位置的数拼进同一个头。分头应 view(N, T, H, D).transpose(1, 2)，"
-            "合并应 o.transpose(1, 2).reshape(N, T, E)。",
-            mistake,
-        )
-        for mistake in ("heads_no_transpose", "merge_no_transpose")
+    (
+        "分头和合并时都少了 transpose：(N, T, E) 直接 reshape 成 (N, H, T, D) 会把"
+        "不同位置的数拼进同一个头。分头应 view(N, T, H, D).transpose(1, 2)，"
+        "合并应 o.transpose(1, 2).reshape(N, T, E)。",
+        "heads_no_transpose",
+    ),
+    (
+        "分头时直接 view 成了 (N, H, T, D)（合并是对的）：这样会把不同位置的数拼进"
+        "同一个头。应先 view(N, T, H, D)，再 transpose(1, 2)。",
+        "split_no_transpose",
+    ),
+    (
+        "合并多头时少了 transpose（分头是对的）：(N, H, T, D) 要先 transpose(1, 2) "
+        "成 (N, T, H, D)，再 reshape(N, T, E)。",
+        "merge_no_transpose",
+    ),
+    (
+        "注意力子层的残差加在了 norm1(x) 上（h + 注意力输出；FFN 子层若也写成 "
+        "norm2(x) + ffn(…)，同样是这个错）：残差要加在归一化之前的 x 上，"
+        "x = x + out_proj(…)，x = x + ffn(norm2(x))；h = norm1(x) 只用来算 q、k、v。",
+        "res_from_norm1",
+    ),
+    (
+        "FFN 的输入用了注意力之前的 h = norm1(x)：FFN 要读加过注意力残差之后的 x，"
+        "x = x + block.ffn(block.norm2(x))。",
+        "ffn_from_h",
+    ),
+    (
+        "缩放用了 √d_model（√E），应除以每个头的维度 √D（D = E // num_heads）。",
+        "scale_model",
+    ),
+    (
+        "键和值弄反了：cache.update 的参数顺序是 (k, v)，返回的也是 (K, V)；"
+        "分数用 q @ Kᵀ，加权求和用 V。",
+        "kv_swapped",
     ),
 ]
 
@@ -168,33 +195,52 @@ def _cached_variant(
     x = tokens + model.pos_emb(torch.arange(start, start + T))
     for i, block in enumerate(model.blocks):
         cache = caches[0 if mistake == "one_cache" else i]
-        attn, H = block.self_attn, model.num_heads
         h = x if mistake == "no_norm1" else block.norm1(x)
-        flat = mistake == "heads_no_transpose"
-        q = _heads(attn.q_proj(h), H, flat)
-        if mistake == "kv_before_pos" and i == 0:
-            h = block.norm1(tokens)  # keys and values without the positions
-        k, v = _heads(attn.k_proj(h), H, flat), _heads(attn.v_proj(h), H, flat)
-        K, V = cache.update(k, v)
-        if mistake == "cache_not_read":
-            K, V = k, v
-        scores = q @ K.transpose(-2, -1)
-        if mistake != "no_scale":
-            scores = scores / math.sqrt(q.shape[-1])
-        S = K.shape[-2]
-        mask = causal_mask(T, S)
-        if mistake == "top_left":
-            mask = torch.arange(S) <= torch.arange(T)[:, None]  # query i: keys 0..i
-        if mistake != "no_mask":
-            scores = scores.masked_fill(~mask, float("-inf"))
-        o = torch.softmax(scores, dim=-1) @ V  # (N, H, T, D)
-        if mistake not in ("heads_no_transpose", "merge_no_transpose"):
-            o = o.transpose(1, 2)
-        x = x + attn.out_proj(o.reshape(N, T, -1))
-        x = x + block.ffn(x if mistake == "no_norm2" else block.norm2(x))
+        kv_from = block.norm1(tokens) if mistake == "kv_before_pos" and i == 0 else h
+        o = _cached_attention(
+            block.self_attn, model.num_heads, (h, kv_from), cache, mistake
+        )
+        x = (h if mistake == "res_from_norm1" else x) + o
+        h2 = h if mistake == "ffn_from_h" else block.norm2(x)
+        x = x + block.ffn(x if mistake == "no_norm2" else h2)
     if mistake != "no_norm_f":
         x = model.norm_f(x)
     return model.lm_head(x)
+
+
+def _cached_attention(
+    attn: nn.Module,
+    H: int,
+    inputs: tuple[Tensor, Tensor],
+    cache: _ConcatCache,
+    mistake: str | None,
+) -> Tensor:
+    """One block's attention output (after ``out_proj``) for the new positions: queries
+    from ``inputs[0]``, keys and values from ``inputs[1]`` (both ``(N, T, E)``)."""
+    h, kv_from = inputs
+    N, T, E = h.shape
+    flat = mistake in ("heads_no_transpose", "split_no_transpose")
+    q = _heads(attn.q_proj(h), H, flat)
+    k, v = _heads(attn.k_proj(kv_from), H, flat), _heads(attn.v_proj(kv_from), H, flat)
+    K, V = cache.update(k, v)
+    if mistake == "cache_not_read":
+        K, V = k, v
+    if mistake == "kv_swapped":
+        K, V = V, K
+    scale = {"no_scale": 1.0, "scale_model": math.sqrt(E)}.get(
+        mistake, math.sqrt(q.shape[-1])
+    )
+    scores = q @ K.transpose(-2, -1) / scale
+    S = K.shape[-2]
+    mask = causal_mask(T, S)
+    if mistake == "top_left":
+        mask = torch.arange(S) <= torch.arange(T)[:, None]  # query i: keys 0..i
+    if mistake != "no_mask":
+        scores = scores.masked_fill(~mask, float("-inf"))
+    o = torch.softmax(scores, dim=-1) @ V  # (N, H, T, D)
+    if mistake not in ("heads_no_transpose", "merge_no_transpose"):
+        o = o.transpose(1, 2)
+    return attn.out_proj(o.reshape(N, T, -1))
 
 
 def _replay(

@@ -526,6 +526,24 @@ _SUPPORT_TESTS = {
 }
 
 
+def _sparsemax_tau(cs: Tensor, k: Tensor, mistake: str) -> Tensor:
+    """τ from the sorted cumulative sums ``cs`` and the support size ``k``, with the
+    τ-line mistake ``mistake`` (any other: the right τ)."""
+    n = cs.size(-1)
+    if mistake == "k_zero_based":
+        return (cs.gather(-1, k - 1) - 1) / (k - 1).clamp(min=1)
+    if mistake == "mean_threshold":  # tau = mean of all entries - 1/n
+        # also what sorting ascending gives: 1 + k·z_(k) > cs holds at every k then
+        return (cs[..., -1:] - 1) / n
+    if mistake == "sum_shifted":  # cs[k] where cs[k - 1] is the sum of the top k
+        return (cs.gather(-1, k.clamp(max=n - 1)) - 1) / k
+    if mistake == "no_minus_one":
+        return cs.gather(-1, k - 1) / k
+    if mistake == "tau_over_n":  # the right sum, divided by the length n
+        return (cs.gather(-1, k - 1) - 1) / n
+    return (cs.gather(-1, k - 1) - 1) / k
+
+
 def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
     """sparsemax along the last dim with one typical mistake (for diagnosis)."""
     if mistake == "softmax":
@@ -542,23 +560,12 @@ def _sparsemax_variant(z: Tensor, mistake: str) -> Tensor:
     ks = torch.arange(0 if mistake == "ranks_from_zero" else 1, n + 1, dtype=z.dtype)[
         :n
     ]
-    cs = zs.cumsum(-1)
+    cs = (z if mistake == "cs_unsorted" else zs).cumsum(-1)
     support = _SUPPORT_TESTS.get(mistake, _SUPPORT_TESTS[""])(ks, zs, cs)
     k = support.sum(-1, keepdim=True).clamp(min=1)
     if mistake == "no_one_plus_one":  # the bug left in, its k raised by one
         k = (k + 1).clamp(max=n)
-    if mistake == "k_zero_based":
-        tau = (cs.gather(-1, k - 1) - 1) / (k - 1).clamp(min=1)
-    elif mistake == "mean_threshold":  # tau = mean of all entries - 1/n
-        # also what sorting ascending gives: 1 + k·z_(k) > cs holds at every k then
-        tau = (cs[..., -1:] - 1) / n
-    elif mistake == "sum_shifted":  # cs[k] where cs[k - 1] is the sum of the top k
-        tau = (cs.gather(-1, k.clamp(max=n - 1)) - 1) / k
-    elif mistake == "no_minus_one":
-        tau = cs.gather(-1, k - 1) / k
-    else:
-        tau = (cs.gather(-1, k - 1) - 1) / k
-    out = z - tau
+    out = z - _sparsemax_tau(cs, k, mistake)
     return out if mistake == "no_clamp" else out.clamp(min=0)
 
 
@@ -598,6 +605,11 @@ _SPARSEMAX_MISTAKES = [
     ),
     ("τ 少了 −1：τ = (前 k 大之和 − 1) / k。", "no_minus_one"),
     (
+        "τ 除以了 z 的全部元素个数 n（z.size(-1)），应除以支撑集的大小 k(z)："
+        "τ = (前 k 大之和 − 1) / k(z)。支撑集和前 k 大之和你都算对了。",
+        "tau_over_n",
+    ),
+    (
         "没有先排序：判据 1 + k·z_(k) > 前 k 大之和里的 z_(k) 和前 k 大之和都来自从大到"
         "小排好的 z：zs = z.sort(dim=-1, descending=True).values，cs = zs.cumsum(-1)"
         "，不是原顺序的 z.cumsum(-1)。",
@@ -609,6 +621,11 @@ _SPARSEMAX_MISTAKES = [
         "（descending=True）；从小到大排时判据 1 + k·z_(k) > 前 k 大之和处处成立，"
         "k 就成了 n。",
         "mean_threshold",
+    ),
+    (
+        "前 k 大之和是从原顺序的 z 累加的（z.cumsum(-1)）：判据和 τ 里的“前 k 大之和”"
+        "要从排好序的 zs 累加，cs = zs.cumsum(-1)。",
+        "cs_unsorted",
     ),
     (
         "输出是按从大到小排好的顺序：最后一步应对原始的 z 截断，"
@@ -759,6 +776,11 @@ def check_sparsemax(fn, exercise: str | None = None) -> str:
         hint = _sparsemax_hint(fn, [z.double() for _, z in cases] + _TELL, hints)
         if hint is None and z.dim() > 1 and _each_row_right(fn, z):
             hint = _BATCHED_CRASHES[0][1]
+        if hint is None and torch.equal(out > 0, ref > 0):
+            hint = (
+                "非零的位置（支撑集）对了，值不对：错的是 τ。τ = (前 k 大之和 − 1)/k，"
+                "k 是支撑集的大小（非零的个数），前 k 大之和取自从大到小排好的 z。"
+            )
         if hint is None and not torch.allclose(
             out.double().sum(-1), torch.ones(()).double()
         ):

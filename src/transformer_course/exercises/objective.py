@@ -99,8 +99,8 @@ _MISTAKES = [
         "kl_div",
     ),
     (
-        "softmax 沿错了维：logits 是 (N, T, |V|)，概率要在最后一维（词表）上归一化，"
-        "F.log_softmax(logits, dim=-1)，不是 dim=1（时间维）。",
+        "softmax 沿错了维：logits 是 (N, n, |V|)，概率要在最后一维（词表）上归一化，"
+        "F.log_softmax(logits, dim=-1)，不是 dim=1（位置维，长 n）。",
         "softmax_dim1",
     ),
     (
@@ -192,18 +192,19 @@ def _loss(logits: Tensor, labels: Tensor, eps: float, mistake: str = "") -> Tens
 
 @checker("标签平滑的交叉熵")
 def check_smoothed_loss(fn) -> str:
-    """Grade ``fn(logits, labels, smoothing)``: ``logits (N, T, |V|)``,
-    ``labels (N, T)`` with padding id 0; returns the scalar mean over the labels
-    ``!= 0`` of ``−Σ_v q_v log p_v`` with ``q = (1 - ε) e_y + ε/|V|``, written by
-    hand: a call with ``label_smoothing=`` (≠ 0) or to the package's
-    ``label_smoothing_loss`` / ``smoothed_targets`` is refused."""
+    """Grade ``fn(logits, labels, smoothing)``: ``logits (N, n, |V|)``, ``labels
+    (N, n)`` (chapter 2's letters, as the messages) with padding id 0; returns the
+    scalar mean over the labels ``!= 0`` of ``−Σ_v q_v log p_v`` with
+    ``q = (1 - ε) e_y + ε/|V|``, written by hand: a call with ``label_smoothing=``
+    (≠ 0) or to the package's ``label_smoothing_loss`` / ``smoothed_targets`` is
+    refused."""
     name = name_of(fn)
     g = seeded_generator(53)
     # (description, N, T, V, ε, lengths): labels after lengths[i] are padding
     cases = [
-        ("N=2, T=5, |V|=11, ε=0.1，没有填充", 2, 5, 11, 0.1, [5, 5]),
-        ("N=3, T=6, |V|=13, ε=0，后两句末尾有填充", 3, 6, 13, 0.0, [6, 4, 2]),
-        ("N=2, T=4, |V|=9, ε=0.2，第二句末尾有填充", 2, 4, 9, 0.2, [4, 3]),
+        ("N=2, n=5, |V|=11, ε=0.1，没有填充", 2, 5, 11, 0.1, [5, 5]),
+        ("N=3, n=6, |V|=13, ε=0，后两句末尾有填充", 3, 6, 13, 0.0, [6, 4, 2]),
+        ("N=2, n=4, |V|=9, ε=0.2，第二句末尾有填充", 2, 4, 9, 0.2, [4, 3]),
     ]
     for i, (case, N, T, V, eps, lengths) in enumerate(cases):
         logits = (2 * torch.randn(N, T, V, generator=g)).requires_grad_()

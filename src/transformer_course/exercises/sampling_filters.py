@@ -12,7 +12,8 @@ never decides the result; ties inside the nucleus are graded. :data:`TIE_CASE` h
 dyadic probabilities (exact in float32 and float64) and a token whose exclusive mass
 equals ``p`` exactly: the package drops it (``before < p``), ``before <= p`` keeps it.
 The classic shifted removal (``cum > p``, shifted right by one) is that same non-strict
-rule, so keeping it passes with a reminder instead of a rejection."""
+rule; the exercise's text defines the smallest set (a token stays when the mass before
+it is *below* p), so both are rejected with a hint that names ``<=`` for ``<``."""
 
 from __future__ import annotations
 
@@ -67,7 +68,25 @@ TOP_P_HINTS = [
         "先 probs = torch.softmax(sorted_logits, dim=-1)，再 probs.cumsum(dim=-1)。",
         "cumsum_logits",
     ),
+    (
+        "softmax 沿第 0 维（批）做了：softmax(logits, dim=0) 让同一个词元在各行之间"
+        "归一化，每一行的概率之和不再是 1。词表在最后一维："
+        "torch.softmax(logits, dim=-1)（一行一行单独送进来时看不出这个错）。",
+        "softmax_first_dim",
+    ),
+    (
+        "累加沿错了维：cumsum 要沿最后一维（词表，排好序的概率）做，"
+        "probs.cumsum(dim=-1)；沿第 0 维累加的是各行同一名次的概率。",
+        "cumsum_first_dim",
+    ),
 ]
+
+BATCH_HINT = (
+    "每一行单独送进来时保留的词元都对，整批一起送就错了：有一步把几行混在了一起。"
+    "每一行有自己的核：排序、softmax、cumsum、比较都沿最后一维（dim=-1）逐行做，"
+    "不要用 int(...)、.item()、不带 dim 的 sum 或整批的一个阈值，把各行的保留个数"
+    "归成一个数。"
+)
 
 TOP_P_CRASHES = [
     (
@@ -80,6 +99,8 @@ TOP_P_CRASHES = [
 
 def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
     """The kept set (bool, like ``logits``) that ``mistake`` gives."""
+    if mistake in ("softmax_first_dim", "cumsum_first_dim"):
+        return _kept_first_dim(logits, p, mistake)
     descending = mistake != "ascending"
     sorted_logits, order = torch.sort(logits, dim=-1, descending=descending)
     if mistake == "unsorted":
@@ -107,13 +128,48 @@ def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
     return torch.zeros_like(keep).scatter(-1, order, keep)
 
 
+def _kept_first_dim(logits: Tensor, p: float, mistake: str) -> Tensor:
+    """The kept set of the filter with its softmax (``softmax_first_dim``) or its
+    cumsum (``cumsum_first_dim``) along dim 0."""
+    softmax_dim = 0 if mistake == "softmax_first_dim" else -1
+    cumsum_dim = 0 if mistake == "cumsum_first_dim" else -1
+    if softmax_dim == 0:  # softmax first, then sort the probabilities
+        sorted_probs, order = torch.sort(
+            torch.softmax(logits, dim=0), dim=-1, descending=True
+        )
+    else:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+    keep = sorted_probs.cumsum(dim=cumsum_dim) - sorted_probs < p
+    return torch.zeros_like(keep).scatter(-1, order, keep)
+
+
+def _each_row_right(fn: Callable, logits: Tensor, p: float) -> bool:
+    """Whether ``fn`` keeps the right set for every row of ``logits`` given alone
+    (shape ``(1, …, 1, V)``): a wrong batch then mixes the rows."""
+    rows = logits.reshape(-1, logits.size(-1))
+    if rows.size(0) < 2:
+        return False
+    shape = (1,) * (logits.dim() - 1) + (logits.size(-1),)
+    for row in rows:
+        try:  # diagnosis only
+            with calls_refused((top_p_filter, sample_next_token), ""):
+                out = fn(row.reshape(shape).clone(), p)
+        except Exception:
+            return False
+        want = torch.isfinite(top_p_filter(row.reshape(shape), p))
+        if not (isinstance(out, Tensor) and torch.equal(out > REMOVED, want)):
+            return False
+    return True
+
+
 TIE_CASE = "累计概率恰好等于 p：概率 0.5、0.25、0.125、0.0625、0.0625，p = 0.75"
 
-NON_STRICT_NOTE = (
-    "但在“{case}”这一行多留了一个词元：排在第 3 的词元前面的累计概率已经恰好等于 p，"
-    "前两个的总概率已达到 p，它不需要了。你用的是 <= 而不是 <（cum - probs <= p，"
-    "或 cum > p 再右移一位，两者等价）；只在恰好相等时才有区别，按定义写 "
-    "cum - probs < p"
+NON_STRICT_HINT = (
+    "多留了一个词元：排在第 3 的词元前面的累计概率已经恰好等于 p，前两个的总概率已"
+    "达到 p，它不需要了（核是总概率达到 p 的最小的一组）。你用的是 <= 而不是 <"
+    "（cum - probs <= p，或 cum > p 再右移一位，两者等价）；只在恰好相等时才有区别，"
+    "按定义写 cum - probs < p。"
 )
 
 
@@ -176,7 +232,6 @@ def check_top_p_filter(fn: Callable) -> str:
         f"{name} 调用了 tc.top_p_filter（或 tc.sample_next_token）：这道练习要自己写出"
         "排序、累加和截断。"
     )
-    note = ""
     for i, (case, logits, p) in enumerate(_cases()):
         with calls_refused((top_p_filter, sample_next_token), refused):
             out = run_learner(
@@ -197,29 +252,35 @@ def check_top_p_filter(fn: Callable) -> str:
         if case == TIE_CASE and bool(
             torch.equal(kept, _kept_by(logits, p, "non_strict"))
         ):
-            note = "；" + NON_STRICT_NOTE.format(case=case)
-            continue
-        _check_kept_set(name, case, logits, p, out, kept, ref_kept)
+            fail(
+                f"{name} 保留的词元不对（{case}）。"
+                + _row_hint(logits, torch.isfinite(top_p_filter(logits, p)), kept, p)
+                + NON_STRICT_HINT
+            )
+        _check_kept_set(fn, case, (logits, p), out, kept, ref_kept)
         if not close(torch.softmax(out.double(), -1), torch.softmax(ref.double(), -1)):
             fail(
                 f"{name} 留下的词元对了（{case}），但它们的 logits 被改了："
                 "softmax(输出) 与应有的分布不同。核内的 logits 要原样保留（差同一个"
                 "常数也可以），只把核外的设成 -inf；温度之类的缩放不属于这个函数。"
             )
-    return "排序的、未排序的输出，(N, V) 与 (N, T, V)，核内并列，p = 1.0" + note
+    return (
+        "排序的、未排序的输出，(N, V) 与 (N, T, V)，核内并列，累计概率恰好等于 p，"
+        "p = 1.0"
+    )
 
 
 def _check_kept_set(
-    name: str,
+    fn: Callable,
     case: str,
-    logits: Tensor,
-    p: float,
+    logits_p: tuple[Tensor, float],
     out: Tensor,
     kept: Tensor,
     ref_kept: Tensor,
 ) -> None:
     if bool(torch.equal(kept, ref_kept)):
         return
+    name, (logits, p) = name_of(fn), logits_p
     if not bool((out == -math.inf).any()) and bool(((out >= 0) & (out <= 1)).all()):
         sums = out.sum(-1)
         renormalised = bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-4))
@@ -234,11 +295,15 @@ def _check_kept_set(
         row = tuple(int(i) for i in (~kept.any(-1)).nonzero()[0])
         where = str(row[0]) if len(row) == 1 else str(row)
         top = float(torch.softmax(logits[row], -1).max())
+        above = (
+            f"这一行最可能的词元的概率 {top:.3f} 已经超过 p = {p:g}。"
+            if top >= p
+            else ""
+        )
         fail(
-            f"{name} 在第 {where} 行一个词元也没留下（{case}）：这一行最可能的词元的"
-            f"概率 {top:.3f} 已经超过 p = {p:g}。跨过 p 的那个词元要保留，所以最可能的"
-            "那个词元总会留下：判断时看排在它前面的累计概率（不含它自己）< p，"
-            "第一个词元前面的累计概率是 0。"
+            f"{name} 在第 {where} 行一个词元也没留下（{case}）：{above}跨过 p 的那个"
+            "词元要保留，所以最可能的那个词元总会留下：判断时看排在它前面的累计概率"
+            "（不含它自己）< p，第一个词元前面的累计概率是 0。"
         )
     if bool((out[~ref_kept] == 0).all()) and bool(
         torch.equal(out[ref_kept], logits[ref_kept])
@@ -263,6 +328,8 @@ def _check_kept_set(
         lambda mistake: _kept_by(logits, p, mistake),
         same=lambda a, b: bool(torch.equal(a, b)),
     )
+    if hint is None and _each_row_right(fn, logits, p):
+        hint = BATCH_HINT
     fail(
         f"{name} 保留的词元不对（{case}）。"
         + _row_hint(logits, ref_kept, kept, p)

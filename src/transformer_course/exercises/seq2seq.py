@@ -33,7 +33,9 @@ from ._report import (
     check_float,
     check_shape,
     close,
+    filled,
     first_reproduced,
+    shape_letters,
     where_differs,
 )
 from .attention import ADDITIVE_MASK_NOTE, is_additive_mask
@@ -96,6 +98,7 @@ def _decoder_variant(
         "cross_query_from_input",
         "cross_residual_from_input",
         "ffn_from_b1",
+        "ffn_from_input",
     ):
         b1 = n1(x + self_attn(x))  # a sublayer fed from the wrong place
         query, residual = {
@@ -103,7 +106,8 @@ def _decoder_variant(
             "cross_residual_from_input": (b1, x),
         }.get(mistake, (b1, b1))
         b2 = n2(residual + cross_attn(query))
-        return n3(b2 + layer.ffn(b1 if mistake == "ffn_from_b1" else b2))
+        ffn_in = {"ffn_from_b1": b1, "ffn_from_input": x}.get(mistake, b2)
+        return n3(b2 + layer.ffn(ffn_in))
     if mistake == "pre_ln":
         x = x + self_attn(n1(x))
         x = x + cross_attn(n2(x))
@@ -133,7 +137,7 @@ def _decoder_variant(
 _DECODER_HINTS = [
     (
         "掩码自注意力没有因果掩码：解码器位置 i 只能看目标的 0..i"
-        "（self_attn(x, is_causal=True)，或 attn_mask=tc.causal_mask(L)）。",
+        "（self_attn(x, is_causal=True)，或 attn_mask=tc.causal_mask({L})）。",
         "no_causal",
     ),
     (
@@ -164,6 +168,11 @@ _DECODER_HINTS = [
         "B2 = norm2(B1 + cross_attn(B1, …)) 上，即 norm3(B2 + ffn(B2))，"
         "否则交叉注意力只经残差进到输出。",
         "ffn_from_b1",
+    ),
+    (
+        "FFN 的输入用了层输入 Y（forward 收到的 x）：FFN 应作用在交叉注意力之后的 "
+        "B2 = norm2(B1 + cross_attn(B1, …)) 上，即 norm3(B2 + ffn(B2))。",
+        "ffn_from_input",
     ),
     (
         "交叉注意力没有用 memory_mask：源句的填充位置不能被看到"
@@ -226,9 +235,10 @@ _DECODER_HINTS = [
 _BUG_HUNT = {
     "2.6": {
         "cross_query_from_input": (
-            "第二个子层（交叉注意力）接错了张量：换掉前面的目标词，后面位置的交叉注意力"
-            "权重一点不变，仿佛解码器读源句时没看自己的前文。对照公式，看 cross_attn "
-            "的查询和这一步的残差各来自哪个张量。"
+            "输出和题目给的 BuggyDecoderLayer 完全一样：还没有改到 bug。症状与题目里"
+            "的实验相同：换掉前面的目标词，后面位置的交叉注意力权重一点不变，仿佛解码器"
+            "读源句时没看自己的前文。看交叉注意力那一行：把它的每个参数与公式逐项对照，"
+            "各应来自哪个张量。"
         )
     }
 }
@@ -237,20 +247,23 @@ _BUG_HUNT = {
 DECODER_CRASHES = [
     (
         r"mask of shape \(.*\) does not broadcast to \(\d+, \d+, (\d+), \1\)",
-        "memory_mask 传给了掩码自注意力：它的形状 (N, 1, 1, S) 对应源句的 S 个位置，"
-        "只属于交叉注意力（键是 memory）；自注意力的键是 x 本身（L 个位置），只用因果"
-        "掩码。self_attn(x, is_causal=True)，"
+        "memory_mask 传给了掩码自注意力：它的形状 (N, 1, 1, {S}) 对应源句的 "
+        "{S} 个位置，只属于交叉注意力（键是 memory）；"
+        "自注意力的键是 x 本身（{L} 个位置），只用因果掩码。"
+        "self_attn(x, is_causal=True)，"
         "cross_attn(x, memory, memory, attn_mask=memory_mask)。",
     ),
     (
         r"mask of shape \((\d+), \1\) does not broadcast",
-        "因果掩码 (L, L) 传给了交叉注意力：交叉注意力的键是 memory（S 个位置），用 "
+        "因果掩码 ({L}, {L}) 传给了交叉注意力：交叉注意力的键是 memory"
+        "（{S} 个位置），用 "
         "memory_mask；因果掩码只给掩码自注意力。",
     ),
     (
         r"size of tensor|shape|mat1 and mat2|must match|expanded size",
-        "多半是形状对不上（这里 L ≠ S）。交叉注意力的查询是解码器的 x (N, L, E)，"
-        "键和值是 memory (N, S, E)："
+        "多半是形状对不上（这里 {L} ≠ {S}）。交叉注意力的查询是解码器的 x "
+        "(N, {L}, {E})，"
+        "键和值是 memory (N, {S}, {E})："
         "cross_attn(x, memory, memory, attn_mask=memory_mask)。",
     ),
 ]
@@ -277,11 +290,15 @@ def check_decoder_layer(cls: type, exercise: str | None = None) -> str:
     name = name_of(cls)
     g = seeded_generator(31)
     hints = bug_hunt_hints(_DECODER_HINTS, exercise, _BUG_HUNT)
+    letters = shape_letters(exercise)  # chapter 2: the paper's n, m, d_model
+    causes = filled(DECODER_CRASHES, letters)
     # (d_model, num_heads, d_ff, N, L, S): L != S catches swapped query and memory
     for i, (E, H, d_ff, N, L, S) in enumerate(
         [(16, 4, 32, 2, 5, 7), (8, 2, 16, 1, 6, 3), (12, 3, 24, 3, 1, 4)]
     ):
-        case = f"d_model={E}, num_heads={H}, N={N}, L={L}, S={S}"
+        case = (
+            f"d_model={E}, num_heads={H}, N={N}, {letters['L']}={L}, {letters['S']}={S}"
+        )
         layer = construct(cls, E, H, d_ff, what=name)
         layer.eval()
         ref = DecoderLayer(E, H, d_ff).eval()
@@ -292,7 +309,7 @@ def check_decoder_layer(cls: type, exercise: str | None = None) -> str:
         with torch.no_grad():
             out = run_module(
                 layer, x, memory, mask, what=name, case=case, first=i == 0,
-                causes=DECODER_CRASHES,
+                causes=causes,
             )  # fmt: skip
             out = as_tensor(out, f"{name}.forward", case)
             check_shape(out, (N, L, E), f"{name}.forward", case)
@@ -306,6 +323,7 @@ def check_decoder_layer(cls: type, exercise: str | None = None) -> str:
                 out,
                 hints,
                 functools.partial(_decoder_mistake, ref, x, memory, mask, given=out),
+                **letters,
             )
         fail(
             f"{name}.forward 的输出与参考实现不一致（{case}）："
@@ -319,7 +337,10 @@ def check_decoder_layer(cls: type, exercise: str | None = None) -> str:
                 f"{name}.forward(x, memory) 不传 memory_mask 时结果不对："
                 "默认应不屏蔽任何源位置。"
             )
-    return "3 组形状（含 L ≠ S、源句带填充），逐元素对照 tc.DecoderLayer"
+    return (
+        f"3 组形状（含 {letters['L']} ≠ {letters['S']}、源句带填充），"
+        "逐元素对照 tc.DecoderLayer"
+    )
 
 
 # --- the shifted decoder input and the masked loss -----------------------------------

@@ -77,6 +77,12 @@ def _as_counts(name: str, out: object, ids: list[int]) -> dict:
             f"{type(out).__name__}：{out!r:.80}。只列出相邻对而不计数是不够的。"
         )
     bad = [k for k in out if not (isinstance(k, tuple) and len(k) == 2)]
+    if any(isinstance(k, (set, frozenset)) for k in bad):
+        fail(
+            f"{name}({ids}) 的键是集合（frozenset）：集合没有先后，(a, b) 和 (b, a) "
+            "成了同一个键。相邻对是有序的，(1, 2) 与 (2, 1) 是两种不同的对：用元组 "
+            "(ids[i], ids[i + 1]) 作键。"
+        )
     if bad:
         fail(
             f"{name}({ids}) 的键应是二元组 (a, b)，得到了 {bad[0]!r}"
@@ -103,6 +109,11 @@ def _count_variants(ids: list[int]) -> dict:
         "即 zip(ids, ids[1:])，不是 zip(ids[1:], ids)。": {
             (b, a): n for (a, b), n in want.items()
         },
+        "把 (a, b) 和 (b, a) 当成了同一对（像是键用了 tuple(sorted(...))）：相邻对"
+        "是有序的，(1, 2) 是 1 后面跟着 2，(2, 1) 是 2 后面跟着 1，合并时是两种不同的"
+        "对。键直接用 (ids[i], ids[i + 1])，不要排序。": dict(
+            Counter(tuple(sorted(pair)) for pair in zip(ids, ids[1:], strict=False))
+        ),
         "数到两个相同元素组成的对 (a, a) 后跳过了一个位置：计数时每次只前进一个位置"
         "，重叠的对都要数（[7, 7, 7] 里 (7, 7) 出现两次）；跳过两个是合并时的规则。": (
             _count_skipping_repeats(ids)
