@@ -149,7 +149,7 @@ def test_progress_counts_an_exercise_with_two_checkers_once(capsys):
     capsys.readouterr()
     ex.progress(2)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "搭建练习：1 道通过，1 道尚未实现，0 道未通过（共 2 道）", lines
+    assert lines[0] == "搭建练习：1 道通过，1 道尚未实现，0 道未通过（共 2 道，3 项检查）", lines
     assert len(lines) == 4, lines  # each checker still has its own row
     _protocol.RESULTS.clear()
 
