@@ -53,5 +53,10 @@ def progress(chapter: int | str | None = None) -> None:
         f"搭建练习：{counts[PASSED]} 道通过，{counts[SKELETON]} 道尚未实现，"
         f"{counts[FAILED]} 道未通过（共 {len(worst)} 道{checkers}）"
     )
+    # exercises still skeletons fit on one line; the others get a line each
+    todo = [exercise for exercise, status in worst.items() if status == SKELETON]
     for exercise, title, status, name in rows:
-        print(f"  {_MARKS[status]} 练习 {exercise}  {title}（{name}）：{status}")
+        if worst[exercise] != SKELETON:
+            print(f"  {_MARKS[status]} 练习 {exercise}  {title}（{name}）：{status}")
+    if todo:
+        print(f"  {_MARKS[SKELETON]} {SKELETON}：练习 " + "、".join(todo))
