@@ -7,7 +7,10 @@ Each ``--tree NAME=PATH`` names a checkout; one worker process per checkout impo
 with the same seed. The parent asks the workers for one figure at a time, in turn (the
 order of the versions rotates every round), so that a busy shared machine slows every
 version alike; each figure is the best of ``--rounds`` timings. Written to
-``bench/results/side_by_side/cpu.json`` with the ratios against the first tree.
+``bench/results/side_by_side/cpu.json`` (or ``--output``) with the ratios against the first
+tree. With ``--counts``, each worker first counts, per generated token of every decoding
+figure, its Python function calls and the operator calls reaching the dispatcher: figures
+that do not depend on how busy the machine is.
 
 Figures (4 layers, d_model 256, 4 heads, vocabulary 256, batch 1 for decoding, greedy):
 
@@ -45,6 +48,54 @@ FIGURES = (
 RESULTS = Path(__file__).parent / "results" / "side_by_side" / "cpu.json"  # not results/*.json: those are make bench's
 
 
+def _decoding(tc, torch, figure: str):
+    """``(work, new_tokens)``: ``work()`` runs the ``generate`` call of a decoding figure."""
+    window = figure.startswith("window")
+    positional = "rope" if "rope" in figure else "learned"
+    context, new = (128, 256) if window else (1088, 512)
+    cfg = tc.GPTConfig(
+        vocab_size=256, context_length=context, d_model=256, num_heads=4, num_layers=4, positional=positional
+    )
+    model = tc.MiniGPT(cfg).eval()
+    prompt = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(0))
+    use_cache = figure.endswith("_cached") or figure == "generate_cached_512"
+
+    def work():
+        model.generate(prompt, new, greedy=True, use_cache=use_cache)
+
+    return work, new
+
+
+def _count(tc, torch, figure: str) -> dict:
+    """Per generated token of a decoding figure, counts that do not depend on the machine's load:
+    Python function calls (cProfile) and operator calls that reach the dispatcher's Python key
+    (a ``TorchDispatchMode``; under ``no_grad`` every one of them has first passed the autograd
+    layer, under ``inference_mode`` none has)."""
+    import cProfile
+    import pstats
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    tc.set_seed(0)
+    work, new = _decoding(tc, torch, figure)
+    work()  # warm-up
+    profiler = cProfile.Profile()
+    profiler.enable()
+    work()
+    profiler.disable()
+    python_calls = sum(calls for _, calls, *_ in pstats.Stats(profiler).stats.values())
+    with Ops() as ops:
+        work()
+    return {"python_calls": python_calls / new, "dispatched_ops": ops.calls / new}
+
+
 def _measure(tc, torch, figure: str) -> float:
     """One timing of ``figure`` (after one untimed warm-up run of the same work)."""
     tc.set_seed(0)
@@ -63,19 +114,7 @@ def _measure(tc, torch, figure: str) -> float:
 
         tokens = 3 * x.numel()
     else:
-        window = figure.startswith("window")
-        positional = "rope" if "rope" in figure else "learned"
-        context, new = (128, 256) if window else (1088, 512)
-        cfg = tc.GPTConfig(
-            vocab_size=256, context_length=context, d_model=256, num_heads=4, num_layers=4, positional=positional
-        )
-        model = tc.MiniGPT(cfg).eval()
-        prompt = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(0))
-        use_cache = figure.endswith("_cached") or figure == "generate_cached_512"
-
-        def work():
-            model.generate(prompt, new, greedy=True, use_cache=use_cache)
-
+        work, _ = _decoding(tc, torch, figure)
         tokens = None
     work()  # warm-up
     start = time.perf_counter()
@@ -94,7 +133,9 @@ def worker(src: str) -> None:
 
     print(json.dumps({"file": tc.__file__}), flush=True)
     for line in sys.stdin:
-        print(json.dumps({"value": _measure(tc, torch, line.strip())}), flush=True)
+        what, figure = line.split()
+        value = _count(tc, torch, figure) if what == "count" else _measure(tc, torch, figure)
+        print(json.dumps({"value": value}), flush=True)
 
 
 def main() -> None:
@@ -102,6 +143,9 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], help="NAME=PATH of a checkout")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--figures", nargs="*", default=list(FIGURES), choices=FIGURES)
+    parser.add_argument("--counts", action="store_true", help="also count calls per token of the decoding figures")
+    parser.add_argument("--output", type=Path, default=RESULTS, help=f"JSON file to write (default {RESULTS})")
+    parser.add_argument("--note", help="a line about the run, stored as note_machine")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -121,6 +165,14 @@ def main() -> None:
         loaded = json.loads(procs[name].stdout.readline())["file"]
         if not loaded.startswith(src):
             raise SystemExit(f"{name}: imported {loaded}, not from {src}")
+
+    def ask(name: str, what: str, figure: str):
+        procs[name].stdin.write(f"{what} {figure}\n")
+        procs[name].stdin.flush()
+        return json.loads(procs[name].stdout.readline())["value"]
+
+    decoding = [f for f in args.figures if f != "train_tok_s"]
+    counts = {name: {f: ask(name, "count", f) for f in decoding} for name in trees} if args.counts else None
     load_start = os.getloadavg()
     samples = {name: {f: [] for f in args.figures} for name in trees}
     names = list(trees)
@@ -128,9 +180,7 @@ def main() -> None:
         for figure in args.figures:
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
-                procs[name].stdin.write(figure + "\n")
-                procs[name].stdin.flush()
-                value = json.loads(procs[name].stdout.readline())["value"]
+                value = ask(name, "time", figure)
                 samples[name][figure].append(value)
                 print(f"round {r} {figure:24s} {name:10s} {value:.4g}", flush=True)
     for proc in procs.values():
@@ -165,8 +215,18 @@ def main() -> None:
         "better (seconds: their time / ours; tok_s and speed-ups: ours / theirs)",
         "advantage_of_" + base: ratios,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    if counts:
+        result["per_token_counts"] = counts
+        result["note_counts"] = (
+            "per generated token, independent of the machine's load: python_calls (cProfile) and "
+            "dispatched_ops (operator calls reaching the dispatcher's Python key)"
+        )
+    if args.note:
+        result["note_machine"] = args.note
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    if counts:
+        print(json.dumps(counts, indent=1))
     print(json.dumps(result["best"], indent=1))
     print(json.dumps(ratios, indent=1))
 
