@@ -110,7 +110,10 @@ def _streaming_variant(
     for start in range(first, k.size(-2), b):
         s = (q @ k[..., start : start + b, :].mT) * scale
         s = s.masked_fill(~mask[..., start : start + b], -math.inf)
-        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        if mistake == "skipped_block" and torch.isinf(s.amax(-1)).any():
+            continue
+        block_max = s.amax(-1, keepdim=True)
+        c_new = block_max if mistake == "block_max" else torch.maximum(c, block_max)
         c_safe = torch.where(torch.isinf(c_new), torch.zeros_like(c_new), c_new)
         fix = torch.exp(c - c_safe)
         if mistake == "fix_inverted":  # exp(c_new − c_old), the first block guarded
@@ -118,11 +121,13 @@ def _streaming_variant(
         if mistake == "no_rescale":
             fix = torch.ones_like(fix)
         p = torch.exp(s - c_safe)
-        ell = ell * fix + p.sum(-1, keepdim=True)
+        ell_fix = torch.ones_like(fix) if mistake == "ell_not_rescaled" else fix
+        ell = ell * ell_fix + p.sum(-1, keepdim=True)
         o_fix = torch.ones_like(fix) if mistake == "o_not_rescaled" else fix
         o = o * o_fix + p @ v[..., start : start + b, :]
-        c = c_new
-    return o / ell
+        if mistake != "c_not_updated":
+            c = c_new
+    return o if mistake == "not_normalized" else o / ell
 
 
 _STREAMING_MISTAKES = [
@@ -141,6 +146,32 @@ _STREAMING_MISTAKES = [
     (
         "分母 ℓ 校正了，分子 o 没有：o 也要乘同一个校正因子 exp(c_旧 − c_新)。",
         "o_not_rescaled",
+    ),
+    (
+        "分子 o 校正了，分母 ℓ 没有：ℓ 也要乘同一个校正因子 exp(c_旧 − c_新)，"
+        "即 ℓ = ℓ · exp(c_旧 − c_新) + 本块的 Σ p。",
+        "ell_not_rescaled",
+    ),
+    (
+        "最后没有除以 ℓ：o 只是按 exp(s − c) 加权的和，输出是 o / ℓ。",
+        "not_normalized",
+    ),
+    (
+        "c 没有更新：每块处理完要 c = c_新。c 一直是 −∞ 时，校正因子 exp(c − c_新) "
+        "= 0 把前面各块的累计全部清零，结果只剩最后一块。",
+        "c_not_updated",
+    ),
+    (
+        "c_新 只取了本块的最大值：c_新 = max(c_旧, 本块最大值)，是到目前为止所有块的"
+        "最大值。只用本块的最大值时，某行在一块里整块被屏蔽，c 就成了 −∞，下一块的"
+        "校正因子 exp(−∞ − c_新) = 0 把前面的累计清零了。",
+        "block_max",
+    ),
+    (
+        "跳过了一整块：只要有一行在这一块里全被屏蔽，你就跳过了这一块，可这一块对"
+        "其他行仍有贡献。不要跳过块：全被屏蔽的行在这一块的 p 全是 0，只要 c 为 −∞ "
+        "时用 c_safe 代替 c_新 去减，(c, ℓ, o) 自然不变。",
+        "skipped_block",
     ),
     (
         "缩放因子用的是 √D_v（V 的最后一维）：应除以 √D，D 是 Q 和 K 的最后一维，"
