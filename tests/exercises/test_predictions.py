@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 import transformer_course as tc
@@ -12,6 +13,11 @@ import transformer_course as tc
         (9, 4.17, "未训练的损失：你的预测 9，实际 4.17。相差 116%，偏大：对照解答里的推理，看看哪一步想得不一样"),
         ("B", "B", "未训练的损失：你的预测 'B'，实际 'B'。✓ 一致"),
         ("A", "B", "未训练的损失：你的预测 'A'，实际 'B'。不一致：对照解答里的推理"),
+        # learner test 20b: a string where a number or a bool is asked for is named
+        ("10.66", 10.656, "未训练的损失：你的预测 '10.66' 是字符串（str），这里要写一个数（如 10.5），不加引号。改好后重新运行这一格"),
+        ("True", True, "未训练的损失：你的预测 'True' 是字符串（str），这里要写 True 或 False，不加引号。改好后重新运行这一格"),
+        ("True", np.bool_(True), "未训练的损失：你的预测 'True' 是字符串（str），这里要写 True 或 False，不加引号。改好后重新运行这一格"),
+        (True, np.bool_(True), "未训练的损失：你的预测 True，实际 True。✓ 一致"),
     ],
 )
 def test_prints_the_prediction_next_to_the_result(capsys, prediction, actual, expected):
