@@ -156,8 +156,13 @@ def check_pair_counts(fn: Callable) -> str:
 
 
 def _scan(
-    ids: list[int], pair: tuple, new_id: int, skip: int = 2, stop: int = 0, ahead: int = 1
-):
+    ids: list[int],
+    pair: tuple,
+    new_id: int,
+    skip: int = 2,
+    stop: int = 0,
+    ahead: int = 1,
+) -> list[int]:
     """A left-to-right merge with three knobs that reproduce common bugs: ``skip=1``
     forgets to skip the second element of a match, ``stop=1`` ends the loop one
     element early, ``ahead=2`` only matches where ``i + 2 < len(ids)`` (the final pair
@@ -176,8 +181,8 @@ def _scan(
 def _look_behind(
     ids: list[int], pair: tuple, new_id: int, behind_first: bool
 ) -> list[int]:
-    """A merge that drops ``ids[i]`` when ``(ids[i - 1], ids[i])`` is the pair instead of
-    remembering whether ``ids[i - 1]`` was merged; ``behind_first``: that test comes
+    """A merge that drops ``ids[i]`` when ``(ids[i - 1], ids[i])`` is the pair instead
+    of remembering whether ``ids[i - 1]`` was merged; ``behind_first``: that test comes
     before the test of ``(ids[i], ids[i + 1])``."""
     out = []
     for i, x in enumerate(ids):
