@@ -22,7 +22,11 @@ def test_prints_the_prediction_next_to_the_result(capsys, prediction, actual, ex
 
 @pytest.mark.parametrize(
     ("prediction", "actual", "wanted"),
-    [("10.66", 10.656, "一个数（如 10.5）"), ("True", True, " True 或 False"), ("True", np.bool_(True), " True 或 False")],
+    [
+        ("10.66", 10.656, "一个数（如 10.5）"),
+        ("True", True, " True 或 False"),
+        ("True", np.bool_(True), " True 或 False"),
+    ],
 )
 def test_a_string_for_a_number_or_bool_is_named_not_judged(capsys, prediction, actual, wanted):
     # learner test 20b: "True" or "10.66" was reported as a wrong prediction
