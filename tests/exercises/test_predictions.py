@@ -32,9 +32,8 @@ def test_a_string_for_a_number_or_bool_is_named_not_judged(capsys, prediction, a
     # learner test 20b: "True" or "10.66" was reported as a wrong prediction
     tc.exercises.compare_prediction(prediction, actual, what="x")
     out = capsys.readouterr().out.strip()
-    assert out == (
-        f"x：你的预测 {prediction!r} 是字符串（str），这里要写{wanted}，不加引号。改好后重新运行这一格"
-    )
+    head = f"x：你的预测 {prediction!r} 是字符串（str），"
+    assert out == head + f"这里要写{wanted}，不加引号。改好后重新运行这一格"
     assert "✓" not in out and "实际" not in out  # neither passed nor the answer given away
 
 
