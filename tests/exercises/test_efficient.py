@@ -940,6 +940,52 @@ def streaming_block_max(Q, blocks):  # c_new from the current block only
     return o / ell
 
 
+def streaming_block_max_unguarded(Q, blocks):  # c_new from the block, no c_safe: NaN mid-stream
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = s.amax(-1, keepdim=True)
+        fix, p = torch.exp(c - c_new), torch.exp(s - c_new)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
+def streaming_normalized_o(Q, blocks):  # o kept normalized, the old ℓ never put back
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell = ell * fix + p.sum(-1, keepdim=True)
+        o, c = (o * fix + p @ V) / ell, c_new
+    return o
+
+
+def streaming_normalized_o_right(Q, blocks):  # the same, with the old ℓ put back: right
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell_new = ell * fix + p.sum(-1, keepdim=True)
+        o = torch.nan_to_num((o * ell * fix + p @ V) / ell_new)  # 0/0 before any key
+        ell, c = ell_new, c_new
+    return o
+
+
+def streaming_block_softmax_mean(Q, blocks):  # each block's softmax, averaged
+    total, n = 0, 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        total, n = total + torch.nan_to_num(torch.softmax(s, -1)) @ V, n + 1
+    return total / n
+
+
 def streaming_len(Q, blocks):  # treats the stream as a list
     n = len(blocks)
     return Q[..., :n]
@@ -976,11 +1022,24 @@ STREAMING_REJECTS = [
                  id="c_not_updated"),
     pytest.param(ex.check_streaming_attention, streaming_block_max, "只取了本块的最大值",
                  id="block_max"),
+    pytest.param(ex.check_streaming_attention, streaming_block_max_unguarded, "后面某一块里某行全被屏蔽",
+                 id="block_max_nan"),
+    pytest.param(ex.check_streaming_attention, streaming_normalized_o, "乘回旧的 ℓ",
+                 id="normalized_o"),
+    pytest.param(ex.check_streaming_attention, streaming_block_softmax_mean, "各块 softmax 的分母不同",
+                 id="block_softmax_mean"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    "fn", [streaming_safe_max, streaming_logsumexp, streaming_while_next, streaming_skip_empty_block]
+    "fn",
+    [
+        streaming_safe_max,
+        streaming_logsumexp,
+        streaming_while_next,
+        streaming_skip_empty_block,
+        streaming_normalized_o_right,
+    ],
 )
 def test_streaming_attention_accepts(fn, capsys):
     assert_passes(ex.check_streaming_attention, fn, capsys)

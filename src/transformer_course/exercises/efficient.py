@@ -103,6 +103,20 @@ def _streaming_variant(
         scale = 1 / math.sqrt(v.size(-1))
     if mistake == "inverted":
         mask = ~mask
+    if mistake == "block_softmax_mean":  # each block's own softmax, averaged
+        parts = [
+            torch.nan_to_num(
+                torch.softmax(
+                    (q @ k[..., i : i + b, :].mT * scale).masked_fill(
+                        ~mask[..., i : i + b], -math.inf
+                    ),
+                    -1,
+                )
+            )
+            @ v[..., i : i + b, :]
+            for i in range(0, k.size(-2), b)
+        ]
+        return sum(parts) / len(parts)
     c = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
     ell = torch.zeros_like(c)
     o = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype)
@@ -125,9 +139,11 @@ def _streaming_variant(
         ell = ell * ell_fix + p.sum(-1, keepdim=True)
         o_fix = torch.ones_like(fix) if mistake == "o_not_rescaled" else fix
         o = o * o_fix + p @ v[..., start : start + b, :]
+        if mistake == "o_normalized_without_ell":  # o / ℓ, the old ℓ never put back
+            o = o / ell
         if mistake != "c_not_updated":
             c = c_new
-    return o if mistake == "not_normalized" else o / ell
+    return o if mistake in ("not_normalized", "o_normalized_without_ell") else o / ell
 
 
 _STREAMING_MISTAKES = [
@@ -174,6 +190,18 @@ _STREAMING_MISTAKES = [
         "skipped_block",
     ),
     (
+        "o 每块都除以了新的 ℓ，下一块却直接乘 exp(c_旧 − c_新) 再加 p V_j："
+        "归一化过的 o 要先乘回旧的 ℓ，"
+        "即 o = (o · ℓ_旧 · exp(c_旧 − c_新) + p V_j) / ℓ_新；"
+        "更简单的是 o 不归一化，最后才除以 ℓ。",
+        "o_normalized_without_ell",
+    ),
+    (
+        "把每块各自 softmax 的结果取了平均：各块 softmax 的分母不同，不能等权平均，"
+        "要按各块的 Σ exp(s − c) 加权，这正是 (c, ℓ, o) 的在线更新做的事。",
+        "block_softmax_mean",
+    ),
+    (
         "缩放因子用的是 √D_v（V 的最后一维）：应除以 √D，D 是 Q 和 K 的最后一维，"
         "这里 D ≠ D_v。",
         "scale_dv",
@@ -195,6 +223,9 @@ _NONFINITE_HINTS = {
     "left_pad": _LEADING_MASKED,
     "row_starts": _LEADING_MASKED,
     "none": "exp 溢出了：先减去目前为止的最大分数 c，再取 exp。",
+    "random": "第 1 块里每行都有可见的键，NaN 出在后面某一块里某行全被屏蔽的时候："
+    "c_新 = max(c_旧, 本块最大值) 仍是有限的，exp(s − c_新) = 0，这一行在这块没有贡献。"
+    "若 c_新 只取了本块的最大值（−∞），exp(−∞ − (−∞)) 就成了 NaN。",
     "loud_masked": "被屏蔽的键分数比可见的键高 100 以上时，若最大值 c 把它们也算进去，"
     "可见键的 exp(s − c) 全部下溢成 0，ℓ = 0，结果成了 0/0 = NaN。先屏蔽再取最大值："
     "masked_fill(~mask_j, −∞) 之后再 amax 和 exp，不要在 exp 之后才乘掩码。",
