@@ -872,6 +872,120 @@ def streaming_fix_inverted(Q, blocks):  # learner test 10b, 4.4: exp(c_new − c
     return o / ell
 
 
+def streaming_ell_not_rescaled(Q, blocks):  # learner test 20b, 4.4: the mirror of o_fix
+    return _streaming_with(Q, blocks, rescale_ell=False)
+
+
+def streaming_skip_masked_block(Q, blocks):  # learner test 20b: a row fully masked -> skip the block
+    c = ell = o = None
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        if torch.isinf(s.amax(-1)).any():
+            continue
+        if c is None:
+            c = torch.full(s.shape[:-1] + (1,), -math.inf)
+            ell, o = torch.zeros_like(c), torch.zeros(s.shape[:-1] + (V.size(-1),))
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix, p = torch.exp(c - c_new), torch.exp(s - c_new)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
+def streaming_skip_empty_block(Q, blocks):  # skips a block only when every row is masked: right
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        if not mask.any():
+            continue
+        s = torch.einsum("...ld,...bd->...lb", Q, K) / math.sqrt(Q.size(-1))
+        s = s.masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
+def streaming_not_normalized(Q, blocks):  # forgets the final / ℓ
+    c, o = torch.full(Q.shape[:-1] + (1,), -math.inf), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        o, c = o * torch.exp(c - c_safe) + torch.exp(s - c_safe) @ V, c_new
+    return o
+
+
+def streaming_c_not_updated(Q, blocks):  # never assigns c = c_new
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell, o = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V
+    return o / ell
+
+
+def streaming_block_max(Q, blocks):  # c_new from the current block only
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = s.amax(-1, keepdim=True)
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
+def streaming_block_max_unguarded(Q, blocks):  # c_new from the block, no c_safe: NaN mid-stream
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = s.amax(-1, keepdim=True)
+        fix, p = torch.exp(c - c_new), torch.exp(s - c_new)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
+def streaming_normalized_o(Q, blocks):  # o kept normalized, the old ℓ never put back
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell = ell * fix + p.sum(-1, keepdim=True)
+        o, c = (o * fix + p @ V) / ell, c_new
+    return o
+
+
+def streaming_normalized_o_right(Q, blocks):  # the same, with the old ℓ put back: right
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell_new = ell * fix + p.sum(-1, keepdim=True)
+        o = torch.nan_to_num((o * ell * fix + p @ V) / ell_new)  # 0/0 before any key
+        ell, c = ell_new, c_new
+    return o
+
+
+def streaming_block_softmax_mean(Q, blocks):  # each block's softmax, averaged
+    total, n = 0, 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        total, n = total + torch.nan_to_num(torch.softmax(s, -1)) @ V, n + 1
+    return total / n
+
+
 def streaming_len(Q, blocks):  # treats the stream as a list
     n = len(blocks)
     return Q[..., :n]
@@ -898,10 +1012,35 @@ STREAMING_REJECTS = [
                  id="scale_dv"),
     pytest.param(ex.check_streaming_attention, streaming_peek_dropped, "第 1 块没有算进结果",
                  id="peek_dropped"),
+    pytest.param(ex.check_streaming_attention, streaming_ell_not_rescaled, "分母 ℓ 没有",
+                 id="ell_fix"),
+    pytest.param(ex.check_streaming_attention, streaming_skip_masked_block, "跳过了一整块",
+                 id="skipped_block"),
+    pytest.param(ex.check_streaming_attention, streaming_not_normalized, "没有除以 ℓ",
+                 id="not_normalized"),
+    pytest.param(ex.check_streaming_attention, streaming_c_not_updated, "c 没有更新",
+                 id="c_not_updated"),
+    pytest.param(ex.check_streaming_attention, streaming_block_max, "只取了本块的最大值",
+                 id="block_max"),
+    pytest.param(ex.check_streaming_attention, streaming_block_max_unguarded, "后面某一块里某行全被屏蔽",
+                 id="block_max_nan"),
+    pytest.param(ex.check_streaming_attention, streaming_normalized_o, "乘回旧的 ℓ",
+                 id="normalized_o"),
+    pytest.param(ex.check_streaming_attention, streaming_block_softmax_mean, "各块 softmax 的分母不同",
+                 id="block_softmax_mean"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("fn", [streaming_safe_max, streaming_logsumexp, streaming_while_next])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        streaming_safe_max,
+        streaming_logsumexp,
+        streaming_while_next,
+        streaming_skip_empty_block,
+        streaming_normalized_o_right,
+    ],
+)
 def test_streaming_attention_accepts(fn, capsys):
     assert_passes(ex.check_streaming_attention, fn, capsys)
 

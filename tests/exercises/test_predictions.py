@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 import transformer_course as tc
@@ -17,6 +18,28 @@ import transformer_course as tc
 def test_prints_the_prediction_next_to_the_result(capsys, prediction, actual, expected):
     tc.exercises.compare_prediction(prediction, actual, what="未训练的损失")
     assert capsys.readouterr().out.strip() == expected
+
+
+@pytest.mark.parametrize(
+    ("prediction", "actual", "wanted"),
+    [
+        ("10.66", 10.656, "一个数（如 10.5）"),
+        ("True", True, " True 或 False"),
+        ("True", np.bool_(True), " True 或 False"),
+    ],
+)
+def test_a_string_for_a_number_or_bool_is_named_not_judged(capsys, prediction, actual, wanted):
+    # learner test 20b: "True" or "10.66" was reported as a wrong prediction
+    tc.exercises.compare_prediction(prediction, actual, what="x")
+    out = capsys.readouterr().out.strip()
+    head = f"x：你的预测 {prediction!r} 是字符串（str），"
+    assert out == head + f"这里要写{wanted}，不加引号。改好后重新运行这一格"
+    assert "✓" not in out and "实际" not in out  # neither passed nor the answer given away
+
+
+def test_np_bool_is_shown_as_a_bool(capsys):
+    tc.exercises.compare_prediction(True, np.bool_(True), what="x")
+    assert capsys.readouterr().out.strip() == "x：你的预测 True，实际 True。✓ 一致"
 
 
 def test_bad_arguments_are_refused():

@@ -157,11 +157,24 @@ def merge_recursive(ids, pair, new_id):
     return [ids[0], *merge_recursive(ids[1:], pair, new_id)]
 
 
+def merge_skip_flag(ids, pair, new_id):  # the right version of the one above
+    out, skip = [], False
+    for i, x in enumerate(ids):
+        if skip:
+            skip = False
+        elif i + 1 < len(ids) and (x, ids[i + 1]) == pair:
+            out.append(new_id)
+            skip = True
+        else:
+            out.append(x)
+    return out
+
+
 def merge_tuple_result(ids, pair, new_id):
     return tuple(merge_while(ids, pair, new_id))
 
 
-@pytest.mark.parametrize("fn", [merge_while, merge_recursive, merge_tuple_result])
+@pytest.mark.parametrize("fn", [merge_while, merge_recursive, merge_tuple_result, merge_skip_flag])
 def test_merge_pair_accepts_correct_versions(fn, capsys):
     assert_passes(bx.check_merge_pair, fn, capsys)
 
@@ -236,6 +249,52 @@ def merge_by_string_replace(ids, pair, new_id):  # learner test 19: digits merge
     return [int(t) for t in text.split()]
 
 
+def merge_misses_final_pair(ids, pair, new_id):  # learner test 20b: i + 2 < len(ids)
+    out, i = [], 0
+    while i < len(ids):
+        if i + 2 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def merge_look_behind(ids, pair, new_id):  # learner test 20b: [7, 7, 7] -> [99, 99]
+    out = []
+    for i, x in enumerate(ids):
+        if i + 1 < len(ids) and (x, ids[i + 1]) == pair:
+            out.append(new_id)
+        elif i > 0 and (ids[i - 1], x) == pair:
+            continue
+        else:
+            out.append(x)
+    return out
+
+
+def merge_look_behind_first(ids, pair, new_id):  # the same test made first: [7, 7, 7] -> [99]
+    out = []
+    for i, x in enumerate(ids):
+        if i > 0 and ids[i - 1] == pair[0] and x == pair[1]:
+            continue
+        out.append(new_id if ids[i : i + 2] == list(pair) else x)
+    return out
+
+
+def merge_tail_twice(ids, pair, new_id):  # a skip flag, then ids[-1] appended unconditionally
+    out, skip = [], False
+    for i in range(len(ids) - 1):
+        if skip:
+            skip = False
+        elif (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            skip = True
+        else:
+            out.append(ids[i])
+    return out + ids[-1:]
+
+
 def merge_returns_string(ids, pair, new_id):
     return " ".join(map(str, merge_while(ids, pair, new_id)))
 
@@ -251,7 +310,11 @@ def merge_returns_string(ids, pair, new_id):
         (merge_in_place, "改动了传进来的 ids"),
         (merge_returns_string, "应返回一个列表"),
         (merge_same_list_when_absent, "返回的就是传进来的 ids 这个列表本身"),
-        (merge_by_string_replace, "从左往右扫描"),
+        (merge_by_string_replace, "拼成字符串再 replace"),
+        (merge_misses_final_pair, "漏了结尾的那一对"),
+        (merge_look_behind, r"得到 \[new_id, new_id\]"),
+        (merge_look_behind_first, r"得到 \[new_id\]，"),
+        (merge_tail_twice, "最后一个元素放了两次"),
     ],
 )
 def test_merge_pair_rejects_typical_mistakes(fn, keyword, capsys):
@@ -383,7 +446,7 @@ def step_one_value(ids, new_id):
         (step_one_value, r"\(pair, new_ids\)"),
         (step_list_pair, "pair 是 list.*应是元组"),
         (step_swapped, "两项顺序反了"),
-        (step_string_replace, "从左往右扫描"),
+        (step_string_replace, "拼成字符串再 replace"),
     ],
 )
 def test_bpe_merge_rejects_typical_mistakes(fn, keyword, capsys):

@@ -103,6 +103,20 @@ def _streaming_variant(
         scale = 1 / math.sqrt(v.size(-1))
     if mistake == "inverted":
         mask = ~mask
+    if mistake == "block_softmax_mean":  # each block's own softmax, averaged
+        parts = [
+            torch.nan_to_num(
+                torch.softmax(
+                    (q @ k[..., i : i + b, :].mT * scale).masked_fill(
+                        ~mask[..., i : i + b], -math.inf
+                    ),
+                    -1,
+                )
+            )
+            @ v[..., i : i + b, :]
+            for i in range(0, k.size(-2), b)
+        ]
+        return sum(parts) / len(parts)
     c = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
     ell = torch.zeros_like(c)
     o = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype)
@@ -110,7 +124,10 @@ def _streaming_variant(
     for start in range(first, k.size(-2), b):
         s = (q @ k[..., start : start + b, :].mT) * scale
         s = s.masked_fill(~mask[..., start : start + b], -math.inf)
-        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        if mistake == "skipped_block" and torch.isinf(s.amax(-1)).any():
+            continue
+        block_max = s.amax(-1, keepdim=True)
+        c_new = block_max if mistake == "block_max" else torch.maximum(c, block_max)
         c_safe = torch.where(torch.isinf(c_new), torch.zeros_like(c_new), c_new)
         fix = torch.exp(c - c_safe)
         if mistake == "fix_inverted":  # exp(c_new − c_old), the first block guarded
@@ -118,11 +135,15 @@ def _streaming_variant(
         if mistake == "no_rescale":
             fix = torch.ones_like(fix)
         p = torch.exp(s - c_safe)
-        ell = ell * fix + p.sum(-1, keepdim=True)
+        ell_fix = torch.ones_like(fix) if mistake == "ell_not_rescaled" else fix
+        ell = ell * ell_fix + p.sum(-1, keepdim=True)
         o_fix = torch.ones_like(fix) if mistake == "o_not_rescaled" else fix
         o = o * o_fix + p @ v[..., start : start + b, :]
-        c = c_new
-    return o / ell
+        if mistake == "o_normalized_without_ell":  # o / ℓ, the old ℓ never put back
+            o = o / ell
+        if mistake != "c_not_updated":
+            c = c_new
+    return o if mistake in ("not_normalized", "o_normalized_without_ell") else o / ell
 
 
 _STREAMING_MISTAKES = [
@@ -141,6 +162,44 @@ _STREAMING_MISTAKES = [
     (
         "分母 ℓ 校正了，分子 o 没有：o 也要乘同一个校正因子 exp(c_旧 − c_新)。",
         "o_not_rescaled",
+    ),
+    (
+        "分子 o 校正了，分母 ℓ 没有：ℓ 也要乘同一个校正因子 exp(c_旧 − c_新)，"
+        "即 ℓ = ℓ · exp(c_旧 − c_新) + 本块的 Σ p。",
+        "ell_not_rescaled",
+    ),
+    (
+        "最后没有除以 ℓ：o 只是按 exp(s − c) 加权的和，输出是 o / ℓ。",
+        "not_normalized",
+    ),
+    (
+        "c 没有更新：每块处理完要 c = c_新。c 一直是 −∞ 时，校正因子 exp(c − c_新) "
+        "= 0 把前面各块的累计全部清零，结果只剩最后一块。",
+        "c_not_updated",
+    ),
+    (
+        "c_新 只取了本块的最大值：c_新 = max(c_旧, 本块最大值)，是到目前为止所有块的"
+        "最大值。只用本块的最大值时，某行在一块里整块被屏蔽，c 就成了 −∞，下一块的"
+        "校正因子 exp(−∞ − c_新) = 0 把前面的累计清零了。",
+        "block_max",
+    ),
+    (
+        "跳过了一整块：只要有一行在这一块里全被屏蔽，你就跳过了这一块，可这一块对"
+        "其他行仍有贡献。不要跳过块：全被屏蔽的行在这一块的 p 全是 0，只要 c 为 −∞ "
+        "时用 c_safe 代替 c_新 去减，(c, ℓ, o) 自然不变。",
+        "skipped_block",
+    ),
+    (
+        "o 每块都除以了新的 ℓ，下一块却直接乘 exp(c_旧 − c_新) 再加 p V_j："
+        "归一化过的 o 要先乘回旧的 ℓ，"
+        "即 o = (o · ℓ_旧 · exp(c_旧 − c_新) + p V_j) / ℓ_新；"
+        "更简单的是 o 不归一化，最后才除以 ℓ。",
+        "o_normalized_without_ell",
+    ),
+    (
+        "把每块各自 softmax 的结果取了平均：各块 softmax 的分母不同，不能等权平均，"
+        "要按各块的 Σ exp(s − c) 加权，这正是 (c, ℓ, o) 的在线更新做的事。",
+        "block_softmax_mean",
     ),
     (
         "缩放因子用的是 √D_v（V 的最后一维）：应除以 √D，D 是 Q 和 K 的最后一维，"
@@ -164,6 +223,9 @@ _NONFINITE_HINTS = {
     "left_pad": _LEADING_MASKED,
     "row_starts": _LEADING_MASKED,
     "none": "exp 溢出了：先减去目前为止的最大分数 c，再取 exp。",
+    "random": "第 1 块里每行都有可见的键，NaN 出在后面某一块里某行全被屏蔽的时候："
+    "c_新 = max(c_旧, 本块最大值) 仍是有限的，exp(s − c_新) = 0，这一行在这块没有贡献。"
+    "若 c_新 只取了本块的最大值（−∞），exp(−∞ − (−∞)) 就成了 NaN。",
     "loud_masked": "被屏蔽的键分数比可见的键高 100 以上时，若最大值 c 把它们也算进去，"
     "可见键的 exp(s − c) 全部下溢成 0，ℓ = 0，结果成了 0/0 = NaN。先屏蔽再取最大值："
     "masked_fill(~mask_j, −∞) 之后再 amax 和 exp，不要在 exp 之后才乘掩码。",

@@ -11,11 +11,22 @@ from __future__ import annotations
 import math
 from numbers import Real
 
+import numpy as np
+
 __all__ = ["compare_prediction"]
 
 
 def _is_number(x: object) -> bool:
     return isinstance(x, Real) and not isinstance(x, bool)
+
+
+def _wanted_kind(actual: object) -> str:
+    """What a prediction of ``actual`` is written as, for the learner."""
+    if isinstance(actual, (bool, np.bool_)):
+        return " True 或 False"
+    if _is_number(actual):
+        return "一个数（如 10.5）"
+    return f"一个 {type(actual).__name__}"
 
 
 def _number_verdict(prediction: float, actual: float, rel_tol: float) -> str:
@@ -33,7 +44,9 @@ def compare_prediction(
 ) -> None:
     """Print the learner's ``prediction`` next to the computed ``actual`` value of
     ``what``: for numbers, whether they agree within ``rel_tol`` (relative); otherwise,
-    whether they are equal. ``prediction=None`` means "not predicted yet"."""
+    whether they are equal. ``prediction=None`` means "not predicted yet"; a string
+    where the answer is not one (``"True"``, ``"10.66"``) is named as such, without
+    the answer."""
     if not isinstance(what, str) or not what:
         raise TypeError(f"what must be a non-empty str, got {what!r}")
     if not _is_number(rel_tol) or not 0 <= rel_tol < 1:
@@ -41,6 +54,15 @@ def compare_prediction(
     if prediction is None:  # the answer stays hidden until there is a prediction
         print(f"尚未预测：{what}。先在上面写下你的预测，再运行这一格看结果")
         return
+    if isinstance(prediction, str) and not isinstance(actual, str):
+        # a type slip, not a wrong guess: the answer stays hidden so it can be fixed
+        print(
+            f"{what}：你的预测 {prediction!r} 是字符串（str），这里要写"
+            f"{_wanted_kind(actual)}，不加引号。改好后重新运行这一格"
+        )
+        return
+    if isinstance(actual, np.bool_):  # shown as True, not np.True_
+        actual = bool(actual)
     shown = f"{actual:.4g}" if _is_number(actual) else repr(actual)
     if _is_number(actual) and _is_number(prediction):
         verdict = _number_verdict(float(prediction), float(actual), rel_tol)

@@ -155,19 +155,55 @@ def check_pair_counts(fn: Callable) -> str:
 # --- merging one pair ---------------------------------------------------------------
 
 
-def _scan(ids: list[int], pair: tuple, new_id: int, skip: int = 2, stop: int = 0):
-    """A left-to-right merge with two knobs that reproduce common bugs: ``skip=1``
+def _scan(
+    ids: list[int],
+    pair: tuple,
+    new_id: int,
+    skip: int = 2,
+    stop: int = 0,
+    ahead: int = 1,
+) -> list[int]:
+    """A left-to-right merge with three knobs that reproduce common bugs: ``skip=1``
     forgets to skip the second element of a match, ``stop=1`` ends the loop one
-    element early."""
+    element early, ``ahead=2`` only matches where ``i + 2 < len(ids)`` (the final pair
+    is never merged)."""
     out, i = [], 0
     while i < len(ids) - stop:
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+        if i + ahead < len(ids) and (ids[i], ids[i + 1]) == pair:
             out.append(new_id)
             i += skip
         else:
             out.append(ids[i])
             i += 1
     return out
+
+
+def _look_behind(
+    ids: list[int], pair: tuple, new_id: int, behind_first: bool
+) -> list[int]:
+    """A merge that drops ``ids[i]`` when ``(ids[i - 1], ids[i])`` is the pair instead
+    of remembering whether ``ids[i - 1]`` was merged; ``behind_first``: that test comes
+    before the test of ``(ids[i], ids[i + 1])``."""
+    out = []
+    for i, x in enumerate(ids):
+        ahead = i + 1 < len(ids) and (x, ids[i + 1]) == pair
+        if i > 0 and (ids[i - 1], x) == pair and (behind_first or not ahead):
+            continue
+        out.append(new_id if ahead else x)
+    return out
+
+
+def _replace_in_text(ids: list[int], pair: tuple, new_id: int) -> list[int]:
+    """The merge done with ``str.replace`` on the ids joined by spaces."""
+    text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+    return [int(t) for t in text.split()]
+
+
+_LOOK_BEHIND = (
+    "用“前一对 (ids[i − 1], ids[i]) 是不是 pair”来决定丢不丢 ids[i]，重叠时会错："
+    "{}要记住的是上一步有没有合并（合并后 i += 2，或设一个 skip 标志），"
+    "而不是再比较一次前一对。"
+)
 
 
 def _merge_variants(ids: list[int], pair: tuple[int, int], new_id: int) -> dict:
@@ -184,6 +220,22 @@ def _merge_variants(ids: list[int], pair: tuple[int, int], new_id: int) -> dict:
         "不是 [7, new_id]）。": merge_pair(ids[::-1], pair[::-1], new_id)[::-1],
         "漏了最后一个元素：最后一个元素没有参与合并时，也要把它放进结果。": _scan(
             ids, pair, new_id, stop=1
+        ),
+        "漏了结尾的那一对：最后一对是位置 len(ids) − 2 和 len(ids) − 1，条件应是 "
+        "i + 1 < len(ids)，不是 i + 2 < len(ids)。": _scan(ids, pair, new_id, ahead=2),
+        "最后一个元素放了两次：它已经并进了最后一个 new_id，循环结束后只在它没有被"
+        "合并时才补上 ids[-1]。": _scan(ids, pair, new_id, stop=1) + ids[-1:],
+        _LOOK_BEHIND.format(
+            "[7, 7, 7] 中间的 7 已经并进了第一个 new_id，又和后面的 7 组成一对，"
+            "得到 [new_id, new_id]，应为 [new_id, 7]。"
+        ): _look_behind(ids, pair, new_id, behind_first=False),
+        _LOOK_BEHIND.format(
+            "[7, 7, 7] 最后一个 7 前面也是 (7, 7)，被当成已合并丢掉了，得到 [new_id]，"
+            "应为 [new_id, 7]。"
+        ): _look_behind(ids, pair, new_id, behind_first=True),
+        "把 id 用空格拼成字符串再 replace：多位数的 id 会被从中间拆开（'11 2' 里也有 "
+        "'1 2'）。直接在列表上比较相邻的两个元素 (ids[i], ids[i + 1])。": (
+            _replace_in_text(ids, pair, new_id)
         ),
         "没有做任何替换：比较的是相邻的两个元素 (ids[i], ids[i + 1]) 与 pair，"
         "注意 pair 是元组，列表切片 ids[i:i + 2] 要先转成元组再比较。": list(ids),
