@@ -103,6 +103,8 @@ def _mha_wiring_variant(
     def heads(x: Tensor) -> Tensor:  # (N, T, E) -> (N, H, T, D)
         if split:  # without the transpose
             return x.reshape(N, H, x.size(1), D)
+        if mistake == "split_d_h":  # E read as (D, H): head h takes every H-th feature
+            return x.view(N, x.size(1), D, H).permute(0, 3, 1, 2)
         return x.view(N, x.size(1), H, D).transpose(1, 2)
 
     q = heads(apply_linear(q_proj, Q))
@@ -122,7 +124,10 @@ def _mha_wiring_variant(
     weights = torch.softmax(scores, dim=dim)
     weights = weights.nan_to_num(0.0)  # rows masked whole (only the inverted masks)
     out = weights @ v  # (N, H, L, D)
-    out = out.reshape(N, L, E) if merge else out.transpose(1, 2).reshape(N, L, E)
+    if mistake == "split_d_h":  # merged back the same way: (N, L, D, H)
+        out = out.permute(0, 2, 3, 1).reshape(N, L, E)
+    else:
+        out = out.reshape(N, L, E) if merge else out.transpose(1, 2).reshape(N, L, E)
     return out if mistake == "no_out_proj" else apply_linear(out_proj, out)
 
 
@@ -141,6 +146,13 @@ MHA_HINTS = [
         "拆分和合并多头时都少了转置：应 view(N, L, H, D).transpose(1, 2)，"
         "合并时反过来。",
         "split_merge_view",
+    ),
+    (
+        "拆分多头时把 E 拆成了 (D, H)（view(N, T, D, H) 再把 H 换到前面），每个头"
+        "拿到的是隔 {H} 个取一个的特征。第 h 个头应是相邻的 {D} 个特征（第 h·{D} 到 "
+        "(h+1)·{D}−1 个）：E 拆成 (H, D)，view(N, T, {H}, {D}).transpose(1, 2)；"
+        "合并时 transpose(1, 2).reshape(N, L, E)。",
+        "split_d_h",
     ),
     (
         "没有拆分多头：应把 (N, T, E) 拆成 {H} 个头 (N, {H}, T, {D})，"
