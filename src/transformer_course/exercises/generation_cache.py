@@ -267,13 +267,16 @@ def check_generate(fn: Callable, exercise: str | None = None) -> str:
 
     ``model(idx)`` returns logits ``(N, L, V)`` and accepts at most ``context_length``
     tokens. Each step: crop to the last ``context_length`` tokens, take the last
-    position's logits; ``generator is None``: greedy argmax; otherwise keep the
+    position's logits; ``generator is None``: greedy argmax (``top_k`` given or
+    not, graded both ways); otherwise keep the
     ``top_k`` largest logits (if given; the rest -inf), softmax, and
     ``torch.multinomial(probs, 1, generator=generator)`` (sampling among
     ``torch.topk``'s values and mapping back is accepted too); append. Compared with
     that loop run on the same model with a generator of the same seed. In the top-k
     case the rows' logits are shifted apart, so a threshold shared by the batch
-    (flattened, or the smallest row's) changes the draws.
+    (flattened, or the smallest row's) changes the draws. A wrong output gets the
+    typical mistake it reproduces, rows of the batch mixed, or (greedy) what its first
+    wrong token is, with "it sampled" only when a second run gave other tokens.
     """
     name = name_of(fn)
     hints = bug_hunt_hints(GENERATE_HINTS, exercise, _BUG_HUNT)
