@@ -184,6 +184,22 @@ class CrossResidualFromInput(tc.DecoderLayer):  # query fixed, the residual stil
         return self.norm3(b2 + self.ffn(b2))
 
 
+class CrossQueryFromInputCausal(tc.DecoderLayer):  # learner test 20a, 2.6: is_causal added, query still Y
+    def forward(self, x, memory, memory_mask=None):
+        b1 = self.norm1(x + self.self_attn(x, is_causal=True))
+        b2 = self.norm2(b1 + self.cross_attn(x, memory, memory, attn_mask=memory_mask, is_causal=True))
+        return self.norm3(b2 + self.ffn(b2))
+
+
+def test_ch02_is_causal_added_says_the_query_is_still_wrong():
+    message = rejection(lambda c: ex.check_decoder_layer(c, exercise="2.6"), CrossQueryFromInputCausal)
+    assert "还没有改到" not in message and "查询仍是层输入 Y" in message, message
+    assert "去掉它" in message and "cross_attn(B1" not in message, message
+    # elsewhere (no find-the-bug) the hint names the fix
+    message = rejection(ex.check_decoder_layer, CrossQueryFromInputCausal)
+    assert "查询却仍是层输入 Y" in message and "cross_attn(B1" in message, message
+
+
 @pytest.mark.parametrize(
     ("checker", "hunt", "bug"),
     [(ex.check_self_attention, "2.1", scaled_by_key_count), (ex.check_decoder_layer, "2.6", CrossQueryFromInput)],

@@ -52,6 +52,10 @@ REJECTS = [
         lambda L, S: (torch.arange(S) < L[:, None]).long()[:, None, None], "torch.int64：非布尔的掩码", "int64"
     ),
     check(lambda L, S: (torch.arange(S) < L[:, None])[None, None], "形状不对", "shape"),
+    check(  # learner test 20a, 2.2: the mask of a left-padded batch
+        lambda L, S: (torch.arange(S) >= (S - L)[:, None])[:, None, None, :], "左填充", "left-padded"
+    ),
+    check(lambda L, S: (torch.arange(S) < (S - L)[:, None])[:, None, None, :], "而且 True/False 反了", "left-inverted"),
     check(lambda L, S: torch.ones(len(L), 1, 1, S, dtype=torch.bool), "位置 0..ℓ−1", "all-true"),
     check(lambda L, S: L.tolist(), "torch.Tensor", "list"),
     check(lambda L, S: L[S], "IndexError", "crash"),

@@ -41,6 +41,20 @@ def test_encoder_layer_accepts(capsys):
     assert_skeleton(ex.check_encoder_layer, skeleton, capsys)
 
 
+def dropout_after_the_norm(layer, X, attn_mask=None):  # learner test 20a, 2.5
+    A = layer.drop(layer.norm1(X + layer.self_attn(X, X, X, attn_mask=attn_mask)))
+    return layer.drop(layer.norm2(A + layer.ffn(A)))
+
+
+def test_the_pass_line_says_dropout_is_graded_by_the_next_checker(capsys):
+    """Evaluation mode cannot see where dropout sits: the ✓ line must say so."""
+    assert_passes(ex.check_encoder_layer, dropout_after_the_norm, capsys)
+    ex.check_encoder_layer(dropout_after_the_norm)
+    assert "由下一行 check_encoder_dropout" in capsys.readouterr().out
+    with pytest.raises(ex.ExerciseError):
+        ex.check_encoder_dropout(dropout_after_the_norm)
+
+
 def pre_ln(layer, X, attn_mask=None):
     A = X + layer.self_attn(layer.norm1(X), attn_mask=attn_mask)
     return A + layer.ffn(layer.norm2(A))

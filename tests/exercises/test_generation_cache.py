@@ -12,7 +12,7 @@ import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course.exercises import generation_cache
 
-from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton, rejection
 
 # 11. generation
 # ---------------------------------------------------------------------------
@@ -27,9 +27,22 @@ def make_generate(mistake=None):
             logits = model(ctx)
             if mistake == "unpack":
                 logits, _ = logits  # as if model returned (logits, loss)
-            logits = logits[:, 0, :] if mistake == "pos0" else logits[:, -1, :]
-            if generator is None and mistake != "always_sample":
+            if mistake == "reshape_rows":  # the last N rows of (N·L, V): row N-1's positions
+                logits = logits.reshape(-1, logits.size(-1))[-idx.size(0) :]
+            else:
+                logits = logits[:, 0, :] if mistake == "pos0" else logits[:, -1, :]
+            # learner test 20c: top_k given, no generator: sampled from the global RNG
+            random = mistake == "always_sample" or mistake == "sample_if_top_k" and top_k is not None
+            if generator is None and not random:
+                if mistake == "top_k_then_argmax" and top_k is not None:  # correct too
+                    logits = logits.masked_fill(logits < torch.topk(logits, top_k).values[:, -1:], float("-inf"))
                 nxt = logits.argmax(dim=-1, keepdim=True)
+                if mistake == "greedy_row0":  # learner test 20c: row 0's argmax for every row
+                    nxt = logits[0].argmax().expand(logits.size(0), 1)
+                if mistake == "flat_argmax":  # argmax of the flattened batch, as a token id
+                    nxt = (logits.argmax() % logits.size(-1)).expand(logits.size(0), 1)
+                if mistake == "rows_reversed":
+                    nxt = nxt.flip(0)
             elif mistake == "argmax_always":
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -40,7 +53,8 @@ def make_generate(mistake=None):
                         threshold = torch.topk(logits, top_k + 1).values[:, [-1]]
                     if mistake == "no_keepdim":
                         threshold = v[:, -1]
-                    logits = logits.masked_fill(logits < threshold, float("-inf"))
+                    fill = 0.0 if mistake == "fill_zero" else float("-inf")
+                    logits = logits.masked_fill(logits < threshold, fill)
                 probs = F.softmax(logits, dim=-1)
                 if mistake == "softmax_dim0_apart":
                     probs = F.softmax(logits, dim=0)
@@ -53,7 +67,10 @@ def make_generate(mistake=None):
                 if mistake == "sample_logits":
                     probs = logits
                 gen = None if mistake == "no_generator" else generator
+                if mistake == "sample_row0":  # one draw from row 0 for every row
+                    probs = probs[:1]
                 nxt = torch.multinomial(probs, num_samples=1, generator=gen)
+                nxt = nxt.expand(logits.size(0), 1)
             idx = torch.cat([idx, nxt], dim=1)
         if mistake == "new_only":
             return idx[:, start.size(1) :]
@@ -176,7 +193,7 @@ def generate_skeleton(model, idx, max_new_tokens, context_length, top_k=None, ge
 
 
 def test_generate(capsys):
-    for fn in (make_generate(), generate_topk_gather, make_sample_probs(None)):
+    for fn in (make_generate(), make_generate("top_k_then_argmax"), generate_topk_gather, make_sample_probs(None)):
         assert_passes(ex.check_generate, fn, capsys)
     assert_skeleton(ex.check_generate, generate_skeleton, capsys)
 
@@ -195,6 +212,17 @@ GENERATE_REJECTS = [
     pytest.param(ex.check_generate, make_generate("no_generator"), "generator=generator", id="generator not passed"),
     pytest.param(ex.check_generate, make_generate("always_sample"), "argmax", id="samples when greedy"),
     pytest.param(ex.check_generate, make_generate("argmax_always"), "按概率抽样", id="greedy when sampling"),
+    pytest.param(
+        ex.check_generate,
+        make_generate("sample_if_top_k"),
+        "给了 top_k 也一样：top_k 只在抽样时起作用），你的函数却在抽样",
+        id="samples from the global RNG when top_k is given without a generator",
+    ),
+    pytest.param(ex.check_generate, make_generate("greedy_row0"), "每一行生成的新词元完全相同", id="row 0's argmax"),
+    pytest.param(ex.check_generate, make_generate("flat_argmax"), "不带 dim 的 argmax", id="argmax of the batch"),
+    pytest.param(ex.check_generate, make_generate("rows_reversed"), "批里的行混在了一起", id="rows mixed"),
+    pytest.param(ex.check_generate, make_generate("sample_row0"), "每一行抽到的新词元完全相同", id="row 0's draw"),
+    pytest.param(ex.check_generate, make_generate("fill_zero"), "设成了 0，不是 -inf", id="top-k fills 0"),
     pytest.param(
         ex.check_generate, make_generate("new_only"), "只返回了新生成的词元", id="returns only the new tokens"
     ),
@@ -371,6 +399,14 @@ REJECTS = GENERATE_REJECTS + KV_CACHE_REJECTS + MORE_REJECTS
 @pytest.mark.parametrize("checker, candidate, keyword", REJECTS)
 def test_rejects(checker, candidate, keyword, capsys):
     assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_generate_unknown_greedy_mistake_claims_no_cause():
+    """A greedy mistake no detector names (learner test 20c: "不要抽样" was claimed
+    for it): the hint says what the first wrong token is, not that it sampled."""
+    message = rejection(ex.check_generate, make_generate("reshape_rows"))
+    assert "以你生成的前文为上下文，最后一个位置的 logits 最大的是词元" in message, message
+    assert "抽样" not in message.split("可能的原因：")[1], message
 
 
 def test_every_hint_is_reached(capsys):

@@ -118,6 +118,14 @@ class NeitherTransposed(SplitWithoutTranspose):
         return x.reshape(x.size(0), x.size(2), -1)
 
 
+class SplitFeaturesAsDH(MHA):  # learner test 20c, 5.4: E read as (D, H), merged back alike
+    def split(self, x):
+        return x.view(x.size(0), x.size(1), self.d, self.h).permute(0, 3, 1, 2)
+
+    def merge(self, x):
+        return x.permute(0, 2, 3, 1).reshape(x.size(0), x.size(2), self.h * self.d)
+
+
 class OneHead(MHA):
     def forward(self, Q, K, V, attn_mask=None):
         q, k, v = self.q_proj(Q), self.k_proj(K), self.v_proj(V)
@@ -325,6 +333,7 @@ REJECTS = [
     check(MergeWithoutTranspose, "合并多头时没有先转置", "heads merged without transposing"),
     check(SplitWithoutTranspose, "拆分多头时直接 view", "heads split without transposing"),
     check(NeitherTransposed, "都少了转置", "split and merge without transposing"),
+    check(SplitFeaturesAsDH, "把 E 拆成了 (D, H)", "features split as (D, H)"),
     check(OneHead, "没有拆分多头", "a single head"),
     check(NoScale, "没有除以 √d_k", "missing scale"),
     check(ScaleByModel, "√d_model", "scaled by d_model"),

@@ -139,7 +139,7 @@ def make_filter(mistake):
     def fn(logits, p):
         descending = mistake != "ascending"
         sorted_logits, idx = torch.sort(logits, dim=-1, descending=descending)
-        if mistake == "unsorted":
+        if mistake in ("unsorted", "unsorted_cumsum"):  # learner test 20c: the latter scatters
             sorted_logits = logits
         probs = torch.softmax(sorted_logits, dim=-1)
         weights = sorted_logits if mistake == "cumsum_logits" else probs
@@ -151,10 +151,17 @@ def make_filter(mistake):
         elif mistake == "double_shift":
             keep_sorted = torch.ones_like(cum, dtype=torch.bool)
             keep_sorted[..., 1:] = (cum - weights)[..., :-1] < p
+        elif mistake == "shift_in_place":  # the shifted removal without .clone()
+            remove = cum > p
+            remove[..., 1:] = remove[..., :-1]
+            remove[..., 0] = False
+            keep_sorted = ~remove
         else:
             keep_sorted = cum - weights < p
         if mistake in ("unsorted", "no_scatter"):
             keep = keep_sorted
+        elif mistake == "gather":  # the sorted marks gathered by idx, not scattered
+            keep = keep_sorted.gather(-1, idx)
         else:
             keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
         if mistake == "sorted_returned":
@@ -221,6 +228,9 @@ REJECTS = [
     pytest.param(check, make_filter("inclusive_no_first"), "一个词元也没留下", id="inclusive-no-first"),
     pytest.param(check, make_filter("double_shift"), "多留了一个词元", id="one-extra"),
     pytest.param(check, make_filter("unsorted"), "没有按概率从大到小排序", id="unsorted"),
+    pytest.param(check, make_filter("unsorted_cumsum"), "先按概率从大到小排序再累加", id="unsorted-cumsum-scattered"),
+    pytest.param(check, make_filter("gather"), "用了 gather(-1, idx)", id="gather-not-scatter"),
+    pytest.param(check, make_filter("shift_in_place"), "原地赋值", id="shift-in-place"),
     pytest.param(check, make_filter("ascending"), "排序方向反了", id="ascending"),
     pytest.param(check, make_filter("no_scatter"), "放回原来的位置", id="mask-in-sorted-order"),
     pytest.param(check, make_filter("sorted_returned"), "还是排好序的顺序", id="sorted-returned"),

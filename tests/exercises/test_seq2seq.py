@@ -15,7 +15,7 @@ from transformer_course import exercises as ex
 from transformer_course import notebook as nb
 from transformer_course.exercises import seq2seq
 
-from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton, rejection
 
 # decoder layer
 # ---------------------------------------------------------------------------
@@ -68,6 +68,10 @@ def make_decoder(mistake=None, causal_style="is_causal"):
             if mistake == "cross_query_from_input":  # learner test: queries from the layer input Y
                 b1 = self.norm1(x + self.sa(x))
                 b2 = self.norm2(b1 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return self.norm3(b2 + self.ffn(b2))
+            if mistake == "cross_query_from_input_causal":  # learner test 20a, 2.6: is_causal added
+                b1 = self.norm1(x + self.sa(x))
+                b2 = self.norm2(b1 + self.cross_attn(x, memory, memory, attn_mask=memory_mask, is_causal=True))
                 return self.norm3(b2 + self.ffn(b2))
             if mistake == "cross_residual_from_input":  # learner test 7a, 2.7: residual from Y
                 b1 = self.norm1(x + self.sa(x))
@@ -201,10 +205,23 @@ def test_decoder_layer_skeleton(capsys):
         ("norms23_swapped", "norm2 与 norm3 用反了"),
         ("cross_causal", "交叉注意力用了 is_causal=True"),
         ("cross_causal_masked", "交叉注意力不能是因果的"),
+        ("cross_query_from_input_causal", "查询却仍是层输入 Y"),
     ],
 )
 def test_decoder_layer_rejects(mistake, keyword, capsys):
     assert_rejects(ex.check_decoder_layer, make_decoder(mistake), keyword, capsys)
+
+
+def test_decoder_hints_use_the_pages_names(capsys):
+    """Chapter 2 names the sublayer outputs b1, b2 and keeps x as the layer input Y:
+    its hints must not prescribe cross_attn(x, …), the bug of its exercise 2.6."""
+    message = rejection(lambda c: ex.check_decoder_layer(c, exercise="2.6"), make_decoder("no_mask"))
+    assert "cross_attn(b1, memory, memory, attn_mask=memory_mask)" in message, message
+    assert "cross_attn(x," not in message, message
+    message = rejection(lambda c: ex.check_decoder_layer(c, exercise="2.6"), make_decoder("no_res_cross"))
+    assert "b2 = norm2(b1 + cross_attn(b1," in message, message
+    message = rejection(lambda c: ex.check_decoder_layer(c, exercise="1.3"), make_decoder("no_mask"))
+    assert "cross_attn(x, memory, memory, attn_mask=memory_mask)" in message, message
 
 
 def test_decoder_hints_are_all_reached(capsys):
@@ -214,6 +231,7 @@ def test_decoder_hints_are_all_reached(capsys):
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1", "ffn_from_input",
         "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal", "cross_causal_masked",
+        "cross_query_from_input_causal",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
     assert_every_hint_reached({"_DECODER_HINTS": seq2seq._DECODER_HINTS}, rejects, capsys)

@@ -22,6 +22,8 @@ def _lengths_mask(lengths: Tensor, S: int, mistake: str = "") -> Tensor:
         "inverted": pos >= lengths[:, None],
         "one_more": pos <= lengths[:, None],
         "one_less": pos < lengths[:, None] - 1,
+        "left": pos >= S - lengths[:, None],  # the last ℓ positions: left padding
+        "left_inverted": pos < S - lengths[:, None],
     }[mistake]
     return real[:, None, None, :]
 
@@ -40,6 +42,18 @@ PADDING_MASK_HINTS = [
     (
         "每句少了最后一个真实词元：长 ℓ 的句子占位置 0..ℓ−1，条件是 pos < ℓ。",
         "one_less",
+    ),
+    (
+        "True 放在了每句的最后 ℓ 个位置：那是填充在左边（左填充）时的掩码。"
+        "这里的批是右填充，句子在前、填充在后：长 ℓ 的句子占位置 0..ℓ−1，"
+        "条件是 pos < ℓ。",
+        "left",
+    ),
+    (
+        "True 放在了每句前面的 {S}−ℓ 个位置：那是填充在左边（左填充）时的填充位置，"
+        "而且 True/False 反了。这里的批是右填充（句子在前、填充在后），"
+        "True = 真实词元：长 ℓ 的句子占位置 0..ℓ−1，条件是 pos < ℓ。",
+        "left_inverted",
     ),
 ]
 
@@ -84,7 +98,7 @@ def check_padding_mask(fn: Callable, exercise: str | None = None) -> str:
         if bool((out == ref).all()):
             continue
         hint = first_reproduced(
-            out, PADDING_MASK_HINTS, functools.partial(_lengths_mask, lengths, S)
+            out, PADDING_MASK_HINTS, functools.partial(_lengths_mask, lengths, S), S=S_
         )
         b, j = (int(k) for k in (out != ref).nonzero()[0][[0, 3]])
         fail(

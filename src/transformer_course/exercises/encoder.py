@@ -180,4 +180,7 @@ def check_encoder_layer(fn) -> str:
                 "输出 = norm2(A + ffn(A))。"
             )
         )
-    return "无掩码与填充掩码，2 组"
+    return (
+        "评估模式（dropout 不起作用），无掩码与填充掩码 2 组；dropout 放的位置"
+        "这里不检查，由下一行 check_encoder_dropout 在训练模式下检查"
+    )

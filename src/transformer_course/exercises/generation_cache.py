@@ -137,6 +137,8 @@ def _generate_mistake(
                     if mistake == "batch_min_threshold":  # one threshold for all rows
                         threshold = threshold.min()
                     logits = logits.masked_fill(logits < threshold, -math.inf)
+            if mistake == "fill_zero" and top_k is not None:  # 0 instead of -inf
+                logits = logits.nan_to_num(neginf=0.0)
             probs = torch.softmax(logits, -1)
             if mistake in ("logits_as_probs", "logits_no_top_k"):  # no softmax,
                 probs = logits.clamp(min=0)  # negative logits cut to 0
@@ -196,6 +198,12 @@ GENERATE_HINTS = [
         "softmax 做了两次：对已经是概率的 probs 再做 softmax 会把分布压平；"
         "只对 logits 做一次 softmax。",
         "double_softmax",
+    ),
+    (
+        "top-k 把其余的 logits 设成了 0，不是 -inf：softmax 之后 exp(0) 仍有权重，"
+        "最大的 k 个以外的词元还会被抽到。用 logits.masked_fill(logits < v[:, [-1]], "
+        "float('-inf'))。",
+        "fill_zero",
     ),
     (
         "把 logits 直接当成了抽样权重（负数截成 0 后交给 torch.multinomial）："
@@ -259,13 +267,16 @@ def check_generate(fn: Callable, exercise: str | None = None) -> str:
 
     ``model(idx)`` returns logits ``(N, L, V)`` and accepts at most ``context_length``
     tokens. Each step: crop to the last ``context_length`` tokens, take the last
-    position's logits; ``generator is None``: greedy argmax; otherwise keep the
+    position's logits; ``generator is None``: greedy argmax (``top_k`` given or
+    not, graded both ways); otherwise keep the
     ``top_k`` largest logits (if given; the rest -inf), softmax, and
     ``torch.multinomial(probs, 1, generator=generator)`` (sampling among
     ``torch.topk``'s values and mapping back is accepted too); append. Compared with
     that loop run on the same model with a generator of the same seed. In the top-k
     case the rows' logits are shifted apart, so a threshold shared by the batch
-    (flattened, or the smallest row's) changes the draws.
+    (flattened, or the smallest row's) changes the draws. A wrong output gets the
+    typical mistake it reproduces, rows of the batch mixed, or (greedy) what its first
+    wrong token is, with "it sampled" only when a second run gave other tokens.
     """
     name = name_of(fn)
     hints = bug_hunt_hints(GENERATE_HINTS, exercise, _BUG_HUNT)
@@ -299,6 +310,16 @@ def check_generate(fn: Callable, exercise: str | None = None) -> str:
             3.0,
         ),
         ("不限 top_k 抽样，input_ids (1, 1)，生成 6 个", (1, 1), 6, None, True, 0.0),
+        # generator None means greedy, whatever top_k says (last: the inputs drawn
+        # for the cases above stay as they were)
+        (
+            "贪心：给了 top_k = 3 但 generator 为 None，input_ids (2, 3)，生成 5 个",
+            (2, 3),
+            5,
+            3,
+            False,
+            0.0,
+        ),
     ]
     model = _ToyLM(V, C)
     for i, (case, shape, steps, top_k, sample, row_shift) in enumerate(cases):
@@ -319,27 +340,38 @@ def check_generate(fn: Callable, exercise: str | None = None) -> str:
             top_k is not None and torch.equal(out, gen(among_top_k=True))
         ):
             continue
-        if sample:
-            model.calls.clear()
-            again = run(**_generate_kwargs(top_k, seed))
-            if not (isinstance(again, Tensor) and torch.equal(again, out)):
-                fail(
-                    f"{name} 用同一个种子的 generator 运行两次，结果却不同（{case}）："
-                    "没有把 generator 传给 torch.multinomial（generator=generator）。"
-                )
+        model.calls.clear()
+        again = run(**_generate_kwargs(top_k, seed))
+        random = not (isinstance(again, Tensor) and torch.equal(again, out))
+        if sample and random:
+            fail(
+                f"{name} 用同一个种子的 generator 运行两次，结果却不同（{case}）："
+                "没有把 generator 传给 torch.multinomial（generator=generator）。"
+            )
         mistake = functools.partial(
             _generate_mistake, model, idx, steps, C, top_k, seed
         )
         expected = gen()
         hint = _generate_hint(
-            out, expected, hints, mistake, sample, model, C, top_k, idx.size(1)
+            out,
+            expected,
+            hints,
+            mistake,
+            (sample, random),
+            model,
+            C,
+            top_k,
+            idx.size(1),
         )
         bad = tuple((out != expected).nonzero()[0].tolist())
         fail(
             f"{name} 生成的词元与参考不一致（{case}）：位置 {bad} 应为 "
             f"{int(expected[bad])}，得到 {int(out[bad])}。{hint}"
         )
-    return "贪心与抽样（top-k、带种子的 generator），prompt 长于上下文，批量 1 到 3"
+    return (
+        "贪心（含给了 top_k、没给 generator）与抽样（top-k、带种子的 generator），"
+        "prompt 长于上下文，批量 1 到 3"
+    )
 
 
 def _generate_kwargs(top_k: int | None, seed: int | None) -> dict:
@@ -405,24 +437,106 @@ def _generate_hint(
     expected: Tensor,
     hints: list[tuple[str, str]],
     mistake: Callable[[str], Tensor],
-    sample: bool,
+    sample_random: tuple[bool, bool],
     model: _ToyLM,
     C: int,
     top_k: int | None,
     prompt: int,
 ) -> str:
     """The typical mistake (``mistake(m)`` generates with it) that ``out``
-    reproduces, or what the first wrong token says."""
+    reproduces, rows of the batch mixed, or what the first wrong token says.
+    ``sample_random``: whether the case samples, and whether a second run with the
+    same inputs gave other tokens."""
+    sample, random = sample_random
     first_wrong = _agreement(out, expected)
     same = functools.partial(_same_draws, first_wrong=first_wrong, prompt=prompt)
     hint = first_reproduced(out, hints, mistake, same=same)
+    if hint is None:
+        hint = _mixed_rows(out, expected, first_wrong, model, C, prompt, sample)
     if hint is None and not sample:
-        hint = (
-            "generator 为 None 时应贪心地取 argmax（logits[:, -1, :].argmax"
-            "(dim=-1, keepdim=True)），不要抽样。"
-        )
+        hint = _greedy_miss(out, expected, first_wrong, model, C, top_k, random)
     return "\n可能的原因：" + (
         hint or _first_wrong_draw(out, expected, first_wrong, model, C, top_k)
+    )
+
+
+def _mixed_rows(
+    out: Tensor,
+    expected: Tensor,
+    col: int,
+    model: _ToyLM,
+    C: int,
+    prompt: int,
+    sample: bool,
+) -> str | None:
+    """Rows of the batch mixed: every row got the same new tokens where the
+    reference's rows differ, or (greedy) the first wrong token is another row's
+    argmax."""
+    if out.size(0) < 2:
+        return None
+    new, ref = out[:, prompt:], expected[:, prompt:]
+    if bool((new == new[:1]).all()) and not bool((ref == ref[:1]).all()):
+        if sample:
+            return (
+                "批里每一行抽到的新词元完全相同：只按一行的概率抽了一次，再复制给了"
+                "所有行。每一行按自己的概率抽：probs 形状 (N, V)，"
+                "torch.multinomial(probs, 1, generator=generator) 给出 (N, 1)。"
+            )
+        return (
+            "批里每一行生成的新词元完全相同：看来只算了一个 argmax（如 logits[0]"
+            ".argmax()，或不带 dim 的 argmax），再复制给了所有行。每一行各取自己的："
+            "logits[:, -1, :].argmax(dim=-1, keepdim=True)，形状 (N, 1)。"
+        )
+    if sample:
+        return None
+    own = model.logits(out[:, :col][:, -C:])[:, -1].argmax(-1)
+    for row in (out[:, col] != own).nonzero().flatten().tolist():
+        token = int(out[row, col])
+        other = (own == token).nonzero().flatten().tolist()
+        if other:
+            return (
+                f"批里的行混在了一起：第 {row} 行第 {col} 列取到的词元 {token} 是"
+                f"第 {other[0]} 行这一步的 argmax，不是它自己的（{int(own[row])}）。"
+                "每一行各取自己的：logits[:, -1, :].argmax(dim=-1, keepdim=True)；"
+                "不带 dim 的 argmax（在整批展平后取）或只算一行再复制，"
+                "都会把行混在一起。"
+            )
+    return None
+
+
+def _greedy_miss(
+    out: Tensor,
+    expected: Tensor,
+    col: int,
+    model: _ToyLM,
+    C: int,
+    top_k: int | None,
+    random: bool,
+) -> str:
+    """What the first wrong greedy token says: drawn at random (a second run
+    differed), or which token the argmax of the learner's own context gives."""
+    with_top_k = "（给了 top_k 也一样：top_k 只在抽样时起作用）" if top_k else ""
+    if random:
+        return (
+            f"generator 为 None 时应贪心地取 argmax{with_top_k}，你的函数却在抽样："
+            "同样的输入运行两次，结果不同（不带 generator 的 torch.multinomial "
+            "用的是全局随机数）。写 logits[:, -1, :].argmax(dim=-1, keepdim=True)。"
+        )
+    row = int((out[:, col] != expected[:, col]).nonzero()[0])
+    logits = model.logits(out[row : row + 1, :col][:, -C:])[0, -1]
+    token = int(out[row, col])
+    if not 0 <= token < logits.numel():
+        return (
+            f"第 {row} 行第 {col} 列的词元 {token} 不在词表 0..{logits.numel() - 1} "
+            "之内：argmax 要沿词表维取（dim=-1），结果是词元编号。"
+        )
+    rank = int((logits > logits[token]).sum()) + 1
+    return (
+        f"第 {row} 行第 {col} 列：以你生成的前文为上下文，最后一个位置的 logits "
+        f"最大的是词元 {int(logits.argmax())}，你取了 {token}（它的 logit 排第 "
+        f"{rank}）。generator 为 None 时贪心{with_top_k}：逐项核对：裁剪 "
+        "input_ids[:, -context_length:]、取最后一个位置 logits[:, -1, :]、沿词表维"
+        "取 argmax(dim=-1, keepdim=True)，每一行各取各的。"
     )
 
 

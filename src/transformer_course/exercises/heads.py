@@ -97,14 +97,7 @@ def _mha_wiring_variant(
     H = 1 if mistake == "one_head" else H
     N, L, E = Q.shape
     D = E // H
-    split = mistake in ("split_view", "split_merge_view")
-    merge = mistake in ("merge_view", "split_merge_view")
-
-    def heads(x: Tensor) -> Tensor:  # (N, T, E) -> (N, H, T, D)
-        if split:  # without the transpose
-            return x.reshape(N, H, x.size(1), D)
-        return x.view(N, x.size(1), H, D).transpose(1, 2)
-
+    heads = functools.partial(_split_heads, H=H, mistake=mistake)
     q = heads(apply_linear(q_proj, Q))
     k, v = heads(apply_linear(k_proj, K)), heads(apply_linear(v_proj, V))
     scale = {"no_scale": 1.0, "scale_model": math.sqrt(E)}.get(mistake, math.sqrt(D))
@@ -122,8 +115,28 @@ def _mha_wiring_variant(
     weights = torch.softmax(scores, dim=dim)
     weights = weights.nan_to_num(0.0)  # rows masked whole (only the inverted masks)
     out = weights @ v  # (N, H, L, D)
-    out = out.reshape(N, L, E) if merge else out.transpose(1, 2).reshape(N, L, E)
+    out = _merge_heads(out, mistake)
     return out if mistake == "no_out_proj" else apply_linear(out_proj, out)
+
+
+def _split_heads(x: Tensor, H: int, mistake: str) -> Tensor:
+    """``(N, T, E)`` -> ``(N, H, T, D)``, as ``mistake`` splits the heads."""
+    N, T, E = x.shape
+    if mistake in ("split_view", "split_merge_view"):  # without the transpose
+        return x.reshape(N, H, T, E // H)
+    if mistake == "split_d_h":  # E read as (D, H): head h takes every H-th feature
+        return x.view(N, T, E // H, H).permute(0, 3, 1, 2)
+    return x.view(N, T, H, E // H).transpose(1, 2)
+
+
+def _merge_heads(out: Tensor, mistake: str) -> Tensor:
+    """``(N, H, L, D)`` -> ``(N, L, E)``, as ``mistake`` merges the heads."""
+    N, H, L, D = out.shape
+    if mistake == "split_d_h":  # merged back the same way: (N, L, D, H)
+        return out.permute(0, 2, 3, 1).reshape(N, L, H * D)
+    if mistake in ("merge_view", "split_merge_view"):
+        return out.reshape(N, L, H * D)
+    return out.transpose(1, 2).reshape(N, L, H * D)
 
 
 MHA_HINTS = [
@@ -141,6 +154,13 @@ MHA_HINTS = [
         "拆分和合并多头时都少了转置：应 view(N, L, H, D).transpose(1, 2)，"
         "合并时反过来。",
         "split_merge_view",
+    ),
+    (
+        "拆分多头时把 E 拆成了 (D, H)（view(N, T, D, H) 再把 H 换到前面），每个头"
+        "拿到的是隔 {H} 个取一个的特征。第 h 个头应是相邻的 {D} 个特征（第 h·{D} 到 "
+        "(h+1)·{D}−1 个）：E 拆成 (H, D)，view(N, T, {H}, {D}).transpose(1, 2)；"
+        "合并时 transpose(1, 2).reshape(N, L, E)。",
+        "split_d_h",
     ),
     (
         "没有拆分多头：应把 (N, T, E) 拆成 {H} 个头 (N, {H}, T, {D})，"

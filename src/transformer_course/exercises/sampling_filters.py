@@ -47,9 +47,29 @@ TOP_P_HINTS = [
     ),
     (
         "累加前没有按概率从大到小排序：按词表原来的顺序累加，留下的是编号靠前的词元，"
-        "而不是最可能的词元。先 torch.sort(..., descending=True)，在排好序的顺序里"
-        "累加。",
+        "而不是最可能的词元。先按概率从大到小排序再累加："
+        "torch.sort(..., descending=True)，在排好序的顺序里 cumsum。",
         "unsorted",
+    ),
+    (
+        "累加用的是词表原来顺序的概率（probs.cumsum 之前没有排序），排序只用来把"
+        "标记放回原位：先按概率从大到小排序再累加：sorted_probs, idx = "
+        "probs.sort(dim=-1, descending=True)，在 sorted_probs 上 cumsum 得到标记，"
+        "再用 idx 把标记放回原来的位置。",
+        "unsorted_cumsum",
+    ),
+    (
+        "排好序的标记放回原来的顺序时用了 gather(-1, idx)：idx[j] 是排第 j 的词元的"
+        "编号，sorted_mask.gather(-1, idx) 是把标记又按 idx 重排了一次，不是放回。"
+        "用 mask.scatter(-1, idx, sorted_mask)，或 sorted_mask.gather(-1, "
+        "idx.argsort(dim=-1))。",
+        "gather_not_scatter",
+    ),
+    (
+        "把“累计概率 > p”右移一位时写了原地赋值 remove[..., 1:] = remove[..., :-1]："
+        "等号两边是同一块内存，前面的值一路复制到后面，标记全乱了。要右移就给右边加 "
+        ".clone()；更直接的是按定义判断保留：cum - probs < p。",
+        "shift_in_place",
     ),
     (
         "排序方向反了：按概率从小到大累加，留下的是最不可能的词元。用 "
@@ -103,8 +123,8 @@ def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
         return _kept_first_dim(logits, p, mistake)
     descending = mistake != "ascending"
     sorted_logits, order = torch.sort(logits, dim=-1, descending=descending)
-    if mistake == "unsorted":
-        sorted_logits, order = logits, None
+    if mistake in ("unsorted", "unsorted_cumsum"):  # the latter scatters back
+        sorted_logits, order = logits, None if mistake == "unsorted" else order
     if mistake == "cumsum_logits":
         weights = sorted_logits
     else:
@@ -116,6 +136,11 @@ def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
         keep[..., 0] = True
     elif mistake == "non_strict":
         keep = before <= p
+    elif mistake == "shift_in_place":  # the classic shifted removal, written in place
+        remove = cum > p
+        remove[..., 1:] = remove[..., :-1]
+        remove[..., 0] = False
+        keep = ~remove
     elif mistake == "one_extra":
         keep = torch.cat(
             [torch.ones_like(before[..., :1], dtype=torch.bool), before[..., :-1] < p],
@@ -125,6 +150,8 @@ def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
         keep = before < p
     if order is None or mistake == "mask_in_sorted_order":
         return keep
+    if mistake == "gather_not_scatter":
+        return keep.gather(-1, order)
     return torch.zeros_like(keep).scatter(-1, order, keep)
 
 

@@ -91,11 +91,13 @@ def _decoder_variant(
             "no_mask": {},
             "cross_causal": {"is_causal": True},  # where memory_mask belongs
             "cross_causal_masked": {"attn_mask": mask, "is_causal": True},
+            "cross_query_from_input_causal": {"attn_mask": mask, "is_causal": True},
         }.get(mistake, {"attn_mask": mask})
         return layer.cross_attn(h, memory, **kwargs)
 
     if mistake in (
         "cross_query_from_input",
+        "cross_query_from_input_causal",
         "cross_residual_from_input",
         "ffn_from_b1",
         "ffn_from_input",
@@ -103,6 +105,7 @@ def _decoder_variant(
         b1 = n1(x + self_attn(x))  # a sublayer fed from the wrong place
         query, residual = {
             "cross_query_from_input": (x, b1),
+            "cross_query_from_input_causal": (x, b1),
             "cross_residual_from_input": (b1, x),
         }.get(mistake, (b1, b1))
         b2 = n2(residual + cross_attn(query))
@@ -146,8 +149,8 @@ _DECODER_HINTS = [
         "diag_hidden",
     ),
     (
-        "交叉注意力的键和值应来自编码器输出：cross_attn(x, memory, memory, "
-        "attn_mask=memory_mask)（查询来自解码器，键、值来自 memory），"
+        "交叉注意力的键和值应来自编码器输出：{cross}"
+        "（查询来自解码器，键、值来自 memory），"
         "你的交叉注意力只看了解码器自己。",
         "cross_is_self",
     ),
@@ -156,6 +159,14 @@ _DECODER_HINTS = [
         "B1 = norm1(Y + self_attn(Y))，即 cross_attn(B1, memory, memory, "
         "attn_mask=memory_mask)，残差同样加在 B1 上：norm2(B1 + cross_attn(B1, …))。",
         "cross_query_from_input",
+    ),
+    (
+        "交叉注意力加了 is_causal=True，查询却仍是层输入 Y（forward 收到的 x）："
+        "查询来错了地方，才是要改的；因果掩码不属于交叉注意力（目标位置 i 会只看得见"
+        "源句的前几个位置），去掉 is_causal。查询应来自第一个子层的输出 "
+        "B1 = norm1(Y + self_attn(Y))：cross_attn(B1, memory, memory, "
+        "attn_mask=memory_mask)。",
+        "cross_query_from_input_causal",
     ),
     (
         "交叉注意力的残差加的是层输入 Y（forward 收到的 x）："
@@ -175,8 +186,7 @@ _DECODER_HINTS = [
         "ffn_from_input",
     ),
     (
-        "交叉注意力没有用 memory_mask：源句的填充位置不能被看到"
-        "（cross_attn(x, memory, memory, attn_mask=memory_mask)）。",
+        "交叉注意力没有用 memory_mask：源句的填充位置不能被看到（{cross}）。",
         "no_mask",
     ),
     (
@@ -196,39 +206,65 @@ _DECODER_HINTS = [
     ),
     ("少了掩码自注意力的残差连接：x = norm1(x + self_attn(x))。", "no_res_self"),
     (
-        "交叉注意力这一步把 norm2 只用在了残差上：你写的是 norm2(x) + cross_attn(…)。"
-        "Post-LN 是先相加再归一化：x = norm2(x + cross_attn(x, memory, memory, "
-        "attn_mask=memory_mask))。",
+        "交叉注意力这一步把 norm2 只用在了残差上：你写的是 norm2({q}) + "
+        "cross_attn(…)。Post-LN 是先相加再归一化：{cross_step}。",
         "norm_before_cross_residual",
     ),
     (
-        "FFN 这一步把 norm3 只用在了残差上：你写的是 norm3(x) + ffn(x)，"
+        "FFN 这一步把 norm3 只用在了残差上：你写的是 norm3({f}) + ffn({f})，"
         "即 LN(x) + F(x)，FFN 的输出绕过了归一化。Post-LN 是先相加再归一化，"
-        "LN(x + F(x))：x = norm3(x + ffn(x))。",
+        "LN(x + F(x))：{ffn_step}。",
         "norm_before_ffn_residual",
     ),
     (
-        "少了交叉注意力的残差连接：x = norm2(x + cross_attn(x, memory, …))。",
+        "少了交叉注意力的残差连接：{cross_step}。",
         "no_res_cross",
     ),
-    ("少了 FFN 的残差连接：x = norm3(x + ffn(x))。", "no_res_ffn"),
+    ("少了 FFN 的残差连接：{ffn_step}。", "no_res_ffn"),
     ("norm1 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms_swapped"),
     ("norm1 与 norm2 用反了：子层按顺序用 norm1、norm2、norm3。", "norms12_swapped"),
     ("norm2 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms23_swapped"),
     (
         "交叉注意力用了 is_causal=True、没有用 memory_mask：因果掩码只属于掩码自注意力"
         "（解码器看自己的前文）；交叉注意力的每个目标位置都可以看整句源句，"
-        "只屏蔽源句的填充：cross_attn(x, memory, memory, attn_mask=memory_mask)。",
+        "只屏蔽源句的填充：{cross}。",
         "cross_causal",
     ),
     (
         "交叉注意力不能是因果的：你在 memory_mask 之外又给了 is_causal=True，于是目标"
         "位置 i 只看得见源句的前几个位置。源句在解码之前已经完整读完，解码器的每个位置"
-        "都可以看源句的全部位置，只屏蔽填充：去掉 is_causal，"
-        "cross_attn(x, memory, memory, attn_mask=memory_mask)。",
+        "都可以看源句的全部位置，只屏蔽填充：去掉 is_causal，{cross}。",
         "cross_causal_masked",
     ),
 ]
+
+# the decoder layer's names as each page writes them: chapter 2 (the paper's
+# equations) names the sublayers' outputs B1 and B2, so x stays the layer input Y;
+# chapter 1 carries x through the three sublayers
+_RUNNING_X = {
+    "q": "x",
+    "f": "x",
+    "cross": "cross_attn(x, memory, memory, attn_mask=memory_mask)",
+    "cross_step": "x = norm2(x + cross_attn(x, memory, memory, attn_mask=memory_mask))",
+    "ffn_step": "x = norm3(x + ffn(x))",
+}
+_SUBLAYER_OUTPUTS = {
+    "q": "b1",
+    "f": "b2",
+    "cross": "cross_attn(b1, memory, memory, attn_mask=memory_mask)",
+    "cross_step": (
+        "b2 = norm2(b1 + cross_attn(b1, memory, memory, attn_mask=memory_mask))"
+    ),
+    "ffn_step": "norm3(b2 + ffn(b2))",
+}
+
+
+def _decoder_names(exercise: str | None) -> dict[str, str]:
+    """The shape letters and the decoder's variable names for ``exercise``'s page
+    (:data:`_SUBLAYER_OUTPUTS` for chapter 2, else :data:`_RUNNING_X`)."""
+    chapter2 = exercise is not None and str(exercise).startswith("2.")
+    return shape_letters(exercise) | (_SUBLAYER_OUTPUTS if chapter2 else _RUNNING_X)
+
 
 # the find-the-bug exercise on this checker (chapter 2): the page's layer feeds the
 # cross-attention the layer's input; the hint names the sublayer, not the fix
@@ -239,7 +275,12 @@ _BUG_HUNT = {
             "的实验相同：换掉前面的目标词，后面位置的交叉注意力权重一点不变，仿佛解码器"
             "读源句时没看自己的前文。看交叉注意力那一行：把它的每个参数与公式逐项对照，"
             "各应来自哪个张量。"
-        )
+        ),
+        "cross_query_from_input_causal": (
+            "加上的 is_causal=True 不是改法：交叉注意力不能是因果的（目标位置 i 会只"
+            "看得见源句的前几个位置），去掉它。bug 还在：交叉注意力的查询仍是层输入 "
+            "Y（forward 收到的 x）。对照公式，查询应来自哪个张量？"
+        ),
     }
 }
 
@@ -250,8 +291,7 @@ DECODER_CRASHES = [
         "memory_mask 传给了掩码自注意力：它的形状 (N, 1, 1, {S}) 对应源句的 "
         "{S} 个位置，只属于交叉注意力（键是 memory）；"
         "自注意力的键是 x 本身（{L} 个位置），只用因果掩码。"
-        "self_attn(x, is_causal=True)，"
-        "cross_attn(x, memory, memory, attn_mask=memory_mask)。",
+        "self_attn(x, is_causal=True)，{cross}。",
     ),
     (
         r"mask of shape \((\d+), \1\) does not broadcast",
@@ -261,10 +301,8 @@ DECODER_CRASHES = [
     ),
     (
         r"size of tensor|shape|mat1 and mat2|must match|expanded size",
-        "多半是形状对不上（这里 {L} ≠ {S}）。交叉注意力的查询是解码器的 x "
-        "(N, {L}, {E})，"
-        "键和值是 memory (N, {S}, {E})："
-        "cross_attn(x, memory, memory, attn_mask=memory_mask)。",
+        "多半是形状对不上（这里 {L} ≠ {S}）。交叉注意力的查询是解码器的 {q} "
+        "(N, {L}, {E})，键和值是 memory (N, {S}, {E})：{cross}。",
     ),
 ]
 
@@ -290,7 +328,7 @@ def check_decoder_layer(cls: type, exercise: str | None = None) -> str:
     name = name_of(cls)
     g = seeded_generator(31)
     hints = bug_hunt_hints(_DECODER_HINTS, exercise, _BUG_HUNT)
-    letters = shape_letters(exercise)  # chapter 2: the paper's n, m, d_model
+    letters = _decoder_names(exercise)  # chapter 2: the paper's n, m, d_model, b1
     causes = filled(DECODER_CRASHES, letters)
     # (d_model, num_heads, d_ff, N, L, S): L != S catches swapped query and memory
     for i, (E, H, d_ff, N, L, S) in enumerate(
