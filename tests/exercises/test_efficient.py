@@ -170,11 +170,42 @@ def gqa_q_transposed(back):
     return gqa
 
 
+def gqa_split_order(q, k, v):  # learner test 21b, 4.5: the G·L rows made in (L, G) order
+    N, H, L, D = q.shape
+    Hkv = k.size(1)
+    rows = q.view(N, Hkv, H // Hkv, L, D).permute(0, 1, 3, 2, 4).reshape(N, Hkv, -1, D)
+    return (torch.softmax(rows @ k.mT / math.sqrt(D), -1) @ v).reshape(N, H, L, D)
+
+
+def gqa_split_order_manual_softmax(q, k, v):  # the same, softmax by hand: step unknown
+    N, H, L, D = q.shape
+    Hkv = k.size(1)
+    rows = q.transpose(1, 2).reshape(N, L, Hkv, H // Hkv, D).transpose(1, 2).reshape(N, Hkv, -1, D)
+    e = (rows @ k.mT / math.sqrt(D)).exp()
+    return (e / e.sum(-1, keepdim=True) @ v).reshape(N, H, L, D)
+
+
+def gqa_permuted_both_ways(q, k, v):  # rows in (L, G) order, merged back the same way: right
+    N, H, L, D = q.shape
+    Hkv, G = k.size(1), H // k.size(1)
+    rows = q.movedim(2, 1).reshape(N, L, Hkv, G, D).permute(0, 2, 1, 3, 4).reshape(N, Hkv, L * G, D)
+    out = torch.softmax(rows @ k.mT / math.sqrt(D), -1) @ v
+    return out.view(N, Hkv, L, G, D).permute(0, 1, 3, 2, 4).reshape(N, H, L, D)
+
+
+def gqa_repeat_tiled(q, k, v):  # learner mistake: repeat where repeat_interleave was meant
+    G = q.size(1) // k.size(1)
+    kk, vv = k.repeat(1, G, 1, 1), v.repeat(1, G, 1, 1)
+    return torch.softmax(q @ kk.mT / math.sqrt(q.size(-1)), -1) @ vv
+
+
 def gqa_skeleton(q, k, v):
     pass
 
 
-@pytest.mark.parametrize("fn", [gqa_merged_rows, gqa_einsum, gqa_loop_views, gqa_fold_then_sdpa])
+@pytest.mark.parametrize(
+    "fn", [gqa_merged_rows, gqa_einsum, gqa_loop_views, gqa_fold_then_sdpa, gqa_permuted_both_ways]
+)
 def test_grouped_attention_accepts(fn, capsys):
     assert_passes(ex.check_grouped_attention, fn, capsys)
 
@@ -200,6 +231,9 @@ def test_grouped_attention_skeleton(capsys):
         (gqa_groups_as_l_g, "当成了 (N, H_kv, L, G, D)"),
         (gqa_q_transposed(back=True), "变形 q 之前先交换了 H 和 L"),
         (gqa_q_transposed(back=False), "变形 q 之前先交换了 H 和 L"),
+        (gqa_split_order, "拆分 q 时 G·L 这一维的顺序错了"),
+        (gqa_split_order_manual_softmax, "拆分 q 与合并输出时 G·L 这一维的顺序不一致"),
+        (gqa_repeat_tiled, "k.repeat(1, G, 1, 1) 把整组键值头重复 G 遍"),
     ],
 )
 def test_grouped_attention_rejects(fn, keyword, capsys):
@@ -210,14 +244,30 @@ GQA_REJECTS = [
     pytest.param(ex.check_grouped_attention, fn, None, id=fn.__name__)
     for fn in (gqa_modulo, gqa_unscaled, gqa_scale_by_group, gqa_softmax_over_queries,
                gqa_scale_by_keys, gqa_groups_transposed, gqa_groups_as_l_g, gqa_q_transposed(back=True),
-               gqa_q_transposed(back=False))
+               gqa_q_transposed(back=False), gqa_split_order, gqa_split_order_manual_softmax,
+               gqa_repeat_tiled)
 ]  # fmt: skip
 
 
 def test_grouped_attention_hints_all_reached(capsys):
     from transformer_course.exercises import efficient
 
-    assert_every_hint_reached({"_GQA_MISTAKES": efficient._GQA_MISTAKES}, GQA_REJECTS, capsys)
+    tables = {
+        "_GQA_MISTAKES": efficient._GQA_MISTAKES,
+        "_REGROUP_HINTS": [(hint, step) for step, hint in efficient._REGROUP_HINTS.items()],
+        "_REPEAT_NOTE": [(efficient._REPEAT_NOTE, "repeat")],
+    }
+    assert_every_hint_reached(tables, GQA_REJECTS, capsys)
+
+
+def test_grouped_attention_regroup_hint_names_the_step(capsys):
+    # learner test 21b, 4.5: rows split in (L, G) order and merged as (G, L) give the
+    # same output as a transpose(2, 3) in the merge; only the merge mistake is told
+    # about transpose(2, 3), the split mistake about the split
+    split = rejection(ex.check_grouped_attention, gqa_split_order)
+    merge = rejection(ex.check_grouped_attention, gqa_groups_transposed)
+    assert "transpose(2, 3)" not in split and "拆分 q 时" in split, split
+    assert "合并各组时先交换了 G 和 L" in merge and "拆分 q" not in merge, merge
 
 
 # sparsemax
@@ -986,6 +1036,40 @@ def streaming_block_softmax_mean(Q, blocks):  # each block's softmax, averaged
     return total / n
 
 
+def _streaming_masked_by(Q, blocks, apply_mask):
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = apply_mask(Q @ K.mT / math.sqrt(Q.size(-1)), mask)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix, p = torch.exp(c - c_new), torch.exp(s - c_new)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
+def streaming_mask_multiplied(Q, blocks):  # learner test 21b, 4.4: s · mask, not −∞
+    return _streaming_masked_by(Q, blocks, lambda s, mask: s * mask)
+
+
+def streaming_mask_added(Q, blocks):  # the bool mask added to the scores (+1 / +0)
+    return _streaming_masked_by(Q, blocks, lambda s, mask: s + mask)
+
+
+def streaming_additive_mask(Q, blocks):  # an additive 0 / −∞ mask, c guarded: right
+    def additive(s, mask):
+        return s + torch.zeros(mask.shape).masked_fill(~mask, -math.inf)
+
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = additive(Q @ K.mT / math.sqrt(Q.size(-1)), mask)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix = torch.exp(c - c_new).nan_to_num(0.0)
+        p = torch.exp(s - c_new).nan_to_num(0.0)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
 def streaming_len(Q, blocks):  # treats the stream as a list
     n = len(blocks)
     return Q[..., :n]
@@ -1004,6 +1088,10 @@ STREAMING_REJECTS = [
     pytest.param(ex.check_streaming_attention, streaming_fix_inverted, "校正因子写反了",
                  id="fix_inverted"),
     pytest.param(ex.check_streaming_attention, streaming_inverted, "方向反了", id="inverted"),
+    pytest.param(ex.check_streaming_attention, streaming_mask_multiplied, "分数乘了掩码",
+                 id="mask_multiplied"),
+    pytest.param(ex.check_streaming_attention, streaming_mask_added, "把布尔掩码直接加到了分数上",
+                 id="mask_added"),
     pytest.param(ex.check_streaming_attention, streaming_unscaled, "√D", id="unscaled"),
     pytest.param(ex.check_streaming_attention, streaming_len, "迭代器", id="len"),
     pytest.param(ex.check_streaming_attention, streaming_mask_after_exp, "先屏蔽再取最大值",
@@ -1039,6 +1127,7 @@ STREAMING_REJECTS = [
         streaming_while_next,
         streaming_skip_empty_block,
         streaming_normalized_o_right,
+        streaming_additive_mask,
     ],
 )
 def test_streaming_attention_accepts(fn, capsys):

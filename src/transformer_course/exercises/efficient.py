@@ -92,6 +92,15 @@ def _stream_blocks(
         del block
 
 
+def _mask_scores(s: Tensor, mask: Tensor, mistake: str) -> Tensor:
+    """``s`` with the bool ``mask`` applied, as right or as the masking mistakes do."""
+    if mistake == "mask_multiplied":  # masked scores 0, still in the softmax
+        return s * mask
+    if mistake == "mask_added":  # the bool mask added: +1 / +0, nothing masked
+        return s + mask
+    return s.masked_fill(~mask, -math.inf)
+
+
 def _streaming_variant(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor, b: int, mistake: str
 ) -> Tensor:
@@ -123,7 +132,7 @@ def _streaming_variant(
     first = b if mistake == "first_block_dropped" else 0
     for start in range(first, k.size(-2), b):
         s = (q @ k[..., start : start + b, :].mT) * scale
-        s = s.masked_fill(~mask[..., start : start + b], -math.inf)
+        s = _mask_scores(s, mask[..., start : start + b], mistake)
         if mistake == "skipped_block" and torch.isinf(s.amax(-1)).any():
             continue
         block_max = s.amax(-1, keepdim=True)
@@ -149,6 +158,18 @@ def _streaming_variant(
 _STREAMING_MISTAKES = [
     ("掩码方向反了：约定 True = 可以关注，屏蔽的是 ~mask_j 的位置。", "inverted"),
     ("分数没有除以 √D（D 是 Q 的最后一维）。", "noscale"),
+    (
+        "分数乘了掩码（s · mask_j）：被屏蔽的分数成了 0，不是 −∞，exp(0 − c) > 0，"
+        "这些键仍然分到了权重。屏蔽要用 s.masked_fill(~mask_j, −∞)（或加上 −∞ 的"
+        "加性掩码），exp 之后它们才正好是 0。",
+        "mask_multiplied",
+    ),
+    (
+        "把布尔掩码直接加到了分数上（s + mask_j）：True 算作 +1、False 算作 +0，"
+        "没有屏蔽任何键。要么 s.masked_fill(~mask_j, −∞)，要么先把掩码变成加性的"
+        "（可见处 0、屏蔽处 −∞）再加。",
+        "mask_added",
+    ),
     (
         "最大值变大时忘了校正旧的累计量：ℓ 和 o 都要先乘 exp(c_旧 − c_新)，"
         "再加上新块的贡献。",
@@ -365,6 +386,7 @@ def check_streaming_attention(fn) -> str:
 
 _COPYING = {"repeat_interleave", "repeat", "tile"}
 _MATMULS = {"matmul", "__matmul__", "bmm"}
+_AXIS_SWAPS = {"transpose", "permute", "movedim", "moveaxis", "swapaxes", "swapdims"}
 
 
 class _CopyWatch(TorchFunctionMode):
@@ -380,6 +402,15 @@ class _CopyWatch(TorchFunctionMode):
         self.calls: list[str] = []
         self.reference = False
         self.current = ""  # the learner's torch call now running
+        self.ops: list[str] = []  # the learner's torch calls, in order
+
+    def merged_by_transpose(self) -> bool | None:
+        """Whether an axis swap follows the last softmax (the merge step swapped
+        axes); ``None`` without a softmax call (nothing to tell the steps apart)."""
+        if "softmax" not in self.ops:
+            return None
+        last = len(self.ops) - self.ops[::-1].index("softmax")
+        return any(op in _AXIS_SWAPS for op in self.ops[last:])
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", str(func))
@@ -388,6 +419,7 @@ class _CopyWatch(TorchFunctionMode):
         if name == "scaled_dot_product_attention" and (kwargs or {}).get("enable_gqa"):
             self.reference = True
         self.current = name
+        self.ops.append(name)
         return func(*args, **(kwargs or {}))
 
 
@@ -486,12 +518,9 @@ _GQA_MISTAKES = [
         for mistake in ("dim", "dim_grouped_rows")
     ),
     ("分数除以的是 √S（键的个数）：应除以 √D，D 是每个头的维度。", "scale_s"),
-    (
-        "合并各组时先交换了 G 和 L：(N, H_kv, G, L, D) 直接 reshape(N, H, L, D) "
-        "就对（H_kv 与 G 相邻，合起来正是 H，头 h = 组·G + 组内序号），"
-        "不要先 transpose(2, 3)。",
-        "groups_transposed",
-    ),
+    # the G·L rows made in (L, G) order and merged as (G, L), or the other way round:
+    # the same output, so the learner's calls tell which step swapped the axes
+    ("{regroup}", "groups_transposed"),
     (
         "合并各组时把 (N, H_kv, G·L, D) 当成了 (N, H_kv, L, G, D)：q 变形时 G·L 这一维"
         "是组内序号在前、位置在后（(N, H_kv, G, L, D) 合并而来），所以输出直接 "
@@ -499,6 +528,27 @@ _GQA_MISTAKES = [
         "groups_as_l_g",
     ),
 ]
+
+
+_REPEAT_NOTE = (
+    "你调用了 repeat：k.repeat(1, G, 1, 1) 把整组键值头重复 G 遍"
+    "（头序 0, 1, 0, 1, …），正是 h % H_kv；"
+    "repeat_interleave 才是每个头连着重复（0, 0, 1, 1, …）。"
+    "不过练习要求根本不复制键值头。"
+)
+_REGROUP_HINTS = {
+    True: "合并各组时先交换了 G 和 L：(N, H_kv, G, L, D) 直接 reshape(N, H, L, D) "
+    "就对（H_kv 与 G 相邻，合起来正是 H，头 h = 组·G + 组内序号），"
+    "不要先 transpose(2, 3)。",
+    False: "拆分 q 时 G·L 这一维的顺序错了：你把查询排成了位置在前、组内序号在后 "
+    "(L, G)（例如先 transpose 成 (N, L, H, D) 再分组），合并时却按 (G, L) 读回，"
+    "各行错了位。q 本来就是 (N, H, L, D)，相邻 G 个头连在一起：直接 "
+    "q.reshape(N, H_kv, G·L, D)（组内序号在前），输出直接 reshape(N, H, L, D)，"
+    "都不用 transpose/permute。",
+    None: "拆分 q 与合并输出时 G·L 这一维的顺序不一致：一处是组内序号在前 (G, L)，"
+    "另一处是位置在前 (L, G)。两处都用 (G, L)：q.reshape(N, H_kv, G·L, D)，"
+    "输出直接 reshape(N, H, L, D)，都不用 transpose/permute。",
+}
 
 
 @checker("分组查询注意力")
@@ -548,8 +598,13 @@ def check_grouped_attention(fn) -> str:
         ref = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
         if not close(out, ref):
             hint = first_reproduced(
-                out, _GQA_MISTAKES, functools.partial(_gqa_variant, q, k, v)
+                out,
+                _GQA_MISTAKES,
+                functools.partial(_gqa_variant, q, k, v),
+                regroup=_REGROUP_HINTS[watch.merged_by_transpose() if watch else None],
             )
+            if hint == _GQA_MISTAKES[0][0] and watch and "repeat" in watch.calls:
+                hint += _REPEAT_NOTE  # h % H_kv made by k.repeat
             fail(
                 f"{name} 的输出不对（{case}）：{where_differs(out, ref)}。"
                 + (f"\n提示：{hint}" if hint else "")
