@@ -29,9 +29,7 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"需要一个整数，得到 {text!r}"
-            ) from None
+            raise argparse.ArgumentTypeError(f"需要一个整数，得到 {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(
                 f"必须是 >= {minimum} 的整数，得到 {value}"
@@ -53,9 +51,7 @@ def float_in(
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"需要一个数，得到 {text!r}"
-            ) from None
+            raise argparse.ArgumentTypeError(f"需要一个数，得到 {text!r}") from None
         above = value >= low if low_inclusive else value > low
         below = value <= high if high_inclusive else value < high
         if not (math.isfinite(value) and above and below):
@@ -79,9 +75,7 @@ PROBABILITY_BELOW_ONE = float_in(0.0, 1.0, low_inclusive=True, high_inclusive=Fa
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_course.train_gpt",
-        description=(
-            "在课程语料或你自己的文本上训练 MiniGPT，或从训练好的模型采样。"
-        ),
+        description=("在课程语料或你自己的文本上训练 MiniGPT，或从训练好的模型采样。"),
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -102,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     # data
     t.add_argument(
         "--data",
-        help="一个 UTF-8 文本文件，或一个含 .txt/.md 文件的文件夹（默认：预设自带的语料）；"
-        "段落之间用空行分隔",
+        help="一个 UTF-8 文本文件，或一个含 .txt/.md 文件的文件夹"
+        "（默认：预设自带的语料）；段落之间用空行分隔",
     )
     t.add_argument(
         "--tokenizer", choices=["char", "bpe"], help="默认：预设的分词方式，没有则 char"
@@ -136,9 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=POSITIVE_INT,
         help="每个进程每个微步的序列数；默认：预设的值",
     )
-    t.add_argument(
-        "--grad-accum", type=POSITIVE_INT, help="每次优化器更新累积的微步数"
-    )
+    t.add_argument("--grad-accum", type=POSITIVE_INT, help="每次优化器更新累积的微步数")
     t.add_argument("--max-steps", type=POSITIVE_INT, help="训练到第几步为止")
     t.add_argument("--lr", type=POSITIVE_FLOAT, help="学习率的峰值")
     t.add_argument(
@@ -154,15 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--weight-decay", type=NON_NEGATIVE_FLOAT)
     t.add_argument("--beta2", type=PROBABILITY_BELOW_ONE)
-    t.add_argument("--grad-clip", type=NON_NEGATIVE_FLOAT, help="梯度裁剪的范数上限；0 表示不裁剪")
+    t.add_argument(
+        "--grad-clip", type=NON_NEGATIVE_FLOAT, help="梯度裁剪的范数上限；0 表示不裁剪"
+    )
     # evaluation, logging, checkpoints
-    t.add_argument("--val-fraction", type=FRACTION, help="留作验证集的段落比例，取值 (0, 1)")
+    t.add_argument(
+        "--val-fraction", type=FRACTION, help="留作验证集的段落比例，取值 (0, 1)"
+    )
     t.add_argument(
         "--eval-every", type=POSITIVE_INT, help="每 N 步评估一次并保存检查点"
     )
-    t.add_argument(
-        "--eval-iters", type=POSITIVE_INT, help="每次评估用的验证批次数"
-    )
+    t.add_argument("--eval-iters", type=POSITIVE_INT, help="每次评估用的验证批次数")
     t.add_argument("--log-every", type=POSITIVE_INT)
     # system
     t.add_argument("--seed", type=NON_NEGATIVE_INT)
