@@ -162,7 +162,7 @@ def test_tokenizer_flags_are_checked(tmp_path, capsys):
     capsys.readouterr()
     with pytest.raises(SystemExit):
         train_gpt.main(["train", *BPE[:2], "--vocab-size", "255", "--out-dir", out])
-    assert "must be an integer >= 256, got 255" in capsys.readouterr().err
+    assert "必须是 >= 256 的整数，得到 255" in capsys.readouterr().err
     assert not Path(out).exists()
 
 

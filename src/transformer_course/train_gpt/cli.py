@@ -29,12 +29,10 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer, got {text!r}"
-            ) from None
+            raise argparse.ArgumentTypeError(f"需要一个整数，得到 {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(
-                f"must be an integer >= {minimum}, got {value}"
+                f"必须是 >= {minimum} 的整数，得到 {value}"
             )
         return value
 
@@ -53,14 +51,12 @@ def float_in(
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a number, got {text!r}"
-            ) from None
+            raise argparse.ArgumentTypeError(f"需要一个数，得到 {text!r}") from None
         above = value >= low if low_inclusive else value > low
         below = value <= high if high_inclusive else value < high
         if not (math.isfinite(value) and above and below):
             raise argparse.ArgumentTypeError(
-                f"must be a finite number in {interval}, got {text}"
+                f"必须是 {interval} 中的有限数，得到 {text}"
             )
         return value
 
@@ -79,48 +75,46 @@ PROBABILITY_BELOW_ONE = float_in(0.0, 1.0, low_inclusive=True, high_inclusive=Fa
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_course.train_gpt",
-        description=(
-            "Train a MiniGPT on the course corpus or your own text, or sample from it."
-        ),
+        description=("在课程语料或你自己的文本上训练 MiniGPT，或从训练好的模型采样。"),
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="train (single process or under torchrun)")
-    t.add_argument("--out-dir", help="checkpoint and log folder (default runs/gpt)")
+    t = sub.add_parser("train", help="训练（单进程，或在 torchrun 下多进程）")
+    t.add_argument("--out-dir", help="存放检查点和日志的文件夹（默认 runs/gpt）")
     t.add_argument(
         "--resume",
         action="store_true",
         default=None,
-        help="continue from OUT_DIR/ckpt.pt",
+        help="从 OUT_DIR/ckpt.pt 接着训练",
     )
     t.add_argument(
         "--preset",
         choices=list(PRESETS),
         default=DEFAULT_PRESET,
-        help="model size and run length (flags typed here win); default %(default)s",
+        help="模型大小与训练长度（命令行上给出的选项优先）；默认 %(default)s",
     )
     # data
     t.add_argument(
         "--data",
-        help="a UTF-8 text file, or a folder of .txt/.md files (default: the "
-        "preset's shipped corpus); paragraphs are separated by blank lines",
+        help="一个 UTF-8 文本文件，或一个含 .txt/.md 文件的文件夹"
+        "（默认：预设自带的语料）；段落之间用空行分隔",
     )
     t.add_argument(
-        "--tokenizer", choices=["char", "bpe"], help="default: the preset's, else char"
+        "--tokenizer", choices=["char", "bpe"], help="默认：预设的分词方式，没有则 char"
     )
     t.add_argument(
         "--vocab-size",
         type=int_at_least(256),
-        help=f"bpe ids, >= 256 (default: the preset's, else {DEFAULT_BPE_VOCAB})",
+        help=f"BPE 词表大小，>= 256（默认：预设的，没有则 {DEFAULT_BPE_VOCAB}）",
     )
     # model: on --resume the checkpoint's config is used, and a flag given here must
     # equal it
-    t.add_argument("--context-length", type=POSITIVE_INT, help="default: the preset")
-    t.add_argument("--d-model", type=POSITIVE_INT, help="default: the preset")
-    t.add_argument("--num-heads", type=POSITIVE_INT, help="default: the preset")
-    t.add_argument("--num-layers", type=POSITIVE_INT, help="default: the preset")
+    t.add_argument("--context-length", type=POSITIVE_INT, help="默认：预设的值")
+    t.add_argument("--d-model", type=POSITIVE_INT, help="默认：预设的值")
+    t.add_argument("--num-heads", type=POSITIVE_INT, help="默认：预设的值")
+    t.add_argument("--num-layers", type=POSITIVE_INT, help="默认：预设的值")
     t.add_argument(
-        "--dropout", type=PROBABILITY_BELOW_ONE, help="in [0, 1); default: the preset"
+        "--dropout", type=PROBABILITY_BELOW_ONE, help="取值 [0, 1)；默认：预设的值"
     )
     for flag, choices in (
         ("positional", tc.POSITIONAL_ENCODINGS),
@@ -128,41 +122,41 @@ def build_parser() -> argparse.ArgumentParser:
         ("activation", tc.ACTIVATIONS),
     ):
         t.add_argument(
-            f"--{flag}", choices=list(choices), help=f"default {model_default(flag)}"
+            f"--{flag}", choices=list(choices), help=f"默认 {model_default(flag)}"
         )
     # optimisation
     t.add_argument(
         "--batch-size",
         type=POSITIVE_INT,
-        help="sequences per rank per micro-step; default: the preset",
+        help="每个进程每个微步的序列数；默认：预设的值",
     )
-    t.add_argument(
-        "--grad-accum", type=POSITIVE_INT, help="micro-steps per optimizer step"
-    )
-    t.add_argument("--max-steps", type=POSITIVE_INT, help="train until this step")
-    t.add_argument("--lr", type=POSITIVE_FLOAT, help="peak learning rate")
+    t.add_argument("--grad-accum", type=POSITIVE_INT, help="每次优化器更新累积的微步数")
+    t.add_argument("--max-steps", type=POSITIVE_INT, help="训练到第几步为止")
+    t.add_argument("--lr", type=POSITIVE_FLOAT, help="学习率的峰值")
     t.add_argument(
         "--min-lr",
         type=NON_NEGATIVE_FLOAT,
-        help="learning rate at the end of decay (default: the preset's, or --lr / 10)",
+        help="衰减结束时的学习率（默认：预设的值，没有则 --lr / 10）",
     )
     t.add_argument("--warmup-steps", type=NON_NEGATIVE_INT)
     t.add_argument(
         "--lr-decay-steps",
         type=POSITIVE_INT,
-        help="cosine decay length (default: --max-steps)",
+        help="余弦衰减的步数（默认：--max-steps）",
     )
     t.add_argument("--weight-decay", type=NON_NEGATIVE_FLOAT)
     t.add_argument("--beta2", type=PROBABILITY_BELOW_ONE)
-    t.add_argument("--grad-clip", type=NON_NEGATIVE_FLOAT, help="0 disables clipping")
+    t.add_argument(
+        "--grad-clip", type=NON_NEGATIVE_FLOAT, help="梯度裁剪的范数上限；0 表示不裁剪"
+    )
     # evaluation, logging, checkpoints
-    t.add_argument("--val-fraction", type=FRACTION, help="in (0, 1)")
     t.add_argument(
-        "--eval-every", type=POSITIVE_INT, help="evaluate + checkpoint every N steps"
+        "--val-fraction", type=FRACTION, help="留作验证集的段落比例，取值 (0, 1)"
     )
     t.add_argument(
-        "--eval-iters", type=POSITIVE_INT, help="validation batches per evaluation"
+        "--eval-every", type=POSITIVE_INT, help="每 N 步评估一次并保存检查点"
     )
+    t.add_argument("--eval-iters", type=POSITIVE_INT, help="每次评估用的验证批次数")
     t.add_argument("--log-every", type=POSITIVE_INT)
     # system
     t.add_argument("--seed", type=NON_NEGATIVE_INT)
@@ -170,25 +164,25 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--threads",
         type=POSITIVE_INT,
-        help="CPU threads for torch (default: torch's, one per physical core)",
+        help="torch 使用的 CPU 线程数（默认：torch 的设置，每个物理核一个）",
     )
     t.add_argument(
         "--dtype",
         choices=["auto", "float32", "bfloat16"],
-        help="autocast dtype (auto: bfloat16 on a GPU that supports it, else float32)",
+        help="自动混合精度的数据类型（auto：支持的 GPU 上用 bfloat16，否则 float32）",
     )
     t.add_argument(
         "--compile",
         action="store_true",
         default=None,
-        help="wrap the model in torch.compile",
+        help="用 torch.compile 编译模型",
     )
 
-    s = sub.add_parser("sample", help="generate text from a checkpoint")
+    s = sub.add_parser("sample", help="从检查点生成文本")
     s.add_argument(
-        "--ckpt", required=True, help="path to a ckpt.pt or best.pt written by train"
+        "--ckpt", required=True, help="train 写出的 ckpt.pt 或 best.pt 的路径"
     )
-    s.add_argument("--prompt", default=None, help="start text (default: a newline)")
+    s.add_argument("--prompt", default=None, help="开头的文本（默认：一个换行符）")
     s.add_argument("-n", "--max-new-tokens", type=NON_NEGATIVE_INT, default=300)
     s.add_argument("--num-samples", type=POSITIVE_INT, default=1)
     s.add_argument("--temperature", type=POSITIVE_FLOAT, default=0.8)
