@@ -71,10 +71,10 @@ def _type_slip(prediction: object, actual: object) -> str | None:
     kind (a type slip, not a wrong guess), else None."""
     if isinstance(prediction, str) and not isinstance(actual, str):
         return "字符串（str）"
-    if _is_bool(actual) and not _is_bool(prediction):
-        return f"{type(prediction).__name__}，不是 True 或 False"
-    if isinstance(actual, str) and not isinstance(prediction, str):
-        return type(prediction).__name__
+    if (_is_bool(actual) and not _is_bool(prediction)) or (
+        isinstance(actual, str) and not isinstance(prediction, str)
+    ):  # 1 == True in Python, but 1 is not a yes-or-no answer
+        return f"一个 {type(prediction).__name__}"
     return None
 
 
