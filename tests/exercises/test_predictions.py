@@ -1,6 +1,6 @@
 import numpy as np
-import torch
 import pytest
+import torch
 
 import transformer_course as tc
 
@@ -90,7 +90,13 @@ def test_an_exact_integer_answer_needs_an_exact_match(capsys, prediction, actual
 
 @pytest.mark.parametrize(
     ("prediction", "actual", "shown"),
-    [(7, 385 / 55, "7"), (7.0, 7, "7"), (32, 31.999999999999996, "32"), (4, torch.tensor(4), "4"), (3, np.int64(3), "3")],
+    [
+        (7, 385 / 55, "7"),
+        (7.0, 7, "7"),
+        (32, 31.999999999999996, "32"),
+        (4, torch.tensor(4), "4"),
+        (3, np.int64(3), "3"),
+    ],
 )
 def test_the_right_integer_agrees(capsys, prediction, actual, shown):
     tc.exercises.compare_prediction(prediction, actual, what="x")

@@ -17,6 +17,7 @@ import numpy as np
 __all__ = ["compare_prediction"]
 
 _DEFAULT_REL_TOL = 0.1
+_NO_QUOTES = "，不加引号"
 # a float answer this close to an integer (a ratio of counts, d_model / 2 summed in
 # float64) is an exact integer answer, not a measurement
 _INTEGRAL_FLOAT_TOL = 1e-6
@@ -62,7 +63,7 @@ def _wanted_kind(actual: object) -> str:
     if _is_number(actual):
         return "一个数（如 10.5）"
     if isinstance(actual, str):
-        return "一个字符串，加引号（如 \"很小\"）"
+        return '一个字符串，加引号（如 "很小"）'
     return f"一个 {type(actual).__name__}"
 
 
@@ -97,6 +98,21 @@ def _integer_verdict(prediction: float, actual: int) -> str:
     return f"{side}：答案是一个整数，要完全一致；对照解答里的推理，看看哪一步想得不一样"
 
 
+def _verdict(
+    prediction: object, actual: object, exact: int | None, rel_tol: float | None
+) -> str:
+    if _is_number(actual) and _is_number(prediction):
+        if exact is not None:
+            return _integer_verdict(float(prediction), exact)
+        tol = _DEFAULT_REL_TOL if rel_tol is None else rel_tol
+        return _number_verdict(float(prediction), float(actual), tol)
+    if isinstance(actual, str):
+        same = _normalized(prediction) == _normalized(actual)
+    else:
+        same = prediction == actual
+    return "✓ 一致" if same else "不一致：对照解答里的推理"
+
+
 def compare_prediction(
     prediction: object, actual: object, *, what: str, rel_tol: float | None = None
 ) -> None:
@@ -122,7 +138,7 @@ def compare_prediction(
     if slip is not None:  # the answer stays hidden so the slip can be fixed
         print(
             f"{what}：你的预测 {prediction!r} 是{slip}，这里要写"
-            f"{_wanted_kind(actual)}{'，不加引号' if isinstance(prediction, str) else ''}"
+            f"{_wanted_kind(actual)}{_NO_QUOTES if isinstance(prediction, str) else ''}"
             "。改好后重新运行这一格"
         )
         return
@@ -131,17 +147,5 @@ def compare_prediction(
         shown = str(exact)
     else:
         shown = f"{actual:.4g}" if _is_number(actual) else repr(actual)
-    if _is_number(actual) and _is_number(prediction):
-        if exact is not None:
-            verdict = _integer_verdict(float(prediction), exact)
-        else:
-            tol = _DEFAULT_REL_TOL if rel_tol is None else rel_tol
-            verdict = _number_verdict(float(prediction), float(actual), tol)
-    elif isinstance(actual, str):
-        same = _normalized(prediction) == _normalized(actual)
-        verdict = "✓ 一致" if same else "不一致：对照解答里的推理"
-    elif prediction == actual:
-        verdict = "✓ 一致"
-    else:
-        verdict = "不一致：对照解答里的推理"
+    verdict = _verdict(prediction, actual, exact, rel_tol)
     print(f"{what}：你的预测 {prediction!r}，实际 {shown}。{verdict}")

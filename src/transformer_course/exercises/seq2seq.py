@@ -510,7 +510,8 @@ _LOSS_HINTS = [
         "logits 展平时行被打乱了：logits.transpose(1, 2).reshape(N·(T-1), V) 把形状 "
         "(N, V, T-1) 的张量按 (N, T-1, V) 读，每一行不再是一个位置的 V 个分数。"
         "直接 logits.reshape(-1, V)（或 flatten(0, 1)）；若要类别在第 1 维，就传 "
-        "logits.transpose(1, 2) 本身（形状 (N, V, T-1)）和 (N, T-1) 的标签，不要再 reshape。",
+        "logits.transpose(1, 2) 本身（形状 (N, V, T-1)）和 (N, T-1) 的标签，"
+        "不要再 reshape。",
         "logits_scrambled",
     ),
     (
