@@ -119,6 +119,13 @@ def scale_by_query_count(Q, K, V, attn_mask=None):  # learner test 8a, 2.4: √L
     return scores.softmax(-1) @ V
 
 
+def scale_by_batch(Q, K, V, attn_mask=None):  # learner test 21a, 2.1: K.shape[0] is the batch size
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[0])
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return scores.softmax(-1) @ V
+
+
 def scale_by_length(Q, K, V, attn_mask=None):
     scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-2])
     if attn_mask is not None:
@@ -399,6 +406,7 @@ REJECTS = [
     check(scale_by_value_dim, "除以了 √d_v", "divided by the root of d_v"),
     check(scale_by_length, "键的个数", "divided by the root of the key count"),
     check(scale_by_query_count, "查询的个数", "divided by the root of the query count"),
+    check(scale_by_batch, "第一维是批大小 N，不是向量维度 d_k", "divided by the root of the batch size"),
     check(softmax_over_queries, "softmax 的 dim 可能写错了", "softmax over queries"),
     check(weights_times_keys, "应是 V，不是 K", "weights times K"),
     check(weights_transposed_when_square, "乘 V 之前把权重转置了", "weights transposed"),

@@ -210,7 +210,17 @@ def test_ch02_bug_unchanged_is_named_as_unchanged_in_n_and_m(checker, hunt, bug)
     assert "L=" not in message and "S=" not in message, message
 
 
+def scaled_by_batch(Q, K, V, attn_mask=None):  # learner test 21a, 2.1: "fixed" to K.shape[0]
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[0])
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ V, weights
+
+
 def test_ch02_changed_but_wrong_gets_the_precise_hint():
+    message = rejection(lambda c: ex.check_self_attention(c, exercise="2.1"), scaled_by_batch)
+    assert "还没有改到" not in message and "K.shape[0]" in message and "批大小" in message, message
     message = rejection(lambda c: ex.check_self_attention(c, exercise="2.1"), scaled_by_d_k)
     assert "还没有改到" not in message and "应除以 √d_k" in message, message
     message = rejection(lambda c: ex.check_decoder_layer(c, exercise="2.6"), CrossResidualFromInput)

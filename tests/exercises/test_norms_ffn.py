@@ -13,7 +13,14 @@ import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course.exercises import norms_ffn
 
-from .support import GeluFeedForward, assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+from .support import (
+    GeluFeedForward,
+    assert_every_hint_reached,
+    assert_passes,
+    assert_rejects,
+    assert_skeleton,
+    rejection,
+)
 
 # 4. layer norm
 # ---------------------------------------------------------------------------
@@ -30,7 +37,8 @@ def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=T
 
         def forward(self, x):
             g, b = getattr(self, names[0]), getattr(self, names[1])
-            dim = {"dim0": 0, "dim1": 1, "all": tuple(range(1, x.dim()))}.get(mistake, -1)
+            # learner test 21a, 3.8: "dim2" hard-codes the last dim of 3-D input
+            dim = {"dim0": 0, "dim1": 1, "dim2": 2, "all": tuple(range(1, x.dim()))}.get(mistake, -1)
             keep = mistake != "no_keepdim"
             # learner test 10a, 3.8: only one of the two reductions moved to dim -1
             mean = x.mean(0 if mistake == "mean_dim0" else dim, keepdim=keep)
@@ -74,6 +82,13 @@ def test_layer_norm(capsys):
     assert_skeleton(ex.check_layer_norm, LNSkeleton, capsys)
 
 
+def test_bug_hunt_fix_with_a_fixed_dim_is_told_to_use_dim_minus_1():
+    # learner test 21a, 3.8: the "fix" x.mean(2) crashed on 2-D input with only "print .shape"
+    message = rejection(lambda c: ex.check_layer_norm(c, exercise="3.8"), make_ln(mistake="dim2"))
+    assert "IndexError" in message and "mean(2)" in message and "dim=-1" in message, message
+    assert "任意维数" in message and "打印各个张量的 .shape" not in message, message
+
+
 LAYER_NORM_REJECTS = [
     pytest.param(ex.check_layer_norm, make_ln(mistake="unbiased"), "无偏", id="unbiased variance"),
     pytest.param(
@@ -97,6 +112,7 @@ LAYER_NORM_REJECTS = [
     pytest.param(ex.check_layer_norm, make_ln(mistake="shift_then_scale"), "先加 β 再乘 γ", id="(x̂ + β)γ"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="bias_inside"), "β 加在了归一化里面", id="β inside"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_keepdim"), "keepdim=True", id="no keepdim"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="dim2"), "写 dim=-1", id="mean(2): only 3-D input"),
     pytest.param(
         ex.check_layer_norm,
         make_ln(names=("gamma", "beta")),

@@ -336,6 +336,9 @@ def make_loss(mistake):
             return total / tgt.size(0)
         if mistake == "labels_transposed":  # learner test 6a, 1.4: labels flattened T-major
             return F.cross_entropy(logits.flatten(0, 1), labels.transpose(0, 1).reshape(-1))
+        if mistake == "logits_scrambled":  # learner test 21a, 1.5: (N, V, T) read as (N, T, V)
+            flat = logits.transpose(1, 2).reshape(-1, logits.size(-1))
+            return F.cross_entropy(flat, labels.reshape(-1))
         if mistake == "not_flattened":  # learner test: logits (N, T, V) as they are
             return F.cross_entropy(logits, labels)
         if mistake == "label_smoothing":  # learner test
@@ -373,6 +376,7 @@ def test_seq2seq_loss_skeleton(capsys):
         ("sum_over_batch", "总和除以了批大小 N"),
         ("not_flattened", "类别在第 1 维"),
         ("labels_transposed", "标签展平的顺序与 logits 不同"),
+        ("logits_scrambled", "logits 展平时行被打乱了：logits.transpose(1, 2).reshape"),
     ],
 )
 def test_seq2seq_loss_rejects(mistake, keyword, capsys):

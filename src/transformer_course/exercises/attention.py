@@ -77,6 +77,7 @@ def _attention_variant(
         "scale_d": d,
         "scale_len": math.sqrt(s),
         "scale_queries": math.sqrt(Q.size(-2)),
+        "scale_batch": math.sqrt(K.size(0)),  # K.shape[0]: the batch size
         "scale_times": 1 / math.sqrt(d),  # multiplied by √d_k
         "scale_dv": math.sqrt(V.size(-1)),
     }
@@ -127,6 +128,11 @@ ATTENTION_HINTS = [
         "缩放用了查询的个数 {L} = {l}（√{l}，Q.size(-2) 或 Q.shape[-2]）：应除以向量"
         "维度的平方根 √d_k = √{d}（d_k = Q.size(-1)，最后一维）。",
         "scale_queries",
+    ),
+    (
+        "缩放用了 K.shape[0] = {n}（√{n}）：第一维是批大小 N，不是向量维度 d_k。"
+        "应除以 √d_k = √{d}（d_k = Q.size(-1)，最后一维）。",
+        "scale_batch",
     ),
     (
         "权重在 key 维度上之和不是 1：softmax 的 dim 可能写错了"
@@ -470,6 +476,7 @@ def _attention_hint(
         sqrt_d=math.sqrt(d),
         s=K.size(-2),
         l=Q.size(-2),
+        n=K.size(0),
         dv=V.size(-1),
         **letters,
     )

@@ -155,6 +155,12 @@ LAYER_NORM_CRASHES = [
         "求均值或方差时少了 keepdim=True：(…, E) 减去形状 (…,) 的均值无法广播，"
         "写 x.mean(-1, keepdim=True)。",
     ),
+    (
+        r"^IndexError: Dimension out of range",
+        "求均值或方差时写了固定的维度编号（如 mean(2)）：它只对某个维数的输入对。"
+        "输入可以是 2 维、3 维或 4 维，特征维总是最后一维：写 dim=-1"
+        "（x.mean(-1, keepdim=True)），任意维数的输入都对。",
+    ),
 ]
 
 

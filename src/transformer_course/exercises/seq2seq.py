@@ -431,6 +431,8 @@ def _loss_variant(
     if mistake == "softmax_first":
         logits = logits.softmax(-1)
     flat, target = logits.flatten(0, 1), labels.flatten()
+    if mistake == "logits_scrambled":  # (N, V, T) reshaped as if it were (N, T, V)
+        flat = logits.transpose(1, 2).reshape(-1, logits.size(-1))
     if mistake == "labels_transposed":  # labels flattened T-major, logits N-major
         target = labels.transpose(0, 1).reshape(-1)
     # the sum over the real labels, divided by something other than their number
@@ -503,6 +505,14 @@ _LOSS_HINTS = [
         "标签展平的顺序与 logits 不同：logits.reshape(-1, V) 按 (N, T) 逐句展平，"
         "标签也要 labels.reshape(-1)，不要先 transpose(0, 1)。",
         "labels_transposed",
+    ),
+    (
+        "logits 展平时行被打乱了：logits.transpose(1, 2).reshape(N·(T-1), V) 把形状 "
+        "(N, V, T-1) 的张量按 (N, T-1, V) 读，每一行不再是一个位置的 V 个分数。"
+        "直接 logits.reshape(-1, V)（或 flatten(0, 1)）；若要类别在第 1 维，就传 "
+        "logits.transpose(1, 2) 本身（形状 (N, V, T-1)）和 (N, T-1) 的标签，"
+        "不要再 reshape。",
+        "logits_scrambled",
     ),
     (
         "加了标签平滑（label_smoothing）：本练习是普通的交叉熵，"
