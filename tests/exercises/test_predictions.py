@@ -123,3 +123,11 @@ def test_a_number_for_a_string_is_named_not_judged(capsys):
     tc.exercises.compare_prediction(1, "1", what="x")  # ch03: "1"（平移）或 "x"（缩放）
     out = capsys.readouterr().out.strip()
     assert out == 'x：你的预测 1 是一个 int，这里要写一个字符串，加引号（如 "很小"）。改好后重新运行这一格'
+
+
+def test_small_tolerances_and_gaps_do_not_print_as_zero_percent(capsys):
+    # learner test 22b: 32/3 against (L²−1)/(3L) at L = 32 printed "相差 0%，偏大"
+    tc.exercises.compare_prediction(32 / 3, 1023 / 96, what="4.2", rel_tol=5e-4)
+    assert "相差 0.098%，偏大" in capsys.readouterr().out
+    tc.exercises.compare_prediction(10.66, 1023 / 96, what="4.2", rel_tol=5e-4)
+    assert "✓ 在 0.05% 以内（相差 0.035%）" in capsys.readouterr().out

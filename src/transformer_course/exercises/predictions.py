@@ -79,14 +79,20 @@ def _type_slip(prediction: object, actual: object) -> str | None:
     return None
 
 
+def _percent(x: float) -> str:
+    """A relative error as a percentage with two significant digits below 10%, so a
+    tolerance of 0.05% or a gap of 0.1% never prints as "0%"."""
+    return f"{x:.0%}" if x >= 0.095 else f"{x * 100:.2g}%"
+
+
 def _number_verdict(prediction: float, actual: float, rel_tol: float) -> str:
     if not math.isfinite(prediction):
         return f"你的预测 {prediction} 不是有限的数"
     err = abs(prediction - actual) / max(abs(actual), 1e-12)
     if err <= rel_tol:
-        return f"✓ 在 {rel_tol:.0%} 以内（相差 {err:.1%}）"
+        return f"✓ 在 {_percent(rel_tol)} 以内（相差 {_percent(err)}）"
     side = "偏大" if prediction > actual else "偏小"
-    return f"相差 {err:.0%}，{side}：对照解答里的推理，看看哪一步想得不一样"
+    return f"相差 {_percent(err)}，{side}：对照解答里的推理，看看哪一步想得不一样"
 
 
 def _integer_verdict(prediction: float, actual: int) -> str:
