@@ -34,8 +34,10 @@ import transformer_course as tc
 from transformer_course import benchmarking as tb
 from transformer_course.train_gpt.config import PRESETS
 
-STEP_LINE = re.compile(r"step\s+(\d+) \| loss [\d.]+ \| lr \S+ \| (\d+) ms/step")
-VAL_LINE = re.compile(r"step\s+(\d+) \| val loss ([\d.]+) \(([\d.]+) bits/char\)")
+# the trainer's log lines (tests/test_train_script.py checks that these match them)
+STEP_LINE = re.compile(r"第\s+(\d+) 步 \| 训练损失 [\d.]+ \| 学习率 \S+ \| (\d+) ms/步")
+VAL_LINE = re.compile(r"第\s+(\d+) 步 \| 验证损失 ([\d.]+)（([\d.]+) 比特/字符）")
+VOCAB = re.compile(r"词表 (\d+)")
 RESULTS = Path(__file__).parent / "results" / "trainer_mfu" / "cuda.json"  # not results/*.json (make bench's)
 
 
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode, extra in (("eager", []), ("compile", ["--compile"])):
             log_text, wall = train(["--max-steps", str(args.steps), "--eval-every", str(args.steps),
                                     "--log-every", "100"] + extra, Path(tmp) / mode)  # fmt: skip
-            vocab = int(re.search(r"vocab=(\d+)", log_text).group(1))
+            vocab = int(VOCAB.search(log_text).group(1))
             fpt = tc.gpt_flops_per_token(dataclasses.replace(cfg, vocab_size=vocab), seq_len=cfg.context_length)
             tokens = preset["batch_size"] * preset["context_length"]
             ms = step_ms(log_text)

@@ -42,13 +42,14 @@ def train(*args: str) -> int:
 
 
 def expect_error(argv: list[str], message: str, capsys) -> str:
-    """``main(argv)`` exits with status 2 and one ``error:`` line holding ``message``."""
+    """``main(argv)`` exits with status 2 and one ``PROG: 错误：`` line holding ``message``."""
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
         train_gpt.main(argv)
     err = capsys.readouterr().err
     assert exc.value.code == 2, err
-    assert err.count("\n") == 1 and "error: " in err and message in err, err
+    assert err.count("\n") == 1 and err.startswith("python -m transformer_course.train_gpt: 错误："), err
+    assert message in err, err
     return err
 
 
@@ -67,7 +68,7 @@ def test_train_resume_and_sample_chinese_text_with_bpe(tmp_path, capsys):
     assert [r["step"] for r in records if "val_bpc" in r] == [10, 20]
 
     assert train("--data", str(data), "--out-dir", str(out), "--max-steps", "24", "--resume") == 0
-    assert "resumed from" in capsys.readouterr().out
+    assert f"从 {out / 'ckpt.pt'} 的第 20 步接着训练" in capsys.readouterr().out
     assert load_checkpoint(out / "ckpt.pt")["step"] == 24
 
     # the real command line, in another process: the tokenizer comes from the checkpoint
@@ -95,14 +96,14 @@ def _bad_inputs(tmp: Path) -> list[tuple[Path, str]]:
     """(a --data path, the message it must get) for each bad input."""
     good = chinese_text().encode()
     cases = {
-        "missing.txt": (None, "no such file or folder"),
+        "missing.txt": (None, "：没有这个文件或文件夹"),
         "latin1.txt": (good[:30] + "é".encode("latin-1") + good,
-                       "is not UTF-8: byte 0xe9 at byte offset 30"),
-        "empty.txt": (b"", "the text is empty"),
-        "blank.txt": (b"\n\n  \n\n", "the text is empty"),
-        "short.txt": ("甲乙。\n\n丙丁。\n".encode(), "context_length + 1 = 17"),
-        "binary.txt": (b"abc\0def", "looks binary (a NUL byte at byte offset 3)"),
-        "one.txt": (good.replace(b"\n\n", b""), "1 paragraph(s), but the split"),
+                       "不是 UTF-8 编码：字节偏移 30 处是字节 0xe9"),
+        "empty.txt": (b"", "：文本是空的"),
+        "blank.txt": (b"\n\n  \n\n", "：文本是空的"),
+        "short.txt": ("甲乙。\n\n丙丁。\n".encode(), "个词元，不多于 context_length + 1 = 17"),
+        "binary.txt": (b"abc\0def", "像是二进制文件（字节偏移 3 处有 NUL 字节）"),
+        "one.txt": (good.replace(b"\n\n", b""), "只有 1 段，划分训练集和验证集至少要 2 段"),
     }  # fmt: skip
     found = []
     for name, (content, message) in cases.items():
@@ -111,7 +112,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[Path, str]]:
         found.append((tmp / name, message))
     (tmp / "code").mkdir()
     (tmp / "code" / "train.py").write_text("print('no text here')\n")
-    found.append((tmp / "code", "the folder holds no .txt/.md files"))
+    found.append((tmp / "code", "：文件夹里没有 .txt/.md 文件"))
     return found
 
 
@@ -135,7 +136,7 @@ def test_the_same_checks_run_on_resume(tmp_path, capsys):
     assert train("--data", str(data), "--out-dir", str(out), "--max-steps", "2") == 0
     data.write_bytes(b"abc\0def")
     expect_error(["train", *TINY, "--data", str(data), "--out-dir", str(out), "--resume"],
-                 "looks binary", capsys)  # fmt: skip
+                 "像是二进制文件", capsys)  # fmt: skip
 
 
 def test_resume_refuses_other_data_or_another_tokenizer(tmp_path, capsys):
@@ -146,19 +147,19 @@ def test_resume_refuses_other_data_or_another_tokenizer(tmp_path, capsys):
     assert train("--data", str(data), *BPE, "--out-dir", str(out), "--max-steps", "2") == 0
     before = sorted((p.name, p.read_bytes()) for p in out.iterdir())
     resume = ["train", *TINY, "--out-dir", str(out), "--resume", "--max-steps", "4"]
-    expect_error([*resume, "--data", str(other)], "the text differs from the one", capsys)
-    expect_error([*resume], "the text differs from the one", capsys)  # the shipped corpus
+    expect_error([*resume, "--data", str(other)], "--resume：文本与检查点训练时用的不同（SHA-256 不同）", capsys)
+    expect_error([*resume], "--resume：文本与检查点训练时用的不同", capsys)  # the shipped corpus
     expect_error([*resume, "--data", str(data), "--tokenizer", "char"],
-                 "ask for 'char', the checkpoint's tokenizer is 'bpe 300'", capsys)  # fmt: skip
+                 "要的是 'char'，检查点的分词器是 'bpe 300'", capsys)  # fmt: skip
     expect_error([*resume, "--data", str(data), *BPE[:2], "--vocab-size", "280"],
-                 "ask for 'bpe 280', the checkpoint's tokenizer is 'bpe 300'", capsys)  # fmt: skip
+                 "要的是 'bpe 280'，检查点的分词器是 'bpe 300'", capsys)  # fmt: skip
     assert sorted((p.name, p.read_bytes()) for p in out.iterdir()) == before
 
 
 def test_tokenizer_flags_are_checked(tmp_path, capsys):
     out = str(tmp_path / "run")
     expect_error(["train", "--vocab-size", "300", "--out-dir", out],
-                 "--vocab-size applies only to --tokenizer bpe", capsys)  # fmt: skip
+                 "--vocab-size 300 只用于 --tokenizer bpe", capsys)  # fmt: skip
     capsys.readouterr()
     with pytest.raises(SystemExit):
         train_gpt.main(["train", *BPE[:2], "--vocab-size", "255", "--out-dir", out])

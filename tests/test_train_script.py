@@ -18,6 +18,7 @@ import torch
 import train_gpt_hooks
 
 import transformer_course as tc
+from bench import trainer_mfu
 from transformer_course import train_gpt
 from transformer_course.checkpoint import load_checkpoint, save_checkpoint, state_dict_sha256
 from transformer_course.train_gpt import run as train_run
@@ -72,8 +73,8 @@ def test_ddp_two_cpu_processes_stay_identical_and_resume(script, tmp_path):
     before = state_dict_sha256(load_checkpoint(out / "ckpt.pt")["model"])
 
     proc = _torchrun(out, "--max-steps", "4", "--resume", "--grad-accum", "2")
-    assert f"resumed from {out / 'ckpt.pt'} at step 2" in proc.stdout
-    assert proc.stdout.count("step      4 | loss") == 1  # only rank 0 logs
+    assert f"从 {out / 'ckpt.pt'} 的第 2 步接着训练" in proc.stdout
+    assert proc.stdout.count("第      4 步 | 训练损失") == 1  # only rank 0 logs
     r0, r1 = _rank_states(out)
     assert (r0["rank"], r1["rank"], r0["world_size"], r1["world_size"]) == (0, 1, 2, 2)
     assert (r0["start_step"], r0["step"], r1["start_step"], r1["step"]) == (2, 4, 2, 4)
@@ -109,7 +110,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(script, tmp_path, ca
     # resuming a finished run does nothing and says so
     capsys.readouterr()
     assert script.main(["train", "--out-dir", str(tmp_path / "b"), "--max-steps", "6", "--resume", *common]) == 0
-    assert "nothing to do" in capsys.readouterr().out
+    assert "检查点已在第 6 步，不少于 --max-steps 6：没有要训练的步数" in capsys.readouterr().out
 
 
 def test_sample_loads_checkpoint_with_weights_only(script, tmp_path, capsys, monkeypatch):
@@ -141,22 +142,30 @@ def test_sample_loads_checkpoint_with_weights_only(script, tmp_path, capsys, mon
     assert script.main([*args, "--greedy"]) == 0
     assert capsys.readouterr().out == first  # greedy decoding is deterministic
     assert script.main([*args, "--num-samples", "2", "--top-k", "5", "--seed", "1"]) == 0
-    assert capsys.readouterr().out.count("----- sample") == 2
+    headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("-----")]
+    assert headers == ["----- 样本 1/2（检查点第 2 步）", "----- 样本 2/2（检查点第 2 步）"]
     _expect_usage_error(script, ["sample", "--ckpt", str(out / "ckpt.pt"), "--prompt", "Zürich"],
-                        "unknown characters: ['Z', 'ü']", capsys)  # fmt: skip
+                        "--prompt 'Zürich' 里有训练文本中没有的字符 ['Z', 'ü']", capsys)  # fmt: skip
+    _expect_usage_error(script, ["sample", "--ckpt", str(out / "ckpt.pt"), "--prompt", ""],
+                        "--prompt 不能是空的", capsys)  # fmt: skip
     # best.pt (the lowest validation loss) samples too
     assert script.main(["sample", "--ckpt", str(out / "best.pt"), "--prompt", "The", "-n", "5", "--greedy"]) == 0
     assert capsys.readouterr().out.startswith("The")
 
 
-def _expect_usage_error(script, argv: list[str], message: str, capsys) -> None:
-    """``main(argv)`` exits with status 2 and ``message`` on stderr."""
+def _expect_usage_error(script, argv: list[str], message: str, capsys) -> str:
+    """``main(argv)`` exits with status 2, and stderr ends with the line
+    ``PROG: 错误：...`` holding ``message`` (argparse's own errors print the usage first)."""
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
         script.main(argv)
     err = capsys.readouterr().err
     assert exc.value.code == 2, err
-    assert "error: " in err and message in err, err
+    last = err.rstrip("\n").splitlines()[-1]
+    assert last.startswith("python -m transformer_course.train_gpt") and ": 错误：" in last, err
+    assert message in last, err
+    assert "usage:" not in err and "error:" not in err, err
+    return err
 
 
 @pytest.mark.parametrize(
@@ -185,12 +194,13 @@ def _expect_usage_error(script, argv: list[str], message: str, capsys) -> None:
         ("--d-model", "0", "得到 0"),
         ("--num-heads", "-1", "得到 -1"),
         ("--num-layers", "0", "得到 0"),
-        ("--positional", "bogus", "invalid choice: 'bogus'"),
+        ("--positional", "bogus", "取值 'bogus' 不在可选范围内（可选："),
+        ("--preset", "big", "取值 'big' 不在可选范围内（可选：'cpu-small', 'cpu-medium'"),
     ],
 )
 def test_every_numeric_train_flag_is_checked(script, tmp_path, capsys, flag, value, message):
     out = tmp_path / "never"
-    _expect_usage_error(script, ["train", "--out-dir", str(out), *TINY, flag, value], f"argument {flag}: ", capsys)
+    _expect_usage_error(script, ["train", "--out-dir", str(out), *TINY, flag, value], f"参数 {flag}：", capsys)
     _expect_usage_error(script, ["train", "--out-dir", str(out), *TINY, flag, value], message, capsys)
     assert not out.exists()  # rejected before anything was created
 
@@ -198,13 +208,13 @@ def test_every_numeric_train_flag_is_checked(script, tmp_path, capsys, flag, val
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        ("-n", "-1", "argument -n/--max-new-tokens: 必须是 >= 0 的整数，得到 -1"),
-        ("--num-samples", "0", "argument --num-samples: 必须是 >= 1 的整数，得到 0"),
-        ("--temperature", "0", "argument --temperature: 必须是 (0.0, inf) 中的有限数，得到 0"),
-        ("--temperature", "nan", "argument --temperature: 必须是 (0.0, inf) 中的有限数，得到 nan"),
-        ("--top-k", "0", "argument --top-k: 必须是 >= 1 的整数，得到 0"),
-        ("--top-p", "0", "argument --top-p: 必须是 (0.0, 1.0] 中的有限数，得到 0"),
-        ("--top-p", "1.5", "argument --top-p: 必须是 (0.0, 1.0] 中的有限数，得到 1.5"),
+        ("-n", "-1", "参数 -n/--max-new-tokens：必须是 >= 0 的整数，得到 -1"),
+        ("--num-samples", "0", "参数 --num-samples：必须是 >= 1 的整数，得到 0"),
+        ("--temperature", "0", "参数 --temperature：必须是 (0.0, inf) 中的有限数，得到 0"),
+        ("--temperature", "nan", "参数 --temperature：必须是 (0.0, inf) 中的有限数，得到 nan"),
+        ("--top-k", "0", "参数 --top-k：必须是 >= 1 的整数，得到 0"),
+        ("--top-p", "0", "参数 --top-p：必须是 (0.0, 1.0] 中的有限数，得到 0"),
+        ("--top-p", "1.5", "参数 --top-p：必须是 (0.0, 1.0] 中的有限数，得到 1.5"),
     ],
 )
 def test_every_numeric_sample_flag_is_checked(script, tmp_path, capsys, flag, value, message):
@@ -213,18 +223,19 @@ def test_every_numeric_sample_flag_is_checked(script, tmp_path, capsys, flag, va
 
 def test_bad_arguments_and_out_dirs(script, tmp_path, capsys):
     _expect_usage_error(script, ["train", "--out-dir", str(tmp_path / "none"), "--resume", *TINY],
-                        "--resume given but there is no checkpoint", capsys)  # fmt: skip
+                        f"--resume：{str(tmp_path / 'none' / 'ckpt.pt')!r} 处没有检查点文件", capsys)  # fmt: skip
     _expect_usage_error(script, ["train", "--out-dir", str(tmp_path / "x"), *TINY, "--lr", "0.01", "--min-lr", "0.1"],
-                        "--min-lr (0.1) must not exceed --lr (0.01)", capsys)  # fmt: skip
+                        "--min-lr 0.1 不能大于 --lr 0.01", capsys)  # fmt: skip
     _expect_usage_error(script, ["train", "--out-dir", str(tmp_path / "x"), *TINY, "--context-length", "100000"],
                         "context_length + 1 = 100001", capsys)  # fmt: skip
     _expect_usage_error(script, ["train", "--out-dir", str(tmp_path / "x"), *TINY, "--num-heads", "3"],
-                        "invalid model flags", capsys)  # fmt: skip
+                        "模型参数不能这样组合（--d-model、--num-heads、--positional 等）：", capsys)  # fmt: skip
     # an out dir that cannot be created (its parent is a file) is reported before step 1
     (tmp_path / "file").write_text("not a folder")
     _expect_usage_error(script, ["train", "--out-dir", str(tmp_path / "file" / "run"), *TINY],
-                        "is not a writable folder", capsys)  # fmt: skip
-    _expect_usage_error(script, ["sample", "--ckpt", str(tmp_path / "missing.pt")], "--ckpt: no checkpoint", capsys)
+                        f"--out-dir {str(tmp_path / 'file' / 'run')!r} 不是可写的文件夹：", capsys)  # fmt: skip
+    _expect_usage_error(script, ["sample", "--ckpt", str(tmp_path / "missing.pt")],
+                        f"--ckpt：{str(tmp_path / 'missing.pt')!r} 处没有检查点文件", capsys)  # fmt: skip
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write to read-only folders")
@@ -233,7 +244,7 @@ def test_read_only_out_dir_is_reported_before_step_one(script, tmp_path, capsys)
     out.mkdir()
     out.chmod(0o500)
     try:
-        _expect_usage_error(script, ["train", "--out-dir", str(out), *TINY], "is not a writable folder", capsys)
+        _expect_usage_error(script, ["train", "--out-dir", str(out), *TINY], "不是可写的文件夹", capsys)
     finally:
         out.chmod(0o700)
 
@@ -242,14 +253,14 @@ def test_resume_refuses_model_flags_that_differ_from_the_checkpoint(script, tmp_
     out = tmp_path / "run"
     assert script.main(["train", "--out-dir", str(out), "--max-steps", "2", *TINY]) == 0
     before = (out / "ckpt.pt").read_bytes()
-    differ = "--d-model 64 (checkpoint: 16), --norm 'rmsnorm' (checkpoint: 'layernorm')"
+    differ = "--d-model 64（检查点：16）、--norm 'rmsnorm'（检查点：'layernorm'）"
     argv = ["train", "--out-dir", str(out), "--max-steps", "4", "--resume", *TINY, "--d-model", "64"]
     argv += ["--norm", "rmsnorm"]
     _expect_usage_error(script, argv, differ, capsys)
     assert (out / "ckpt.pt").read_bytes() == before
     # without --resume an existing checkpoint is never overwritten
     _expect_usage_error(script, ["train", "--out-dir", str(out), "--max-steps", "4", *TINY],
-                        "pass --resume to continue that run", capsys)  # fmt: skip
+                        f"{str(out / 'ckpt.pt')!r} 已经存在：要接着那次训练请加 --resume", capsys)  # fmt: skip
     assert (out / "ckpt.pt").read_bytes() == before
     # model flags left out: the checkpoint's config is used
     rest = TINY[TINY.index("--batch-size") :]
@@ -270,10 +281,11 @@ def test_resume_refuses_to_reshape_the_learning_rate_schedule(script, tmp_path, 
     before = (out / "ckpt.pt").read_bytes()
     resume = ["train", "--out-dir", str(out), "--resume", *schedule_free]
     _expect_usage_error(script, [*resume, "--max-steps", "4"],
-                        "cosine decay over 4 steps (--max-steps 4) (checkpoint: 2)", capsys)  # fmt: skip
-    _expect_usage_error(script, [*resume, "--max-steps", "4"], "add --lr-decay-steps 2", capsys)
+                        "余弦衰减 4 步（--max-steps 4）（检查点：2）", capsys)  # fmt: skip
+    _expect_usage_error(script, [*resume, "--max-steps", "4"],
+                        "加上 --lr-decay-steps 2（之后学习率保持在 --min-lr）", capsys)  # fmt: skip
     _expect_usage_error(script, [*resume, "--max-steps", "2", "--lr", "0.5"],
-                        "--lr 0.5 (checkpoint: 0.01), --min-lr 0.05 (checkpoint: 0.001)", capsys)  # fmt: skip
+                        "--lr 0.5（检查点：0.01）、--min-lr 0.05（检查点：0.001）", capsys)  # fmt: skip
     assert (out / "ckpt.pt").read_bytes() == before
     # the checkpoint's schedule, continued past its end: allowed, and the rate stays at min_lr
     assert script.main([*resume, "--max-steps", "4", "--lr-decay-steps", "2"]) == 0
@@ -294,9 +306,8 @@ def test_resume_hint_when_the_warm_up_outlasts_the_decay(script, tmp_path, capsy
     assert saved["warmup_steps"] == 4 and saved["decay_steps"] == 2
     resume = ["train", "--out-dir", str(out), "--resume", *args]
     _expect_usage_error(script, [*resume, "--max-steps", "6"],
-                        "add --lr-decay-steps 2 (the checkpoint's warm-up (4 steps) outlasts its decay "
-                        "(2 steps): the learning rate goes on rising to --lr until step 4, then stays "
-                        "at --min-lr)", capsys)  # fmt: skip
+                        "加上 --lr-decay-steps 2（检查点的预热（4 步）比衰减（2 步）还长：学习率继续升到 "
+                        "--lr，直到第 4 步，之后保持在 --min-lr）", capsys)  # fmt: skip
     assert script.main([*resume, "--max-steps", "6", "--lr-decay-steps", "2"]) == 0
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     logged = {r["step"]: r["lr"] for r in records if "lr" in r}
@@ -309,9 +320,9 @@ def test_corrupted_checkpoint_gives_a_clear_message(script, tmp_path, capsys, co
     out = tmp_path / "run"
     out.mkdir()
     (out / "ckpt.pt").write_bytes(content)
-    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY],
-                        "corrupted, truncated or of another format", capsys)  # fmt: skip
-    _expect_usage_error(script, ["sample", "--ckpt", str(out / "ckpt.pt")], "corrupted, truncated", capsys)
+    shown = f"{str(out / 'ckpt.pt')!r} 不是本训练脚本写出的完整检查点（文件损坏、被截断或是别的格式）"
+    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], f"--resume：{shown}", capsys)
+    _expect_usage_error(script, ["sample", "--ckpt", str(out / "ckpt.pt")], f"--ckpt：{shown}", capsys)
 
 
 def test_foreign_checkpoints_are_refused_on_resume(script, tmp_path, capsys):
@@ -319,12 +330,17 @@ def test_foreign_checkpoints_are_refused_on_resume(script, tmp_path, capsys):
     text = tc.load_text_corpus()
     sha = hashlib.sha256(text.encode()).hexdigest()
     save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, tokenizer_chars="abc")
-    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "the text differs", capsys)
+    resume = ["train", "--out-dir", str(out), "--resume", *TINY]
+    _expect_usage_error(script, resume, "--resume：文本与检查点训练时用的不同（检查点没有记录文本的 SHA-256）", capsys)
     save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, data_sha256=sha, tokenizer=["abc"])
-    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "holds no tokenizer", capsys)
+    _expect_usage_error(script, resume, "检查点里没有本训练脚本写出的分词器", capsys)
     chars = tc.CharTokenizer(text).chars
     save_checkpoint(out / "ckpt.pt", torch.nn.Linear(2, 2), step=1, data_sha256=sha, tokenizer_chars=chars)
-    _expect_usage_error(script, ["train", "--out-dir", str(out), "--resume", *TINY], "no usable GPTConfig", capsys)
+    _expect_usage_error(script, resume, "--resume：检查点里没有可用的 GPTConfig", capsys)
+    # sample refuses the same checkpoint with one line, not a traceback
+    _expect_usage_error(
+        script, ["sample", "--ckpt", str(out / "ckpt.pt")], "--ckpt：检查点里没有可用的 GPTConfig", capsys
+    )
 
 
 def test_truncate_metrics_keeps_records_up_to_the_step(script, tmp_path):
@@ -447,5 +463,74 @@ def test_ms_per_step_counts_the_steps_of_the_interval_without_evaluation(script,
     args = [a for a in TINY]
     args[args.index("--log-every") + 1] = "4"
     assert script.main(["train", "--out-dir", str(tmp_path / "run"), "--max-steps", "6", *args]) == 0
-    rates = [line.split("|")[-1].strip() for line in capsys.readouterr().out.splitlines() if "ms/step" in line]
-    assert rates == ["100 ms/step", "100 ms/step"], rates
+    log = capsys.readouterr().out
+    rates = [line.split("|")[-1].strip() for line in log.splitlines() if "ms/步" in line]
+    assert rates == ["100 ms/步", "100 ms/步"], rates
+    # bench/trainer_mfu.py reads these lines
+    assert [(m[1], m[2]) for m in trainer_mfu.STEP_LINE.finditer(log)] == [("4", "100"), ("6", "100")]
+    assert [m[1] for m in trainer_mfu.VAL_LINE.finditer(log)] == ["2", "4", "6"]
+    assert trainer_mfu.VOCAB.search(log)[1] == str(
+        load_checkpoint(tmp_path / "run" / "ckpt.pt")["config"]["vocab_size"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "错误：缺少必需的参数 {train,sample}"),
+        (["trian"], "错误：参数 {train,sample}：取值 'trian' 不在可选范围内（可选："),
+        (["train", "--bogus", "1"], "错误：不认识的参数 --bogus 1"),
+        (["train", "--lr"], "错误：参数 --lr：后面要跟一个值"),
+        (["train", "--eval", "3"], "错误：--eval 有歧义，可能是 --eval-every, --eval-iters"),
+        (["train", "--resume=1"], "错误：参数 --resume：这个开关不带值，多给了 '1'"),
+        (["sample"], "错误：缺少必需的参数 --ckpt"),
+    ],
+)
+def test_argparse_errors_are_chinese(script, capsys, argv, message):
+    """argparse's own errors, in the language of the help: a usage line, then one error line."""
+    err = _expect_usage_error(script, argv, message, capsys)
+    assert err.startswith("用法：python -m transformer_course.train_gpt"), err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["sample", "-h"]])
+def test_help_is_chinese_throughout(script, capsys, argv):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        script.main(argv)
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    assert out.startswith("用法：") and "\n选项:\n" in out and "显示本帮助并退出" in out, out
+    for english in ("usage:", "options:", "positional arguments", "show this help"):
+        assert english not in out, english
+
+
+@pytest.mark.parametrize("command", ["train", "sample"])
+@pytest.mark.parametrize("device", ["cuda", "mps"])
+def test_an_absent_accelerator_is_one_line_before_anything_is_written(
+    script, tmp_path, capsys, monkeypatch, command, device
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    out = tmp_path / "never"
+    target = ["--out-dir", str(out), *TINY] if command == "train" else ["--ckpt", str(out / "ckpt.pt")]
+    _expect_usage_error(script, [command, *target, "--device", device],
+                        f"--device {device}：这台机器上的 torch 找不到 {device.upper()}", capsys)  # fmt: skip
+    assert not out.exists()
+
+
+def test_several_processes_refuse_mps(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    two = train_gpt.distributed.DistInfo(rank=0, local_rank=0, world_size=2)
+    with pytest.raises(train_gpt.config.UsageError, match="--device mps：多进程训练只支持 cpu"):
+        train_gpt.distributed.pick_device("mps", two)
+    assert train_gpt.distributed.pick_device("auto", two) == torch.device("cpu")  # gloo
+    one = train_gpt.distributed.DistInfo()
+    assert train_gpt.distributed.pick_device("auto", one) == torch.device("mps")
+
+
+def test_chinese_argparse_message_leaves_unknown_messages_alone():
+    from transformer_course.train_gpt.cli import chinese_argparse_message
+
+    assert chinese_argparse_message("argument --x: expected one argument") == "参数 --x：后面要跟一个值"
+    assert chinese_argparse_message("something new in Python 3.99") == "something new in Python 3.99"

@@ -53,7 +53,9 @@ Nothing is lost when a run is killed, even with SIGKILL in the middle of a save:
   longer on the same schedule pass ``--lr-decay-steps`` with the checkpoint's length;
 * a run without ``--resume`` refuses an OUT_DIR that already holds a checkpoint;
 * every numeric flag is range-checked, and OUT_DIR must be writable, before any work
-  starts; user errors exit with status 2 and one ``error:`` line.
+  starts; user errors exit with status 2 and one line ``PROG: 错误：...`` (every
+  message a learner sees, like ``--help``, is Chinese; ``metrics.jsonl`` keys and file
+  names stay English).
 
 Every rank draws its own batches; DDP averages the gradients, so all replicas stay
 identical, and the effective batch is ``batch_size * grad_accum * world_size``

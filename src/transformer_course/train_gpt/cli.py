@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import sys
 from collections.abc import Callable
 
 import transformer_course as tc
@@ -71,13 +73,81 @@ FRACTION = float_in(0.0, 1.0, low_inclusive=False, high_inclusive=False)
 PROBABILITY_BELOW_ONE = float_in(0.0, 1.0, low_inclusive=True, high_inclusive=False)
 
 
+# ------------------------------------------------------------------- Chinese argparse
+#: argparse's own messages (the same in Python 3.11 to 3.13) and their Chinese; a
+#: message not listed here is shown as argparse wrote it.
+ARGPARSE_MESSAGES = (
+    (r"argument (?P<name>\S+): (?P<message>.*)", "参数 {name}：{message}"),
+    (r"the following arguments are required: (?P<names>.*)", "缺少必需的参数 {names}"),
+    (r"unrecognized arguments: (?P<names>.*)", "不认识的参数 {names}"),
+    (r"expected one argument", "后面要跟一个值"),
+    (
+        r"invalid choice: (?P<value>.*) \(choose from (?P<choices>.*)\)",
+        "取值 {value} 不在可选范围内（可选：{choices}）",
+    ),
+    (r"ambiguous option: (?P<option>\S+) could match (?P<matches>.*)",
+     "{option} 有歧义，可能是 {matches}"),
+    (r"ignored explicit argument (?P<value>.*)", "这个开关不带值，多给了 {value}"),
+    (r"invalid (?P<type>\S+) value: (?P<value>.*)", "{value} 不是合法的 {type} 值"),
+)  # fmt: skip
+
+
+def chinese_argparse_message(message: str) -> str:
+    """``message`` (one of argparse's error messages) in Chinese."""
+    for pattern, template in ARGPARSE_MESSAGES:
+        match = re.fullmatch(pattern, message, flags=re.DOTALL)
+        if match:
+            parts = match.groupdict()
+            if "message" in parts:
+                parts["message"] = chinese_argparse_message(parts["message"])
+            return template.format(**parts)
+    return message
+
+
+class ChineseHelpFormatter(argparse.HelpFormatter):
+    """argparse's help layout with a Chinese ``用法：`` line."""
+
+    def add_usage(self, usage, actions, groups, prefix=None) -> None:
+        super().add_usage(
+            usage, actions, groups, "用法：" if prefix is None else prefix
+        )
+
+
+class ChineseArgumentParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose help headings and error lines are Chinese, like
+    the help texts and the trainer's own messages (subcommand parsers are of the same
+    class)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", ChineseHelpFormatter)
+        kwargs["add_help"] = False
+        super().__init__(*args, **kwargs)
+        # the titles of argparse's two default groups (no public setter)
+        self._positionals.title = "位置参数"
+        self._optionals.title = "选项"
+        self.add_argument(
+            "-h", "--help", action="help", default=argparse.SUPPRESS,
+            help="显示本帮助并退出",
+        )  # fmt: skip
+
+    def error(self, message: str) -> None:
+        self.print_usage(sys.stderr)
+        self.fail(chinese_argparse_message(message))
+
+    def fail(self, message: str) -> None:
+        """Exit with status 2 and one line ``PROG: 错误：MESSAGE``."""
+        self.exit(2, f"{self.prog}: 错误：{message}\n")
+
+
 # --------------------------------------------------------------------------- arguments
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ChineseArgumentParser(
         prog="python -m transformer_course.train_gpt",
-        description=("在课程语料或你自己的文本上训练 MiniGPT，或从训练好的模型采样。"),
+        description="在课程语料或你自己的文本上训练 MiniGPT，或从训练好的模型采样。",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(
+        title="命令", dest="command", required=True, metavar="{train,sample}"
+    )
 
     t = sub.add_parser("train", help="训练（单进程，或在 torchrun 下多进程）")
     t.add_argument("--out-dir", help="存放检查点和日志的文件夹（默认 runs/gpt）")
@@ -138,14 +208,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=NON_NEGATIVE_FLOAT,
         help="衰减结束时的学习率（默认：预设的值，没有则 --lr / 10）",
     )
-    t.add_argument("--warmup-steps", type=NON_NEGATIVE_INT)
+    t.add_argument("--warmup-steps", type=NON_NEGATIVE_INT, help="学习率线性预热的步数")
     t.add_argument(
         "--lr-decay-steps",
         type=POSITIVE_INT,
         help="余弦衰减的步数（默认：--max-steps）",
     )
-    t.add_argument("--weight-decay", type=NON_NEGATIVE_FLOAT)
-    t.add_argument("--beta2", type=PROBABILITY_BELOW_ONE)
+    t.add_argument(
+        "--weight-decay",
+        type=NON_NEGATIVE_FLOAT,
+        help="AdamW 的权重衰减（只作用于矩阵权重）",
+    )
+    t.add_argument(
+        "--beta2", type=PROBABILITY_BELOW_ONE, help="AdamW 的 β₂，取值 [0, 1)"
+    )
     t.add_argument(
         "--grad-clip", type=NON_NEGATIVE_FLOAT, help="梯度裁剪的范数上限；0 表示不裁剪"
     )
@@ -157,10 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--eval-every", type=POSITIVE_INT, help="每 N 步评估一次并保存检查点"
     )
     t.add_argument("--eval-iters", type=POSITIVE_INT, help="每次评估用的验证批次数")
-    t.add_argument("--log-every", type=POSITIVE_INT)
+    t.add_argument("--log-every", type=POSITIVE_INT, help="每 N 步打印一行训练损失")
     # system
-    t.add_argument("--seed", type=NON_NEGATIVE_INT)
-    t.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
+    t.add_argument("--seed", type=NON_NEGATIVE_INT, help="随机种子（默认 1337）")
+    t.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda", "mps"],
+        help="auto（默认）：有 CUDA 用 CUDA，再看 MPS，否则 CPU；"
+        "多进程时只用 CUDA 或 CPU",
+    )
     t.add_argument(
         "--threads",
         type=POSITIVE_INT,
@@ -183,18 +264,36 @@ def build_parser() -> argparse.ArgumentParser:
         "--ckpt", required=True, help="train 写出的 ckpt.pt 或 best.pt 的路径"
     )
     s.add_argument("--prompt", default=None, help="开头的文本（默认：一个换行符）")
-    s.add_argument("-n", "--max-new-tokens", type=NON_NEGATIVE_INT, default=300)
-    s.add_argument("--num-samples", type=POSITIVE_INT, default=1)
-    s.add_argument("--temperature", type=POSITIVE_FLOAT, default=0.8)
-    s.add_argument("--top-k", type=POSITIVE_INT, default=None)
+    s.add_argument(
+        "-n",
+        "--max-new-tokens",
+        type=NON_NEGATIVE_INT,
+        default=300,
+        help="生成多少个词元；默认 %(default)s",
+    )
+    s.add_argument(
+        "--num-samples", type=POSITIVE_INT, default=1, help="生成几段；默认 %(default)s"
+    )
+    s.add_argument(
+        "--temperature", type=POSITIVE_FLOAT, default=0.8, help="温度；默认 %(default)s"
+    )
+    s.add_argument(
+        "--top-k", type=POSITIVE_INT, default=None, help="只从概率最高的 k 个里抽"
+    )
     s.add_argument(
         "--top-p",
         type=float_in(0.0, 1.0, low_inclusive=False, high_inclusive=True),
         default=None,
+        help="只从累计概率达到 p 的最小集合里抽，取值 (0, 1]",
     )
-    s.add_argument("--greedy", action="store_true")
-    s.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
-    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    s.add_argument("--greedy", action="store_true", help="每步取概率最高的词元，不抽样")
+    s.add_argument("--seed", type=NON_NEGATIVE_INT, default=0, help="抽样的随机种子")
+    s.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda", "mps"],
+        help="默认 auto：有 CUDA 用 CUDA，再看 MPS，否则 CPU",
+    )
     return parser
 
 
@@ -208,4 +307,4 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return sample(**options)
     except UsageError as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
+        parser.fail(str(error))

@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 
 import transformer_course as tc
+from transformer_course.checkpoint import config_from_dict, load_checkpoint
 
 #: The model flags. Their parser default is None, so that on --resume the flags a user
 #: typed can be told apart from defaults and compared with the checkpoint's config.
@@ -70,7 +71,10 @@ def tokenizer_for(
         tokenizer = "char"
     if tokenizer == "char":
         if typed_vocab is not None:
-            raise UsageError("--vocab-size applies only to --tokenizer bpe")
+            raise UsageError(
+                f"--vocab-size {typed_vocab} 只用于 --tokenizer bpe，"
+                "现在的分词器是 char"
+            )
         return tokenizer, None
     vocab_size = values.get("vocab_size")
     if tokenizer == "bpe" and vocab_size is None and not values.get("resume"):
@@ -79,8 +83,32 @@ def tokenizer_for(
 
 
 class UsageError(Exception):
-    """A mistake in the command line or the out dir: reported as one line, exit status
-    2."""
+    """A mistake in the command line, the data, the checkpoint or the out dir: reported
+    as one Chinese line, exit status 2."""
+
+
+def read_checkpoint(path: Path, flag: str) -> dict:
+    """``load_checkpoint`` (``weights_only=True`` inside); a missing or unreadable file
+    is a :class:`UsageError` naming ``flag`` and the path (the package's own English
+    diagnosis follows as the detail)."""
+    try:
+        return load_checkpoint(path, map_location="cpu")
+    except FileNotFoundError:
+        raise UsageError(f"{flag}：{str(path)!r} 处没有检查点文件") from None
+    except ValueError as error:
+        raise UsageError(
+            f"{flag}：{str(path)!r} 不是本训练脚本写出的完整检查点"
+            f"（文件损坏、被截断或是别的格式）；详情：{error}"
+        ) from None
+
+
+def saved_model_config(ckpt: dict, flag: str) -> tc.GPTConfig:
+    """The checkpoint's ``GPTConfig``; a checkpoint without a usable one is a
+    :class:`UsageError`."""
+    try:
+        return config_from_dict(tc.GPTConfig, ckpt["config"])
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"{flag}：检查点里没有可用的 GPTConfig（{error}）") from None
 
 
 def after_decay(schedule: dict) -> str:
@@ -88,11 +116,10 @@ def after_decay(schedule: dict) -> str:
     unless the warm-up outlasts the decay (``tc.cosine_lr`` tests the warm-up first)."""
     warmup, decay = schedule.get("warmup_steps", 0), schedule.get("decay_steps")
     if decay is None or warmup <= decay:
-        return "the learning rate then stays at --min-lr"
+        return "之后学习率保持在 --min-lr"
     return (
-        f"the checkpoint's warm-up ({warmup} steps) outlasts its decay ({decay} "
-        f"steps): the learning rate goes on rising to --lr until step {warmup}, "
-        f"then stays at --min-lr"
+        f"检查点的预热（{warmup} 步）比衰减（{decay} 步）还长：学习率继续升到 "
+        f"--lr，直到第 {warmup} 步，之后保持在 --min-lr"
     )
 
 
@@ -161,7 +188,7 @@ class TrainConfig:
         model = {name: getattr(args, name) for name in MODEL_FLAGS}
         cfg = cls(**values, model={k: v for k, v in model.items() if v is not None})
         if cfg.min_lr > cfg.lr:
-            raise UsageError(f"--min-lr ({cfg.min_lr}) must not exceed --lr ({cfg.lr})")
+            raise UsageError(f"--min-lr {cfg.min_lr} 不能大于 --lr {cfg.lr}")
         return cfg
 
     @property
@@ -193,10 +220,10 @@ class TrainConfig:
             if name != "decay_steps":
                 return f"--{name.replace('_', '-')} {value!r}"
             source = "--lr-decay-steps" if self.lr_decay_steps else "--max-steps"
-            return f"cosine decay over {value} steps ({source} {value})"
+            return f"余弦衰减 {value} 步（{source} {value}）"
 
         differ = [
-            f"{described(name, value)} (checkpoint: {saved.get(name)!r})"
+            f"{described(name, value)}（检查点：{saved.get(name)!r}）"
             for name, value in self.lr_schedule().items()
             if value != saved.get(name)
         ]
@@ -204,17 +231,17 @@ class TrainConfig:
             return
         keep = saved.get("decay_steps")
         longer = (
-            f"to train past step {keep} on the checkpoint's schedule add "
-            f"--lr-decay-steps {keep} ({after_decay(saved)}); "
+            f"要按检查点的学习率曲线训练到第 {keep} 步以后，加上 "
+            f"--lr-decay-steps {keep}（{after_decay(saved)}）；"
             if self.decay_steps != keep
             else ""
         )
         raise UsageError(
-            "--resume: the learning-rate schedule differs from the checkpoint's: "
-            + ", ".join(differ)
-            + "; "
+            "--resume：学习率曲线与检查点的不同："
+            + "、".join(differ)
+            + "；"
             + longer
-            + "give the checkpoint's values, or train into a new --out-dir"
+            + "请照写检查点的取值，或换一个 --out-dir 重新训练"
         )
 
     def model_config(self, vocab_size: int) -> tc.GPTConfig:
@@ -228,7 +255,10 @@ class TrainConfig:
         try:
             return tc.GPTConfig(vocab_size=vocab_size, **values)
         except (ValueError, TypeError) as error:
-            raise UsageError(f"invalid model flags: {error}") from None
+            raise UsageError(
+                "模型参数不能这样组合（--d-model、--num-heads、--positional 等）："
+                f"{error}"
+            ) from None
 
     def check_matches(self, saved: dict) -> None:
         """On --resume: every model flag given must equal the checkpoint's config.
@@ -238,14 +268,14 @@ class TrainConfig:
         one asked for loses the user's intent).
         """
         differ = [
-            f"--{name.replace('_', '-')} {value!r} (checkpoint: {saved.get(name)!r})"
+            f"--{name.replace('_', '-')} {value!r}（检查点：{saved.get(name)!r}）"
             for name, value in self.model.items()
             if value != saved.get(name)
         ]
         if differ:
             raise UsageError(
-                "--resume: model flags differ from the checkpoint's config: "
-                + ", ".join(differ)
-                + "; leave them out to continue the checkpoint's model, "
-                + "or train into a new --out-dir"
+                "--resume：模型参数与检查点的配置不同："
+                + "、".join(differ)
+                + "；去掉这些参数就接着训练检查点里的模型，"
+                + "或换一个 --out-dir 重新训练"
             )

@@ -57,14 +57,17 @@ def load_data(cfg: TrainConfig, context_length: int, saved: dict | None) -> Data
     else:
         tok, asked = saved_tokenizer(cfg, saved, sha256)
     splits = []
-    for name, part in (("training", train_text), ("validation", val_text)):
+    for split, name, part in (
+        ("training", "训练集", train_text),
+        ("validation", "验证集", val_text),
+    ):
         ids = torch.tensor(tok.encode(part), dtype=torch.long)[None]
-        ids = check_token_ids(f"{name} ids", ids, tok.vocab_size)[0]
+        ids = check_token_ids(f"{split} ids", ids, tok.vocab_size)[0]
         if len(ids) <= context_length + 1:
             raise UsageError(
-                f"{source}: the {name} split has {len(ids)} tokens, not more than "
-                f"context_length + 1 = {context_length + 1}; give more text, lower "
-                "--context-length or change --val-fraction"
+                f"{source}：{name}只有 {len(ids)} 个词元，不多于 context_length + 1 = "
+                f"{context_length + 1}；请给更多文本、调小 --context-length，"
+                "或改 --val-fraction"
             )
         splits.append(ids)
     return Data(tok, *splits, len(val_text), sha256, asked)
@@ -75,13 +78,13 @@ def read_text(path: Path | None, corpus: str) -> tuple[str, str]:
     """The text of ``path`` (a file, or a folder's ``.txt``/``.md`` files joined by
     blank lines) and a name for messages; ``None``: the shipped ``corpus``."""
     if path is None:
-        return tc.load_text_corpus(corpus), f"the shipped {corpus!r} corpus"
+        return tc.load_text_corpus(corpus), f"随包的语料 {corpus!r}"
     if not path.exists():
-        raise UsageError(f"--data {str(path)!r}: no such file or folder")
+        raise UsageError(f"--data {str(path)!r}：没有这个文件或文件夹")
     files = text_files(path) if path.is_dir() else [path]
     if not files:
         raise UsageError(
-            f"--data {str(path)!r}: the folder holds no {'/'.join(TEXT_SUFFIXES)} files"
+            f"--data {str(path)!r}：文件夹里没有 {'/'.join(TEXT_SUFFIXES)} 文件"
         )
     return "\n\n".join(read_utf8(f) for f in files), f"--data {str(path)!r}"
 
@@ -103,19 +106,19 @@ def read_utf8(file: Path) -> str:
     try:
         data = file.read_bytes()
     except OSError as error:
-        raise UsageError(f"--data: cannot read {str(file)!r}: {error}") from None
+        raise UsageError(f"--data：无法读取 {str(file)!r}：{error}") from None
     if b"\0" in data:
         raise UsageError(
-            f"--data: {str(file)!r} looks binary (a NUL byte at byte offset "
-            f"{data.index(0)}); give a UTF-8 text file"
+            f"--data：{str(file)!r} 像是二进制文件（字节偏移 {data.index(0)} 处有 "
+            "NUL 字节）；请给 UTF-8 文本文件"
         )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         offset = error.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
         raise UsageError(
-            f"--data: {str(file)!r} is not UTF-8: byte 0x{data[offset]:02x} at byte "
-            f"offset {offset}"
+            f"--data：{str(file)!r} 不是 UTF-8 编码：字节偏移 {offset} 处是字节 "
+            f"0x{data[offset]:02x}；请把它另存为 UTF-8"
         ) from None
     return text.replace("\r\n", "\n")
 
@@ -125,13 +128,12 @@ def split_text(text: str, source: str, val_fraction: float) -> tuple[str, str]:
     paragraphs refused."""
     paragraphs = [p for p in text.split("\n\n") if p.strip()]
     if not paragraphs:
-        raise UsageError(f"{source}: the text is empty")
+        raise UsageError(f"{source}：文本是空的")
     needed = max(1, round(val_fraction * len(paragraphs))) + 1
     if len(paragraphs) < needed:
         raise UsageError(
-            f"{source}: {len(paragraphs)} paragraph(s), but the split into training "
-            f"and validation text needs at least {needed}; separate paragraphs by a "
-            "blank line"
+            f"{source}：只有 {len(paragraphs)} 段，划分训练集和验证集至少要 "
+            f"{needed} 段；段落之间用空行分隔"
         )
     return tc.split_paragraphs(text, val_fraction)
 
@@ -151,10 +153,11 @@ def saved_tokenizer(
     """The checkpoint's tokenizer and its asked vocabulary size, if the text and the
     tokenizer asked for are the checkpoint's."""
     if saved.get("data_sha256") != sha256:
-        why = "its SHA-256 differs" if "data_sha256" in saved else "it records none"
+        recorded = "data_sha256" in saved
+        why = "SHA-256 不同" if recorded else "检查点没有记录文本的 SHA-256"
         raise UsageError(
-            "--resume: the text differs from the one the checkpoint was trained on "
-            f"({why}); give the same --data, or train into a new --out-dir"
+            f"--resume：文本与检查点训练时用的不同（{why}）；"
+            "请给同一个 --data，或换一个 --out-dir 重新训练"
         )
     tok = tokenizer_from_extra(saved)
     kind = "char" if isinstance(tok, tc.CharTokenizer) else "bpe"
@@ -163,9 +166,9 @@ def saved_tokenizer(
     asked = describe(cfg.tokenizer or kind, cfg.vocab_size or saved_vocab)
     if asked != have:
         raise UsageError(
-            f"--resume: --tokenizer/--vocab-size ask for {asked!r}, the checkpoint's "
-            f"tokenizer is {have!r}; leave them out to continue it, or train into a "
-            "new --out-dir"
+            f"--resume：--tokenizer/--vocab-size 要的是 {asked!r}，检查点的分词器是 "
+            f"{have!r}；去掉这两个参数就接着用检查点的分词器，"
+            "或换一个 --out-dir 重新训练"
         )
     return tok, saved_vocab
 
@@ -196,8 +199,8 @@ def tokenizer_from_extra(extra: dict) -> Tokenizer:
                 {k: v for k, v in bpe.items() if k != "kind"}
             )
     except (TypeError, ValueError) as error:
-        raise UsageError(f"the checkpoint's tokenizer is unusable: {error}") from None
-    raise UsageError("the checkpoint holds no tokenizer written by this trainer")
+        raise UsageError(f"检查点里的分词器无法使用：{error}") from None
+    raise UsageError("检查点里没有本训练脚本写出的分词器")
 
 
 def bits_per_char(loss: float, tokens_per_char: float) -> float:

@@ -11,6 +11,8 @@ from torch import Tensor
 
 import transformer_course as tc
 
+from .config import UsageError
+
 
 @dataclasses.dataclass(frozen=True)
 class DistInfo:
@@ -37,26 +39,38 @@ class DistInfo:
         return self.world_size > 1
 
 
-def setup(info: DistInfo, device_name: str) -> torch.device:
-    """Pick the device and start the process group (gloo on CPU, nccl on GPU)."""
-    if device_name == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            "--device cuda was given but torch.cuda.is_available() is False"
-        )
-    use_cuda = torch.cuda.is_available() and device_name in ("auto", "cuda")
+def pick_device(name: str, info: DistInfo) -> torch.device:
+    """The device ``--device NAME`` asks for (``auto``: CUDA, then MPS, then CPU; with
+    several processes only CUDA or CPU); an accelerator that is not there is a
+    :class:`UsageError`, before anything is written."""
+    try:
+        device = tc.get_device(name)
+    except ValueError:
+        raise UsageError(
+            f"--device {name}：这台机器上的 torch 找不到 {name.upper()}；"
+            "请用 --device cpu 或 auto"
+        ) from None
+    if info.enabled and device.type == "mps":
+        if name == "mps":
+            raise UsageError(
+                "--device mps：多进程训练只支持 cpu（gloo）或 cuda（nccl）"
+            )
+        return torch.device("cpu")
+    return device
+
+
+def setup(info: DistInfo, device: torch.device) -> torch.device:
+    """Start the process group on ``device`` (from :func:`pick_device`): gloo on CPU,
+    nccl on GPU (one GPU per process)."""
     if not info.enabled:
-        return torch.device("cuda") if use_cuda else tc.get_device(device_name)
-    if use_cuda:
+        return device
+    if device.type == "cuda":
         torch.cuda.set_device(info.local_rank)
         device = torch.device("cuda", info.local_rank)
         dist.init_process_group("nccl", device_id=device)
         return device
-    if device_name == "mps":
-        raise ValueError(
-            "multi-process training supports cpu (gloo) or cuda (nccl), not mps"
-        )
     dist.init_process_group("gloo")
-    return torch.device("cpu")
+    return device
 
 
 def teardown(info: DistInfo) -> None:

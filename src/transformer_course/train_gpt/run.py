@@ -17,14 +17,12 @@ from torch.nn.parallel import DistributedDataParallel
 import transformer_course as tc
 from transformer_course.checkpoint import (
     atomic_write,
-    config_from_dict,
-    load_checkpoint,
     remove_temp_files,
     save_checkpoint,
 )
 
 from . import distributed
-from .config import TrainConfig, UsageError
+from .config import TrainConfig, UsageError, read_checkpoint, saved_model_config
 from .data import Data, bits_per_char, load_data, tokenizer_extra
 from .distributed import DistInfo, log
 
@@ -64,8 +62,9 @@ def train(cfg: TrainConfig) -> Run:
     model_cfg = run_model_config(cfg, data, resume)
     if saved is not None:
         cfg.check_schedule(saved.get("lr_schedule"))
+    device = distributed.pick_device(cfg.device, info)
     prepare_out_dir(cfg.out_dir, is_main=info.is_main)
-    device = distributed.setup(info, cfg.device)
+    device = distributed.setup(info, device)
     try:
         return train_loop(cfg, info, device, data, model_cfg, resume)
     finally:
@@ -97,8 +96,8 @@ def train_loop(
             elapsed += time.perf_counter() - t0
             log(
                 info,
-                f"step {step:6d} | loss {train_loss:.4f} | lr {lr:.2e} | "
-                f"{1000 * elapsed / steps_timed:.0f} ms/step",
+                f"第 {step:6d} 步 | 训练损失 {train_loss:.4f} | 学习率 {lr:.2e} | "
+                f"{1000 * elapsed / steps_timed:.0f} ms/步",
             )
             write_metrics(run, {"step": step, "train_loss": train_loss, "lr": lr})
             t0, elapsed, steps_timed = time.perf_counter(), 0.0, 0
@@ -109,8 +108,8 @@ def train_loop(
     if run.start_step >= cfg.max_steps:
         log(
             info,
-            f"checkpoint is at step {run.start_step} >= --max-steps {cfg.max_steps}; "
-            "nothing to do",
+            f"检查点已在第 {run.start_step} 步，不少于 --max-steps {cfg.max_steps}："
+            "没有要训练的步数",
         )
     return run
 
@@ -125,12 +124,12 @@ def prepare_out_dir(out_dir: Path, *, is_main: bool) -> None:
         tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-test-").close()
     except OSError as error:
         raise UsageError(
-            f"--out-dir {str(out_dir)!r} is not a writable folder: {error}"
+            f"--out-dir {str(out_dir)!r} 不是可写的文件夹：{error}"
         ) from None
     if is_main:
         for name in (CKPT_NAME, BEST_NAME, METRICS_NAME):
             for tmp in remove_temp_files(out_dir / name):
-                print(f"removed {tmp.name}, left by an interrupted save", flush=True)
+                print(f"删去了上次保存中断时留下的临时文件 {tmp.name}", flush=True)
 
 
 def truncate_metrics(path: Path, last_step: int) -> int:
@@ -172,18 +171,11 @@ def read_resume(cfg: TrainConfig) -> dict | None:
     if not cfg.resume:
         if ckpt_path.exists():
             raise UsageError(
-                f"{str(ckpt_path)!r} exists: pass --resume to continue that run, "
-                "or choose another --out-dir"
+                f"{str(ckpt_path)!r} 已经存在：要接着那次训练请加 --resume，"
+                "否则换一个 --out-dir"
             )
         return None
-    if not ckpt_path.is_file():
-        raise UsageError(
-            f"--resume given but there is no checkpoint at {str(ckpt_path)!r}"
-        )
-    try:
-        return load_checkpoint(ckpt_path, map_location="cpu")
-    except ValueError as error:
-        raise UsageError(f"--resume: {error}") from None
+    return read_checkpoint(ckpt_path, "--resume")
 
 
 def run_context_length(cfg: TrainConfig, resume: dict | None) -> int:
@@ -200,16 +192,11 @@ def run_model_config(cfg: TrainConfig, data: Data, resume: dict | None) -> tc.GP
     tokenizer's, and which the model flags typed must equal)."""
     if resume is None:
         return cfg.model_config(data.tokenizer.vocab_size)
-    try:
-        model_cfg = config_from_dict(tc.GPTConfig, resume["config"])
-    except (TypeError, ValueError) as error:
-        raise UsageError(
-            f"--resume: the checkpoint holds no usable GPTConfig: {error}"
-        ) from None
+    model_cfg = saved_model_config(resume, "--resume")
     if model_cfg.vocab_size != data.tokenizer.vocab_size:
         raise UsageError(
-            f"--resume: the checkpoint's model has {model_cfg.vocab_size} token ids, "
-            f"its tokenizer {data.tokenizer.vocab_size}"
+            f"--resume：检查点的模型有 {model_cfg.vocab_size} 个词元 id，"
+            f"它的分词器却有 {data.tokenizer.vocab_size} 个"
         )
     cfg.check_matches(resume["config"])
     return model_cfg
@@ -273,20 +260,20 @@ def log_start(run: Run) -> None:
     tokens *= run.model_cfg.context_length
     log(
         info,
-        f"device={run.device} world_size={info.world_size} "
-        f"params={tc.count_parameters(run.raw_model):,} "
-        f"vocab={run.data.tokenizer.vocab_size} "
-        f"train_tokens={len(run.data.train):,} tokens/step={tokens:,}",
+        f"设备 {run.device} | 进程数 {info.world_size} | "
+        f"参数 {tc.count_parameters(run.raw_model):,} 个 | "
+        f"词表 {run.data.tokenizer.vocab_size} | "
+        f"训练集 {len(run.data.train):,} 个词元 | 每步 {tokens:,} 个词元",
     )
     if run.start_step:
-        log(info, f"resumed from {cfg.out_dir / CKPT_NAME} at step {run.start_step}")
+        log(info, f"从 {cfg.out_dir / CKPT_NAME} 的第 {run.start_step} 步接着训练")
     if info.is_main:
         metrics = cfg.out_dir / METRICS_NAME
         cut = truncate_metrics(metrics, run.start_step)
         if cut:
             log(
                 info,
-                f"removed {cut} record(s) past step {run.start_step} from {metrics}",
+                f"从 {metrics} 删去第 {run.start_step} 步之后的 {cut} 条记录",
             )
     distributed.barrier(info)
 
@@ -366,8 +353,8 @@ def evaluate_and_checkpoint(run: Run, step: int) -> None:
     run.best_val = min(run.best_val, val_loss)
     log(
         run.info,
-        f"step {step:6d} | val loss {val_loss:.4f} ({val_bpc:.3f} bits/char) | "
-        f"best {run.best_val:.4f}",
+        f"第 {step:6d} 步 | 验证损失 {val_loss:.4f}（{val_bpc:.3f} 比特/字符）| "
+        f"最好 {run.best_val:.4f}",
     )
     write_metrics(run, {"step": step, "val_loss": val_loss, "val_bpc": val_bpc})
     if run.info.is_main:

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 
 import transformer_course as tc
-from transformer_course.checkpoint import config_from_dict, load_checkpoint
 
-from .config import UsageError
+from .config import UsageError, read_checkpoint, saved_model_config
 from .data import tokenizer_from_extra
+from .distributed import DistInfo, pick_device
 
 
 def sample(
@@ -27,12 +27,9 @@ def sample(
     device: str = "auto",
 ) -> int:
     """Print ``num_samples`` continuations of ``prompt`` (default: a newline)."""
-    dev = tc.get_device(device)
-    try:
-        state = load_checkpoint(ckpt, map_location="cpu")  # weights_only=True inside
-    except (FileNotFoundError, ValueError) as error:
-        raise UsageError(f"--ckpt: {error}") from None
-    cfg = config_from_dict(tc.GPTConfig, state["config"])
+    dev = pick_device(device, DistInfo())
+    state = read_checkpoint(Path(ckpt), "--ckpt")  # weights_only=True inside
+    cfg = saved_model_config(state, "--ckpt")
     tok = tokenizer_from_extra(state["extra"])
     model = tc.MiniGPT(cfg)
     model.load_state_dict(state["model"])
@@ -52,7 +49,7 @@ def sample(
     )
     for i, row in enumerate(out.tolist()):
         if num_samples > 1:
-            print(f"----- sample {i} (step {state['step']})")
+            print(f"----- 样本 {i + 1}/{num_samples}（检查点第 {state['step']} 步）")
         print(tok.decode(row), flush=True)
     return 0
 
@@ -67,9 +64,11 @@ def encode_prompt(tok: tc.CharTokenizer | tc.BPETokenizer, prompt: str | None) -
         if prompt is None:
             prompt = "\n" if "\n" in tok.chars else tok.chars[0]
         unknown = sorted(set(prompt) - set(tok.chars))
-    if not prompt or unknown:
+    if not prompt:
+        raise UsageError("--prompt 不能是空的")
+    if unknown:
         raise UsageError(
-            "the prompt must be non-empty and use the training characters; "
-            f"unknown characters: {unknown}"
+            f"--prompt {prompt!r} 里有训练文本中没有的字符 {unknown}；"
+            "字符分词器只认识训练文本里出现过的字符"
         )
     return tok.encode(prompt)
