@@ -180,12 +180,13 @@ def test_a_small_text_may_learn_fewer_merges_and_still_resumes(tmp_path):
 
 
 def _shown_commands(path: Path) -> list[list[str]]:
-    """The ``train_gpt`` command lines in ``path``'s code blocks, as argument lists."""
-    prefix, in_code, commands = "-m transformer_course.train_gpt ", False, []
+    """The ``train_gpt`` command lines in ``path``'s ``bash`` code blocks (``text`` blocks show
+    output, such as the trainer's error lines), as argument lists."""
+    prefix, fence, commands = "-m transformer_course.train_gpt ", None, []
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("```"):
-            in_code = not in_code
-        elif in_code and prefix in line:
+            fence = line[3:].strip() if fence is None else None
+        elif fence == "bash" and prefix in line:
             commands.append(shlex.split(line.split(prefix, 1)[1], comments=True))
     return commands
 
