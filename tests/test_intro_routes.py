@@ -1,5 +1,5 @@
 """The preface's routes to running the book (book/intro.md): the Colab cell clones the repository that the
-book's GitHub button links to and installs that clone; the local commands name files and targets that exist."""
+book's GitHub menu (源码库) links to and installs that clone; the local commands name files and targets that exist."""
 
 from __future__ import annotations
 
