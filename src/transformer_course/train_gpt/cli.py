@@ -235,7 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-iters", type=POSITIVE_INT, help="每次评估用的验证批次数")
     t.add_argument("--log-every", type=POSITIVE_INT, help="每 N 步打印一行训练损失")
     # system
-    t.add_argument("--seed", type=NON_NEGATIVE_INT, help="随机种子（默认 1337）")
+    t.add_argument(
+        "--seed", type=NON_NEGATIVE_INT, help=f"随机种子（默认 {TrainConfig.seed}）"
+    )
     t.add_argument(
         "--device",
         choices=["auto", "cpu", "cuda", "mps"],
