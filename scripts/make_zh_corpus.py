@@ -125,8 +125,9 @@ def page_paragraphs(markdown: str) -> list[str]:
 
 
 def pages(book: Path = BOOK) -> list[Path]:
-    """The pages read, in order: the appendices, then the chapters."""
-    return sorted(book.glob("appendix_*.md")) + sorted(book.glob("ch[0-9]*.md"))
+    """The pages read, in order: the appendices, the chapters, the chapters' deep dives."""
+    kinds = ("appendix_*.md", "ch[0-9]*.md", "deep_dive_*.md")
+    return [page for kind in kinds for page in sorted(book.glob(kind))]
 
 
 def build_corpus(book: Path = BOOK) -> str:
