@@ -158,7 +158,8 @@ def test_a_typical_wrong_prediction_gets_its_own_hint(capsys):
     assert capsys.readouterr().out.strip().endswith("偏小：对照解答里的推理，看看哪一步想得不一样")
     tc.exercises.compare_prediction(5, 4, what="x", mistakes=[(5, "多数了一个")])
     assert capsys.readouterr().out.strip().endswith("偏大：答案是一个整数，要完全一致；多数了一个")
-    tc.exercises.compare_prediction("很小", "恰好为 0", what="x", options=GRADIENT, mistakes=[("很小。", "exp 永远为正")])
+    wrong = [("很小。", "exp 永远为正")]
+    tc.exercises.compare_prediction("很小", "恰好为 0", what="x", options=GRADIENT, mistakes=wrong)
     assert capsys.readouterr().out.strip().endswith("不一致：exp 永远为正")
 
 
