@@ -246,3 +246,11 @@ def test_small_tolerances_and_gaps_do_not_print_as_zero_percent(capsys):
     assert "相差 0.098%，偏大" in capsys.readouterr().out
     tc.exercises.compare_prediction(10.66, 1023 / 96, what="4.2", rel_tol=5e-4)
     assert "✓ 在 0.05% 以内（相差 0.035%）" in capsys.readouterr().out
+
+
+def test_the_tolerance_boundary_is_inclusive_despite_rounding(capsys):
+    # learner test 22a: 0.55 against 0.5 printed "相差 10%" and was rejected (0.1000…09)
+    tc.exercises.compare_prediction(0.55, 0.5, what="x")
+    assert "✓ 在 10% 以内（相差 10%）" in capsys.readouterr().out
+    tc.exercises.compare_prediction(0.5501, 0.5, what="x")
+    assert "✓" not in capsys.readouterr().out
