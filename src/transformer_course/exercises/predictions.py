@@ -148,7 +148,8 @@ def _verdict(
         if exact is not None or not _is_number(actual):
             return "✓ 一致"
         err = abs(float(prediction) - actual) / max(abs(actual), 1e-12)  # type: ignore
-        return f"✓ 在 {_percent(tol)} 以内（相差 {_percent(err)}）"
+        gap = f"相差 {_percent(err)}" if err >= 1e-6 else "与实际相同，舍入误差除外"
+        return f"✓ 在 {_percent(tol)} 以内（{gap}）"
     why = next(
         (
             why
