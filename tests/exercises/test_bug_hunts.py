@@ -225,3 +225,76 @@ def test_ch02_changed_but_wrong_gets_the_precise_hint():
     assert "还没有改到" not in message and "应除以 √d_k" in message, message
     message = rejection(lambda c: ex.check_decoder_layer(c, exercise="2.6"), CrossResidualFromInput)
     assert "还没有改到" not in message and "残差" in message and "B1" in message, message
+
+
+# ch05 (5.14): the page's buggy_generate copied unchanged gets the symptom only; where to
+# look (torch.topk's two outputs) comes once something was changed
+
+
+@torch.no_grad()
+def buggy_generate(model, input_ids, max_new_tokens, context_length, top_k=None, generator=None):  # as printed
+    for _ in range(max_new_tokens):
+        logits = model(input_ids[:, -context_length:])[:, -1]  # (N, V)
+        if generator is None:
+            next_id = logits.argmax(dim=-1, keepdim=True)
+        else:
+            if top_k is not None:
+                logits, _ = torch.topk(logits, top_k, dim=-1)  # 只留最大的 k 个
+            probs = torch.softmax(logits, dim=-1)
+            next_id = torch.multinomial(probs, 1, generator=generator)
+        input_ids = torch.cat([input_ids, next_id], dim=1)
+    return input_ids
+
+
+@torch.no_grad()
+def copied_generate(model, input_ids, max_new_tokens, context_length, top_k=None, generator=None):
+    # the learner's copy, comments changed, nothing else
+    for _ in range(max_new_tokens):
+        logits = model(input_ids[:, -context_length:])[:, -1]
+        if generator is None:
+            next_id = logits.argmax(dim=-1, keepdim=True)
+        else:
+            if top_k is not None:
+                logits, _ = torch.topk(logits, top_k, dim=-1)  # 看这里？
+            probs = torch.softmax(logits, dim=-1)
+            next_id = torch.multinomial(probs, 1, generator=generator)
+        input_ids = torch.cat([input_ids, next_id], dim=1)
+    return input_ids
+
+
+@torch.no_grad()
+def changed_generate(model, input_ids, max_new_tokens, context_length, top_k=None, generator=None):
+    # changed (the probabilities taken from the top-k values), the bug still there
+    for _ in range(max_new_tokens):
+        logits = model(input_ids[:, -context_length:])[:, -1]
+        if generator is None:
+            next_id = logits.argmax(dim=-1, keepdim=True)
+        else:
+            if top_k is not None:
+                logits = torch.topk(logits, top_k, dim=-1).values
+            next_id = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+        input_ids = torch.cat([input_ids, next_id], dim=1)
+    return input_ids
+
+
+def test_ch05_bug_unchanged_gets_the_symptom_and_a_change_gets_where_to_look():
+    for unchanged in (buggy_generate, copied_generate):
+        message = rejection(lambda c: ex.check_generate(c, exercise="5.14"), unchanged)
+        assert "还没有改到 bug" in message and "0..k−1" in message, message
+        assert "torch.topk 返回的两样" not in message and "gather" not in message, message
+    message = rejection(lambda c: ex.check_generate(c, exercise="5.14"), changed_generate)
+    assert "torch.topk 返回的两样" in message and "还没有改到" not in message, message
+    # under 5.13 (a build exercise) the same code gets the fix
+    assert "gather" in rejection(lambda c: ex.check_generate(c, exercise="5.13"), copied_generate)
+
+
+def test_every_unchanged_bug_hint_is_reached():
+    """Every entry of every ``_BUG_UNCHANGED`` table is what its page's bug gets."""
+    bugs = {"5.14": (ex.check_generate, buggy_generate)}
+    assert set(generation_cache._BUG_UNCHANGED) == set(bugs)
+    for number, (page_name, table) in generation_cache._BUG_UNCHANGED.items():
+        checker, bug = bugs[number]
+        assert bug.__name__ == page_name
+        message = rejection(lambda c, n=number, f=checker: f(c, exercise=n), bug)
+        for hint in table.values():
+            assert hint in message, message

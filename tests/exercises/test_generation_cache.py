@@ -393,7 +393,63 @@ MORE_REJECTS = [
 ]
 
 
-REJECTS = GENERATE_REJECTS + KV_CACHE_REJECTS + MORE_REJECTS
+def generate_slip(slip):
+    """The contract's loop with one slip that crashes (learner tests 22c and 25)."""
+
+    def fn(model, input_ids, max_new_tokens, context_length, top_k=None, generator=None):
+        for _ in range(max_new_tokens):
+            logits = model(input_ids[:, -context_length:])
+            logits = logits if slip == "all_positions" else logits[:, -1]
+            if generator is None:
+                next_id = logits.argmax(-1) if slip == "no_keepdim" else logits.argmax(-1, keepdim=True)
+            else:
+                if top_k is not None or slip == "top_k_none":
+                    if slip == "topk_tuple":
+                        kth = torch.topk(logits, top_k)[:, -1:]
+                    elif slip == "k_plus_1_le":  # the same as top-k (ties aside) until top_k = V
+                        kth = logits.topk(top_k + 1).values[:, -1:]
+                        logits = logits.masked_fill(logits <= kth, float("-inf"))
+                    else:
+                        kth = torch.topk(logits, top_k).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = torch.softmax(logits, -1)
+                if slip == "no_num_samples":
+                    next_id = torch.multinomial(probs, generator=generator)
+                elif slip == "generator_by_position":
+                    next_id = torch.multinomial(probs, 1, False, generator)
+                else:
+                    next_id = torch.multinomial(probs, 1, generator=generator)
+            input_ids = torch.cat([input_ids, next_id], dim=0 if slip == "cat_batch" else 1)
+        return input_ids
+
+    fn.__name__ = f"generate_{slip}"
+    return fn
+
+
+SLIP_REJECTS = [
+    pytest.param(ex.check_generate, generate_slip(slip), keyword, id=f"generate: {slip}")
+    for slip, keyword in [
+        ("all_positions", "只取最后一个位置 logits[:, -1, :]"),
+        ("no_keepdim", "argmax 加 keepdim=True"),
+        ("cat_batch", "新词元拼在了批的维度上"),
+        ("topk_tuple", "阈值要从 values 里取"),
+        ("top_k_none", "只在 top_k is not None 时才调用 torch.topk"),
+        ("no_num_samples", "第二个参数是抽几个"),
+        ("generator_by_position", "generator 要按关键字传"),
+        ("k_plus_1_le", "top_k 可以等于词表大小 V"),  # learner test 22c: it passed
+    ]
+]
+
+
+def test_top_k_equal_to_the_vocabulary_is_sampling_from_all(capsys):
+    """The case that catches topk(top_k + 1): top_k = V keeps every token, and the
+    reference itself does not crash there."""
+    ex.check_generate(make_generate())
+    out = capsys.readouterr().out
+    assert out.startswith("✓") and "含 top_k 等于词表大小" in out, out
+
+
+REJECTS = GENERATE_REJECTS + KV_CACHE_REJECTS + MORE_REJECTS + SLIP_REJECTS
 
 
 @pytest.mark.parametrize("checker, candidate, keyword", REJECTS)

@@ -17,7 +17,8 @@ import transformer_course as tc
     ],
 )
 def test_prints_the_prediction_next_to_the_result(capsys, prediction, actual, expected):
-    tc.exercises.compare_prediction(prediction, actual, what="未训练的损失")
+    options = ["A", "B"] if isinstance(actual, str) else None
+    tc.exercises.compare_prediction(prediction, actual, what="未训练的损失", options=options)
     assert capsys.readouterr().out.strip() == expected
 
 
@@ -50,25 +51,139 @@ def test_bad_arguments_are_refused():
         tc.exercises.compare_prediction(1, 1, what="x", rel_tol=1.5)
 
 
+GRADIENT = ["恰好为 0", "很小", "差不多大"]  # ch02's options
+VERSUS = ["更低", "差不多", "更高"]  # ch05's
+
+
 @pytest.mark.parametrize(
-    ("prediction", "actual"),
+    ("prediction", "actual", "options"),
     [
-        ("恰好为0", "恰好为 0"),  # learner test 21a: the page spells it with a space
-        ("恰好为 0 ", "恰好为 0"),
-        ("恰好为０", "恰好为 0"),  # a full-width digit
-        ("X", "x"),
-        (" 更低", "更低"),
+        ("恰好为0", "恰好为 0", GRADIENT),  # learner test 21a: the page spells it with a space
+        ("恰好为 0 ", "恰好为 0", GRADIENT),
+        ("恰好为０", "恰好为 0", GRADIENT),  # a full-width digit
+        ("X", "x", ["1", "x"]),
+        (" 更低", "更低", VERSUS),
+        # learner tests 22a and 22c: right, but punctuated or with 的
+        (" 更低。", "更低", VERSUS),
+        ("更低!", "更低", VERSUS),
+        ("“更低”", "更低", VERSUS),
+        ("有限的", "有限", ["nan", "有限"]),
+        ("有限的。", "有限", ["nan", "有限"]),
+        ("不变。", "不变", ["变多", "不变", "变少"]),
+        # the part before or inside an option's parenthesis
+        ("缩放", "x", ["1（平移）", "x（缩放）"]),
+        ("x", "x", ["1（平移）", "x（缩放）"]),
+        ("x (缩放)", "x", ["1（平移）", "x（缩放）"]),
+        ("更低（0.1 nats）", "更低", VERSUS),
     ],
 )
-def test_strings_that_differ_only_in_spelling_agree(capsys, prediction, actual):
-    tc.exercises.compare_prediction(prediction, actual, what="x")
+def test_spellings_of_the_answer_agree(capsys, prediction, actual, options):
+    tc.exercises.compare_prediction(prediction, actual, what="x", options=options)
     assert capsys.readouterr().out.strip().endswith("✓ 一致")
 
 
-@pytest.mark.parametrize(("prediction", "actual"), [("很小", "恰好为 0"), ("恰好为 1", "恰好为 0"), ("xy", "x")])
-def test_different_strings_still_disagree(capsys, prediction, actual):
-    tc.exercises.compare_prediction(prediction, actual, what="x")
-    assert capsys.readouterr().out.strip().endswith("不一致：对照解答里的推理")
+@pytest.mark.parametrize(
+    ("prediction", "actual", "options"),
+    [
+        ("很小", "恰好为 0", GRADIENT),
+        ("差不多大。", "恰好为 0", GRADIENT),
+        ("更高的", "更低", VERSUS),
+        ("nan", "有限", ["nan", "有限"]),
+        ("平移", "x", ["1（平移）", "x（缩放）"]),
+    ],
+)
+def test_another_option_disagrees(capsys, prediction, actual, options):
+    tc.exercises.compare_prediction(prediction, actual, what="x", options=options)
+    out = capsys.readouterr().out.strip()
+    assert out.endswith("不一致：对照解答里的推理"), out
+
+
+@pytest.mark.parametrize(
+    ("prediction", "options", "listed"),
+    [
+        # learner tests 22a and 22c: ideas in other words were told "不一致"
+        ("lower", VERSUS, '"更低"、"差不多" 或 "更高"'),
+        ("低", VERSUS, '"更低"、"差不多" 或 "更高"'),
+        ("finite", ["nan", "有限"], '"nan" 或 "有限"'),
+        ("第0层", ["层 0", "层 1"], '"层 0" 或 "层 1"'),
+        ("0", ["层 0", "层 1"], '"层 0" 或 "层 1"'),
+        ("beta", ["β", "输入 x", "全 0", "随输入变化"], '"β"、"输入 x"、"全 0" 或 "随输入变化"'),
+        ("", ["nan", "有限"], '"nan" 或 "有限"'),
+    ],
+)
+def test_a_prediction_that_is_no_option_is_named_without_the_answer(capsys, prediction, options, listed):
+    tc.exercises.compare_prediction(prediction, options[0], what="x", options=options)
+    out = capsys.readouterr().out.strip()
+    assert out == f"x：你的预测 {prediction!r} 不是选项之一。从 {listed} 里选一个照抄（加引号），再运行这一格"
+    assert "实际" not in out and "✓" not in out and "不一致" not in out
+
+
+def test_a_number_for_an_option_lists_the_options(capsys):
+    tc.exercises.compare_prediction(0, "层 0", what="x", options=["层 0", "层 1"])
+    out = capsys.readouterr().out.strip()
+    assert out == 'x：你的预测 0 是一个 int，这里要写选项之一，加引号："层 0" 或 "层 1"。改好后重新运行这一格'
+
+
+def test_the_answer_is_shown_as_its_option(capsys):
+    tc.exercises.compare_prediction("1", "x", what="x", options=["1（平移）", "x（缩放）"])
+    assert capsys.readouterr().out.strip() == "x：你的预测 '1'，实际 'x（缩放）'。不一致：对照解答里的推理"
+
+
+@pytest.mark.parametrize(
+    ("actual", "options", "error", "match"),
+    [
+        ("y", ["a", "b"], ValueError, "'y' is not one of options"),
+        ("a", None, TypeError, "needs options="),
+        (1.0, ["a", "b"], TypeError, "options= is for str answers"),
+        ("a", ["a", "a。"], ValueError, "spelled like another option"),
+        ("a", ["更硬（更集中）", "更集中"], ValueError, "spelled like another option"),
+        ("a", "ab", TypeError, "a list of at least two str"),
+        ("a", ["a"], TypeError, "a list of at least two str"),
+        ("a", ["a", 1], TypeError, "a list of at least two str"),
+    ],
+)
+def test_options_must_name_the_answer(actual, options, error, match):
+    with pytest.raises(error, match=match):
+        tc.exercises.compare_prediction("a", actual, what="x", options=options)
+
+
+def test_a_typical_wrong_prediction_gets_its_own_hint(capsys):
+    # learner tests 22b and 23: 4.2's large-L approximation L/3 got the general advice
+    mistakes = [(32 / 3, "这是大 L 的近似 L/3"), (11, "分母少算了 j = i 的 L 项")]
+    for prediction, why in [(32 / 3, "这是大 L 的近似 L/3"), (10.6667, "这是大 L 的近似 L/3"),
+                            (11.0, "分母少算了 j = i 的 L 项")]:  # fmt: skip
+        tc.exercises.compare_prediction(prediction, 1023 / 96, what="4.2", rel_tol=5e-4, mistakes=mistakes)
+        assert capsys.readouterr().out.strip().endswith(f"偏大：{why}")
+    tc.exercises.compare_prediction(10.4, 1023 / 96, what="4.2", rel_tol=5e-4, mistakes=mistakes)
+    assert capsys.readouterr().out.strip().endswith("偏小：对照解答里的推理，看看哪一步想得不一样")
+    tc.exercises.compare_prediction(5, 4, what="x", mistakes=[(5, "多数了一个")])
+    assert capsys.readouterr().out.strip().endswith("偏大：答案是一个整数，要完全一致；多数了一个")
+    wrong = [("很小。", "exp 永远为正")]
+    tc.exercises.compare_prediction("很小", "恰好为 0", what="x", options=GRADIENT, mistakes=wrong)
+    assert capsys.readouterr().out.strip().endswith("不一致：exp 永远为正")
+
+
+@pytest.mark.parametrize(
+    ("mistakes", "error"),
+    [([("10", "x")], TypeError), ([(10, 3)], TypeError), ([("y", "x")], None)],
+)
+def test_mistakes_must_be_of_the_answers_kind(mistakes, error):
+    if error is None:  # a str mistake must be an option
+        with pytest.raises(ValueError, match="'y' is not one of options"):
+            tc.exercises.compare_prediction("a", "a", what="x", options=["a", "b"], mistakes=mistakes)
+    else:
+        with pytest.raises(error, match="mistakes must be"):
+            tc.exercises.compare_prediction(1.0, 1.5, what="x", mistakes=mistakes)
+
+
+def test_the_value_is_printed_to_the_tolerance(capsys):
+    # learner test 23: "实际 10.66" while 10.6667 was judged wrong
+    tc.exercises.compare_prediction(10.6667, 1023 / 96, what="4.2", rel_tol=5e-4)
+    assert "实际 10.656。" in capsys.readouterr().out
+    tc.exercises.compare_prediction(10.656, 1023 / 96, what="4.2", rel_tol=5e-4)
+    assert "✓" in capsys.readouterr().out
+    tc.exercises.compare_prediction(4.0, 4.1666, what="x")  # the default 10%: 4 digits
+    assert "实际 4.167。" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -120,9 +235,9 @@ def test_a_number_for_a_bool_is_named_not_judged(capsys, prediction, actual):
 
 
 def test_a_number_for_a_string_is_named_not_judged(capsys):
-    tc.exercises.compare_prediction(1, "1", what="x")  # ch03: "1"（平移）或 "x"（缩放）
+    tc.exercises.compare_prediction(1, "1", what="x", options=["1（平移）", "x（缩放）"])  # ch03
     out = capsys.readouterr().out.strip()
-    assert out == 'x：你的预测 1 是一个 int，这里要写一个字符串，加引号（如 "很小"）。改好后重新运行这一格'
+    assert out == 'x：你的预测 1 是一个 int，这里要写选项之一，加引号："1（平移）" 或 "x（缩放）"。改好后重新运行这一格'
 
 
 def test_small_tolerances_and_gaps_do_not_print_as_zero_percent(capsys):
@@ -131,3 +246,16 @@ def test_small_tolerances_and_gaps_do_not_print_as_zero_percent(capsys):
     assert "相差 0.098%，偏大" in capsys.readouterr().out
     tc.exercises.compare_prediction(10.66, 1023 / 96, what="4.2", rel_tol=5e-4)
     assert "✓ 在 0.05% 以内（相差 0.035%）" in capsys.readouterr().out
+
+
+def test_the_tolerance_boundary_is_inclusive_despite_rounding(capsys):
+    # learner test 22a: 0.55 against 0.5 printed "相差 10%" and was rejected (0.1000…09)
+    tc.exercises.compare_prediction(0.55, 0.5, what="x")
+    assert "✓ 在 10% 以内（相差 10%）" in capsys.readouterr().out
+    tc.exercises.compare_prediction(0.5501, 0.5, what="x")
+    assert "✓" not in capsys.readouterr().out
+
+
+def test_a_prediction_equal_up_to_rounding_is_not_given_a_tiny_percentage(capsys):
+    tc.exercises.compare_prediction(0.9, 0.9000000000000001, what="tr J", rel_tol=1e-3)  # torch.trace
+    assert capsys.readouterr().out.strip().endswith("✓ 在 0.1% 以内（与实际相同，舍入误差除外）")

@@ -155,7 +155,7 @@ def make_transformer(mistake):
         def embed(self, table, pos, ids, side):
             E = table.embedding_dim
             scale = {"no_scale": 1, f"no_scale_{side}": 1, "scale_twice": E}.get(mistake, E**0.5)
-            if mistake == "scale_after_pos":
+            if mistake in ("scale_after_pos", f"scale_after_pos_{side}"):
                 return pos(table(ids)) * scale
             if mistake == "pos_on_ids":
                 return pos(ids) + table(ids) * scale
@@ -170,6 +170,8 @@ def make_transformer(mistake):
             src_mask = (src == pad if mistake == "mask_inverted" else src != pad)[:, None, None, :]
             if mistake == "mask_2d":
                 src_mask = src != pad
+            if mistake == "mask_3d":  # learner test 22a: (N, 1, S)
+                src_mask = (src != pad)[:, None, :]
             enc_mask = None if mistake in ("no_src_mask", "no_encoder_mask") else src_mask
             if mistake == "encoder_causal":
                 enc_mask = src_mask & tc.causal_mask(src.size(1))
@@ -215,6 +217,8 @@ MISTAKES = [
     ("no_scale_tgt", "目标句的词嵌入没有乘 √E"),
     ("scale_twice", "乘了两次 √E"),
     ("scale_after_pos", "√E 乘在了加位置编码之后"),
+    ("scale_after_pos_src", "源句的 √E 乘在了加位置编码之后"),  # learner test 22a
+    ("scale_after_pos_tgt", "目标句的 √E 乘在了加位置编码之后"),
     ("no_pos", "没有加位置编码"),
     ("no_pos_src", "源句没有加位置编码"),
     ("no_pos_tgt", "目标句没有加位置编码"),
@@ -225,6 +229,7 @@ MISTAKES = [
     ("no_memory_mask", "解码器层没有收到 memory_mask"),
     ("mask_inverted", "填充掩码反了"),
     ("mask_2d", "要有形状 (N, 1, 1, S)"),
+    ("mask_3d", "填充掩码是三维的 (N, 1, S)"),
     ("pad_zero", "填充编号写死成了 0：这一批的 pad_id 是 3"),
     ("tgt_mask_as_memory", "memory_mask 要用源句的填充掩码"),
     ("causal_as_memory_mask", "因果掩码 (L, L) 传给了交叉注意力"),

@@ -4,6 +4,7 @@ reproduces."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 
 import torch
@@ -144,6 +145,21 @@ def bug_hunt_hints(
     where to look instead of the fix."""
     softer = bugs.get(str(exercise), {})
     return [(softer.get(mistake, text), mistake) for text, mistake in table]
+
+
+def same_code(fn: object, page_name: str) -> bool:
+    """Whether ``fn`` is, instruction for instruction, the function the page defines
+    as ``page_name`` next to it (the page's buggy code copied unchanged; comments,
+    blank lines, the function's name and decorators aside)."""
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    page = getattr(fn, "__globals__", {}).get(page_name)
+    page = inspect.unwrap(page) if callable(page) else page
+    codes = [getattr(f, "__code__", None) for f in (fn, page)]
+    if None in codes:
+        return False
+    a, b = codes
+    fields = ("co_code", "co_consts", "co_names", "co_varnames")
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
 
 
 def check_finite(t: Tensor, what: str, case: str, hint: str = "") -> None:

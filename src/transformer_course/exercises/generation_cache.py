@@ -18,7 +18,13 @@ from ._protocol import (
     run_learner,
     seeded_generator,
 )
-from ._report import as_tensor, bug_hunt_hints, check_shape, first_reproduced
+from ._report import (
+    as_tensor,
+    bug_hunt_hints,
+    check_shape,
+    first_reproduced,
+    same_code,
+)
 
 # generation
 
@@ -220,19 +226,72 @@ GENERATE_HINTS = [
     ),
 ]
 
+_TOPK_SYMPTOM = "抽到的词元总是编号最小的 top_k 个之一（0..k−1），与 logits 大小无关"
 # the find-the-bug exercise on this checker: the page's bug (the place among the top k
 # kept as the token) gets a hint that names the symptom and where to look
 _BUG_HUNT = {
     "5.14": {
         "topk_positions": (
-            "抽到的词元总是编号最小的 top_k 个之一（0..k−1），与 logits 大小无关："
-            "看 torch.topk 返回的两样东西各是什么，你的代码用了哪一样，"
-            "抽样得到的又是什么。"
+            f"{_TOPK_SYMPTOM}：看 torch.topk 返回的两样东西各是什么，"
+            "你的代码用了哪一样，抽样得到的又是什么。"
         ),
     }
 }
+# the page's buggy function, by exercise, and what the hunt says while the learner's
+# code is still that function (comments aside): the symptom only; where to look comes
+# once something was changed
+_BUG_UNCHANGED = {
+    "5.14": (
+        "buggy_generate",
+        {
+            "topk_positions": (
+                f"{_TOPK_SYMPTOM}。你的函数与题目给的 buggy_generate 逐行相同"
+                "（注释除外）：还没有改到 bug。对照这个症状想一想："
+                "是哪一步让抽到的编号只能落在 0..k−1？"
+            ),
+        },
+    ),
+}
 
 GENERATE_CRASHES = [
+    (
+        r"selected index k out of range",
+        "torch.topk 的 k 超过了词表大小：top_k 可以等于词表大小 V（这时一个也不去掉）。"
+        "阈值取第 top_k 大的值 torch.topk(logits, top_k).values[:, -1:]，把小于它的"
+        "设为 -inf；不要取第 top_k + 1 大再用 <=。",
+    ),
+    (
+        r"tuple indices must be integers|return_types\.topk",
+        "torch.topk 返回两样东西 (values, indices)：阈值要从 values 里取，"
+        "torch.topk(logits, k).values[:, -1:]（或 v, _ = torch.topk(logits, k)）。",
+    ),
+    (
+        r"must be int, not NoneType",
+        "top_k 可以是 None（这时不做 top-k 过滤，在整个词表上抽样）："
+        "只在 top_k is not None 时才调用 torch.topk。",
+    ),
+    (
+        r"same number of dimensions: got 2 and 1",
+        "新词元的形状是 (N,)，少了一维：argmax 加 keepdim=True"
+        "（或写 next_id[:, None]），得到 (N, 1)，"
+        "才能 torch.cat([input_ids, next_id], dim=1)。",
+    ),
+    (
+        r"same number of dimensions: got 2 and 3",
+        "新词元是三维的：model(...) 返回每个位置的 logits (N, L, V)，"
+        "只取最后一个位置 logits[:, -1, :]（形状 (N, V)），再 argmax 或抽样。",
+    ),
+    (
+        r"must match except in dimension 0",
+        "新词元拼在了批的维度上：序列是 dim=1，"
+        "torch.cat([input_ids, next_id], dim=1)。",
+    ),
+    (
+        r"required positional arguments?: \"num_samples\""
+        r"|multinomial\(\): argument 'replacement'|multinomial\(\) takes",
+        "torch.multinomial 的第二个参数是抽几个，generator 要按关键字传："
+        "torch.multinomial(probs, 1, generator=generator)。",
+    ),
     (
         r"must match the size[\s\S]*<",
         "top-k 的阈值要保留维度才能与 (N, V) 的 logits 比较：写 v[:, [-1]] 或 "
@@ -279,7 +338,11 @@ def check_generate(fn: Callable, exercise: str | None = None) -> str:
     wrong token is, with "it sampled" only when a second run gave other tokens.
     """
     name = name_of(fn)
-    hints = bug_hunt_hints(GENERATE_HINTS, exercise, _BUG_HUNT)
+    page_bug, unchanged = _BUG_UNCHANGED.get(str(exercise), (None, {}))
+    bugs = _BUG_HUNT
+    if page_bug is not None and same_code(fn, page_bug):
+        bugs = {str(exercise): unchanged}
+    hints = bug_hunt_hints(GENERATE_HINTS, exercise, bugs)
     g = seeded_generator(13)
     V, C = 17, 5
     # (description, idx shape, new tokens, top_k, sample, row_shift)
@@ -318,6 +381,15 @@ def check_generate(fn: Callable, exercise: str | None = None) -> str:
             5,
             3,
             False,
+            0.0,
+        ),
+        # top_k = V keeps every token (a threshold from topk(top_k + 1) cannot exist)
+        (
+            f"top_k = {V}（词表大小）抽样，input_ids (2, 2)，生成 4 个",
+            (2, 2),
+            4,
+            V,
+            True,
             0.0,
         ),
     ]
@@ -369,8 +441,8 @@ def check_generate(fn: Callable, exercise: str | None = None) -> str:
             f"{int(expected[bad])}，得到 {int(out[bad])}。{hint}"
         )
     return (
-        "贪心（含给了 top_k、没给 generator）与抽样（top-k、带种子的 generator），"
-        "prompt 长于上下文，批量 1 到 3"
+        "贪心（含给了 top_k、没给 generator）与抽样（top-k，含 top_k 等于词表大小；"
+        "带种子的 generator），prompt 长于上下文，批量 1 到 3"
     )
 
 

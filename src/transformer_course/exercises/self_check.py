@@ -28,6 +28,7 @@ from ._protocol import (
     _record as _keep_result,
 )
 from ._report import as_tensor, check_shape, close, where_differs
+from .predictions import chosen_option
 
 __all__ = [
     "check_qkv_answers",
@@ -69,23 +70,6 @@ def _qkv_truth() -> dict[str, str]:
     }
 
 
-def _forms(text: str) -> set[str]:
-    """An option's accepted spellings: without spaces, any parentheses and 二/三 as
-    digits; an option "更硬（更集中）" also as "更硬" or "更集中"."""
-    text = "".join(str(text).split()).translate(str.maketrans("()二三", "（）23"))
-    head, _, rest = text.partition("（")
-    return {text, head, rest.rstrip("）")} - {""}
-
-
-def _option(given: object, options: tuple[str, ...]) -> str | None:
-    """The option that ``given`` spells (None: none, or more than one)."""
-    if not isinstance(given, str):
-        return None
-    spelled = _forms(given)
-    found = [o for o in options if spelled & _forms(o)]
-    return found[0] if len(found) == 1 else None
-
-
 def check_qkv_answers(
     answers: object, *, solution: bool = False, exercise: str | None = None
 ) -> None:
@@ -115,7 +99,7 @@ def check_qkv_answers(
     truth = _qkv_truth()
     wrong = []
     for key, (question, options) in QKV_QUESTIONS.items():
-        given = _option(answers[key], options)
+        given = chosen_option(answers[key], options)
         if given is None:
             raise ExerciseError(
                 f"{title}：({key}) 的答案应是 {list(options)} 之一，"

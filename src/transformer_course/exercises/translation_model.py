@@ -58,6 +58,16 @@ TRANSFORMER_HINTS = [
         "scale_after_pos",
     ),
     (
+        "源句的 √E 乘在了加位置编码之后（目标句是先乘再加）：(嵌入 + 位置编码)·√E "
+        "把位置编码也放大了。x = src_pos_emb(src_tok_emb(src) * math.sqrt(E))。",
+        "scale_after_pos_src",
+    ),
+    (
+        "目标句的 √E 乘在了加位置编码之后（源句是先乘再加）：(嵌入 + 位置编码)·√E "
+        "把位置编码也放大了。y = tgt_pos_emb(tgt_tok_emb(tgt) * math.sqrt(E))。",
+        "scale_after_pos_tgt",
+    ),
+    (
         "没有加位置编码：嵌入乘 √E 之后，源句过 src_pos_emb，目标句过 tgt_pos_emb"
         "（它们返回 x + PE）。",
         "no_pos",
@@ -155,6 +165,12 @@ TRANSFORMER_CRASHES = [
         "（两个 1 对应头和查询）。",
     ),
     (
+        r"mask of shape \(\d+, 1, \d+\) does not broadcast",
+        "填充掩码是三维的 (N, 1, S)：注意力分数是四维的 (N, H, L, S)，从右往左对齐时"
+        "批的维度 N 对到了头的维度 H 上。要有形状 (N, 1, 1, S)："
+        "src_mask = (src != self.pad_id)[:, None, None, :]（两个 1 对应头和查询）。",
+    ),
+    (
         r"index out of range[^\n]*\n.*src_tok_emb\(\s*tgt",
         "目标句查了源句的词表 src_tok_emb：目标句的词元编号属于目标词表，"
         "用 tgt_tok_emb(tgt)。",
@@ -183,7 +199,7 @@ def _transformer_variant(
 
     def embed(table, pos, ids, side: str) -> Tensor:
         s = 1.0 if mistake == f"no_scale_{side}" else scale
-        if mistake == "scale_after_pos":
+        if mistake in ("scale_after_pos", f"scale_after_pos_{side}"):
             return pos(table(ids)) * s
         if mistake in ("no_pos", f"no_pos_{side}"):
             return table(ids) * s

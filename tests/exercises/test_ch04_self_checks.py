@@ -1,0 +1,237 @@
+"""Chapter 4's page-local graders (the ``self_check`` cells and the check functions of
+4.3, 4.19 and 4.21) and its graded prediction 4.2, read from the page and run here
+on hand-written answers: each typical wrong answer the learner tests found gets the
+hint that names it. Untrained models stand in for 4.3's trained pair (the grader
+compares with weights read from whichever model it is given)."""
+
+import contextlib
+import io
+import math
+from pathlib import Path
+
+import jupytext
+import pytest
+import torch
+
+import transformer_course as tc
+
+PAGE = Path(__file__).resolve().parents[2] / "book" / "ch04_design_deep_dive.md"
+# one marker per code cell the graders need (definitions and cheap set-up only)
+MARKERS = {
+    "imports": "import transformer_course as tc",
+    "profile": "def attention_profile",
+    "self_check": "def self_check(answer, expected",
+    "encoder": "class TinyEncoder",
+    "progression": "def progression_batch",
+    "memory": "n_mem, E_m, tau = 20, 64, 0.7",
+    "4.2": "my_prediction_distance = None",
+    "4.3 skeleton": "def my_weight_on_next",
+    "4.3": "def check_weight_on_next",
+    "4.10": "my_g_min, 0.5 * math.log(9 * 99)",
+    "4.16": "my_base, (8 / (2 * math.pi)) ** 8",
+    "4.19 skeleton": "def my_add_memory",
+    "4.19": "def check_add_memory",
+    "4.21 bug": "def buggy_online_softmax",
+    "4.21": "def check_online_softmax",
+}
+
+
+@pytest.fixture(scope="module")
+def cells():
+    code = [c.source for c in jupytext.read(PAGE).cells if c.cell_type == "code"]
+    found = {}
+    for key, marker in MARKERS.items():
+        hits = [src for src in code if marker in src]
+        assert len(hits) == 1, f"the page has {len(hits)} cells with {marker!r}"
+        found[key] = hits[0]
+    return found
+
+
+def run(ns, source, name):
+    """Execute one cell's ``source`` in ``ns``; what it prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(source, f"<ch04: {name}>", "exec"), ns)  # noqa: S102
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def page(cells):
+    ns: dict = {}
+    for key in ("imports", "profile", "self_check", "encoder", "progression", "memory"):
+        run(ns, cells[key], key)
+    ns["causal_runs"] = {
+        name: (ns["TinyEncoder"](16, 16, 12, causal=causal).eval(), None, None)
+        for name, causal in (("有掩码", True), ("无掩码", False))
+    }  # untrained stand-ins for the two trained models
+    for key in ("4.3 skeleton", "4.3", "4.19 skeleton", "4.19", "4.21 bug", "4.21"):
+        run(ns, cells[key], key)
+    return ns
+
+
+def rejected(fn, *args):
+    with pytest.raises(AssertionError) as info:
+        fn(*args)
+    return str(info.value)
+
+
+# ---- 4.2: a graded prediction ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prediction", "verdict"),
+    [
+        ("(32**2 - 1) / (3 * 32)", "✓"),
+        ("10.66", "✓"),
+        ("32 / 3", "这是大 L 的近似 L/3"),  # learner tests 22b and 23
+        ("10.667", "这是大 L 的近似 L/3"),
+        ("(32 + 1) / 3", "只对 j ≠ i 的 L(L − 1) 对求了平均"),
+        ("10.4", "对照解答里的推理"),
+    ],
+)
+def test_4_2_names_the_large_L_limit_and_the_missing_diagonal(page, cells, prediction, verdict):
+    source = cells["4.2"].replace("my_prediction_distance = None", f"my_prediction_distance = {prediction}")
+    out = run(page, source, "4.2")
+    assert verdict in out, out
+    assert "实际 10.656。" in out  # learner test 23: "实际 10.66" while 10.6667 was wrong
+
+
+# ---- the self_check cells -----------------------------------------------------------
+
+
+def self_check_message(page, cells, key, name, answer):
+    page[name] = answer
+    try:
+        return rejected(run, page, cells[key], key)
+    finally:
+        page[name] = None
+
+
+@pytest.mark.parametrize(
+    ("answer", "keyword"),
+    [
+        (3.392, "很接近：与正确值相差不到 1.0%"),  # learner test 22b: an arithmetic slip
+        (0.5 * math.log(99), "漏了因子 9"),
+        (3.40, "只是有效数字不够"),
+        (math.log(9 * 99), "大了一倍"),
+        (0.5 * math.log(9 * 100), "不是 S 个"),
+        (0.5 * math.log(99 / 9), "不等式解反了"),
+        (1.0, "令 e^{2g}/(e^{2g}+S−1) = 0.9，解出 g"),
+    ],
+)
+def test_4_10_hints(page, cells, answer, keyword):
+    assert keyword in self_check_message(page, cells, "4.10", "my_g_min", answer)
+
+
+def test_4_10_accepts_the_right_answer(page, cells):
+    page["my_g_min"] = 0.5 * math.log(891)
+    try:
+        run(page, cells["4.10"], "4.10")
+    finally:
+        page["my_g_min"] = None
+
+
+@pytest.mark.parametrize(
+    ("answer", "keyword"),
+    [
+        ((8 / (2 * math.pi)) ** 4, "要么用了 D = 8"),  # learner test 22b: D = 8, not the third pair
+        ((8 / (2 * math.pi)) ** 16, "指数用错了"),
+        (8.0**8, "漏了 2π"),
+        ((2 * math.pi / 8) ** 8, "解反了"),
+        (5.0, "令它等于 8 解出 b"),
+    ],
+)
+def test_4_16_hints(page, cells, answer, keyword):
+    assert keyword in self_check_message(page, cells, "4.16", "my_base", answer)
+
+
+# ---- 4.3: weight on the next position ---------------------------------------------------
+
+
+def weights(model, x):
+    with torch.no_grad(), tc.notebook.record_attention(model) as maps:
+        model(x)
+    return maps[model.layers[0].self_attn].diagonal(offset=1, dim1=-2, dim2=-1)  # (N, H, L-1)
+
+
+@pytest.mark.parametrize(
+    ("answer", "keyword"),
+    [
+        (lambda m, x: weights(m, x).mean(dim=(0, 2)), None),
+        # learner test 22b: divided by L; averaged over the heads too
+        (lambda m, x: weights(m, x).sum(-1).mean(0) / x.size(1), "除以了 L"),
+        (lambda m, x: weights(m, x).mean().expand(weights(m, x).size(1)), "你对头也求了平均"),
+        (lambda m, x: weights(m, x).sum(-1).mean(0), "对查询位置 i 求了和"),
+    ],
+)
+def test_4_3_hints(page, answer, keyword):
+    if keyword is None:
+        page["check_weight_on_next"](answer)
+    else:
+        assert keyword in rejected(page["check_weight_on_next"], answer)
+
+
+# ---- 4.19: one more memory ----------------------------------------------------------------
+
+
+def add_memory(bias=False, scale=1.0):
+    def fn(ffn, k_new, v_new, tau):
+        E, d_ff = ffn.w1.in_features, ffn.w1.out_features
+        bigger = tc.FeedForward(E, d_ff + 1, "relu", bias=bias)
+        with torch.no_grad():
+            bigger.w1.weight.copy_(torch.cat([ffn.w1.weight, torch.cat([k_new, -tau * torch.ones(1, 1)], 1)]))
+            bigger.w2.weight.copy_(torch.cat([ffn.w2.weight, v_new.T / (1 - tau) * scale], 1))
+        return bigger
+
+    return fn
+
+
+def test_4_19_hints(page):
+    page["check_add_memory"](add_memory())
+    # learner test 22b: bias=True, its random biases left in
+    assert "新的 FFN 带了偏置" in rejected(page["check_add_memory"], add_memory(bias=True))
+    assert "W₂ 的新列要除以 1 − τ" in rejected(page["check_add_memory"], add_memory(scale=1 - page["tau"]))
+    assert "新的一条不对" in rejected(page["check_add_memory"], add_memory(scale=2.0))
+
+
+# ---- 4.21: the online softmax ------------------------------------------------------------------
+
+
+def online_softmax(mistake):
+    def fn(q, k, v, block=4):
+        c = torch.full(q.shape[:-1] + (1,), -math.inf)
+        ell = torch.zeros_like(c)
+        o = torch.zeros(q.shape[:-1] + (v.size(-1),))
+        for start in range(0, k.size(-2), block):
+            s = q @ k[..., start : start + block, :].mT / math.sqrt(q.size(-1))
+            c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+            fix = torch.exp(c_new - c) if mistake == "inverted" else torch.exp(c - c_new)
+            p = torch.exp(s - c_new)
+            ell = ell * fix + p.sum(-1, keepdim=True)
+            o = (o if mistake == "o_not_rescaled" else o * fix) + p @ v[..., start : start + block, :]
+            c = c_new
+        return o / ell
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    ("mistake", "keyword"),
+    [
+        ("inverted", "校正因子倒过来了"),  # learner test 23: was sent to the score scaling
+        ("o_not_rescaled", "分子 o 里旧块的项没有按新的最大值缩小"),  # learner test 22b
+    ],
+)
+def test_4_21_hints(page, mistake, keyword):
+    page["check_online_softmax"](online_softmax(None))
+    assert keyword in rejected(page["check_online_softmax"], online_softmax(mistake))
+    assert "那一行还没改" in rejected(page["check_online_softmax"], page["buggy_online_softmax"])
+
+
+def test_the_stand_in_models_differ_as_the_trained_ones_do(page):
+    """4.3's grader sees a masked and an unmasked model: the masked one's weight on the
+    next key is exactly 0, the other's is not."""
+    x = page["x_next"]
+    masked, unmasked = (page["causal_runs"][n][0] for n in ("有掩码", "无掩码"))
+    assert torch.equal(weights(masked, x), torch.zeros_like(weights(masked, x)))
+    assert weights(unmasked, x).abs().max() > 0
