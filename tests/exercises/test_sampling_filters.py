@@ -73,7 +73,9 @@ def ascending_tail_removal(logits, p):  # sort ascending, drop the tail whose ma
     return logits.masked_fill(remove.scatter(-1, idx, remove), torch.finfo(logits.dtype).min)
 
 
-@pytest.mark.parametrize("fn", [threshold_style, per_row_loop, log_probs_big_negative, log_softmax_of_filtered, ascending_tail_removal])
+@pytest.mark.parametrize(
+    "fn", [threshold_style, per_row_loop, log_probs_big_negative, log_softmax_of_filtered, ascending_tail_removal]
+)
 def test_accepts_correct_styles(fn, capsys):
     assert_passes(check, fn, capsys)
 
