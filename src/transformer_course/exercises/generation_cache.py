@@ -108,6 +108,26 @@ def _generate_reference(
     return idx
 
 
+# mistakes that draw a rank among the top k and do not map it back (right)
+_RANK_MISTAKES = ("topk_positions", "row0_indices", "sorted_ranks")
+
+
+def _draw_by_rank(
+    logits: Tensor, top_k: int, generator: torch.Generator, mistake: str
+) -> Tensor:
+    """One draw ``(N, 1)`` with one of :data:`_RANK_MISTAKES`."""
+    if mistake == "sorted_ranks":
+        # sorted values masked by rank: the rank drawn is kept as the token
+        ranked = torch.sort(logits, dim=-1, descending=True).values
+        ranked = ranked.masked_fill(torch.arange(ranked.size(-1)) >= top_k, -math.inf)
+        return torch.multinomial(torch.softmax(ranked, -1), 1, generator=generator)
+    vals, inds = torch.topk(logits, min(top_k, logits.size(-1)))
+    pos = torch.multinomial(torch.softmax(vals, -1), 1, generator=generator)
+    if mistake == "row0_indices":  # every row mapped back with row 0's indices
+        return inds[0, pos[:, 0]][:, None]
+    return pos  # topk_positions: the place in the top-k list kept as the token
+
+
 def _generate_mistake(
     model: _ToyLM,
     idx: Tensor,
@@ -126,22 +146,8 @@ def _generate_mistake(
         logits = model.logits(ctx)[:, 0 if mistake == "pos0" else -1]
         if generator is None or mistake == "greedy":
             nxt = logits.argmax(-1, keepdim=True)
-        elif mistake == "topk_positions" and top_k is not None:
-            # sampled among the top-k values; the place in that list kept as the token
-            vals, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-            nxt = torch.multinomial(torch.softmax(vals, -1), 1, generator=generator)
-        elif mistake == "row0_indices" and top_k is not None:
-            # the place among each row's top k mapped back with row 0's indices
-            vals, inds = torch.topk(logits, min(top_k, logits.size(-1)))
-            pos = torch.multinomial(torch.softmax(vals, -1), 1, generator=generator)
-            nxt = inds[0, pos[:, 0]][:, None]
-        elif mistake == "sorted_ranks" and top_k is not None:
-            # sorted values masked by rank: the rank drawn is kept as the token
-            ranked = torch.sort(logits, dim=-1, descending=True).values
-            ranked = ranked.masked_fill(
-                torch.arange(ranked.size(-1)) >= top_k, -math.inf
-            )
-            nxt = torch.multinomial(torch.softmax(ranked, -1), 1, generator=generator)
+        elif mistake in _RANK_MISTAKES and top_k is not None:
+            nxt = _draw_by_rank(logits, top_k, generator, mistake)
         else:
             off = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
             k = None if top_k is None else top_k + off

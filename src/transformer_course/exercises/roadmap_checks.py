@@ -129,8 +129,8 @@ _WITTEN_BELL_HINTS = [
         "first_k",
     ),
     (
-        "k = 0 这一阶查的不是空历史：history[-k:] 在 k = 0 时是 history[-0:] = history[0:]，"
-        "即整段历史，于是 counts[0] 里找不到它，插值在 k = 0 就停下了。"
+        "k = 0 这一阶查的不是空历史：history[-k:] 在 k = 0 时是 history[-0:]"
+        " = history[0:]，即整段历史，于是 counts[0] 里找不到它，插值在 k = 0 就停下了。"
         "最近 k 个字符要写成 history[len(history) - k:]，k = 0 时才是空串。",
         "minus_k",
     ),
