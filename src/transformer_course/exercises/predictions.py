@@ -242,8 +242,8 @@ def compare_prediction(
     ``mistakes``: ``[(wrong answer, why), ...]``, a typical wrong prediction (a
     number, or an option) and what it gets wrong, printed instead of the general
     advice. ``prediction=None`` means "not predicted yet"; a prediction of the wrong
-    type (``"True"`` or ``1`` for a bool, ``"10.66"`` for a number) is named as such,
-    without the answer."""
+    type (``"True"`` or ``1`` for a bool, ``"10.66"``, ``True`` or NaN for a number) is
+    named as such, without the answer."""
     if not isinstance(what, str) or not what:
         raise TypeError(f"what must be a non-empty str, got {what!r}")
     if rel_tol is not None and (not _is_number(rel_tol) or not 0 <= rel_tol < 1):
