@@ -217,8 +217,8 @@ def check_witten_bell(fn: object) -> str:
     g = seeded_generator(50)
     alphabet, unseen = "abcdef ", "z"  # "z" is in the vocabulary, never in the text
     vocab = alphabet + unseen
-    train = _text(g, alphabet, 600)
-    held_out = _text(g, alphabet, 200)
+    text = _text(g, alphabet, 800)  # one source: the held-out part follows the same
+    train, held_out = text[:600], text[600:]  # favourites as the training part
     first = True
     for n in (1, 3):
         counts = _counts(train, n)
