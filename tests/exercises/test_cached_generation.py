@@ -11,8 +11,9 @@ import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import cached_generation
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 
 class ListCache:
@@ -48,7 +49,10 @@ def make_forward(mistake=None):
                 q, k, v = (
                     p(h).view(N, T, num_heads, -1).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj)
                 )
+            old = len(caches[i])
             K, V = caches[i].update(*((v, k) if mistake == "kv_swapped" else (k, v)))
+            if mistake == "past_only" and old:  # learner test 24c: the new token skips itself
+                K, V = K[:, :, :old], V[:, :, :old]
             if mistake == "cache_not_read":
                 K, V = k, v
             D = q.shape[-1] if mistake != "scale_model" else x.shape[-1]
@@ -132,30 +136,31 @@ def test_skeleton(capsys):
     assert_skeleton(ex.check_cached_forward, skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    ("mistake", "keyword"),
-    [
-        ("positions_from_zero", "位置编号从 0 开始"),
-        ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b, 5.23
-        ("positions_plus_1", "新词元的位置多算了 1"),
-        ("no_mask", "因果掩码"),
-        ("no_scale", "√D"),
-        ("no_norm_f", "norm_f"),
-        ("no_norm2", "FFN 之前漏了 norm2"),
-        ("no_norm1", "注意力之前漏了 norm1"),
-        ("cache_not_read", "cache.update"),
-        ("one_cache", "共用了一个缓存"),
-        ("top_left_padded", "对齐到了左上角"),
-        ("heads_no_transpose", "分头和合并时都少了 transpose"),
-        ("merge_no_transpose", "合并多头时少了 transpose"),
-        ("split_no_transpose", "分头时直接 view 成了 (N, H, T, D)"),  # learner test 19
-        ("res_from_norm1", "注意力子层的残差加在了 norm1(x) 上"),  # learner test 19
-        ("res_from_norm", "注意力子层的残差加在了 norm1(x) 上"),  # with default norms: alike
-        ("ffn_from_h", "FFN 的输入用了注意力之前的 h"),
-        ("scale_model", "缩放用了 √d_model"),
-        ("kv_swapped", "键和值弄反了"),
-    ],
-)
+NAMED_MISTAKES = [
+    ("positions_from_zero", "位置编号从 0 开始"),
+    ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b, 5.23
+    ("positions_plus_1", "新词元的位置多算了 1"),
+    ("no_mask", "因果掩码"),
+    ("no_scale", "√D"),
+    ("no_norm_f", "norm_f"),
+    ("no_norm2", "FFN 之前漏了 norm2"),
+    ("no_norm1", "注意力之前漏了 norm1"),
+    ("cache_not_read", "cache.update"),
+    ("past_only", "只需计算自己的 Q"),
+    ("one_cache", "共用了一个缓存"),
+    ("top_left_padded", "对齐到了左上角"),
+    ("heads_no_transpose", "分头和合并时都少了 transpose"),
+    ("merge_no_transpose", "合并多头时少了 transpose"),
+    ("split_no_transpose", "分头时直接 view 成了 (N, H, T, D)"),  # learner test 19
+    ("res_from_norm1", "注意力子层的残差加在了 norm1(x) 上"),  # learner test 19
+    ("res_from_norm", "注意力子层的残差加在了 norm1(x) 上"),  # with default norms: alike
+    ("ffn_from_h", "FFN 的输入用了注意力之前的 h"),
+    ("scale_model", "缩放用了 √d_model"),
+    ("kv_swapped", "键和值弄反了"),
+]
+
+
+@pytest.mark.parametrize(("mistake", "keyword"), NAMED_MISTAKES)
 def test_mistakes_are_named(mistake, keyword, capsys):
     assert_rejects(ex.check_cached_forward, make_forward(mistake), keyword, capsys)
 
@@ -234,3 +239,10 @@ def skeleton_attribute_forward(model, input_ids, caches, num_heads):
 
 def test_skeleton_attributes_are_available(capsys):
     assert_passes(ex.check_cached_forward, skeleton_attribute_forward, capsys)
+
+
+def test_every_hint_is_reached(capsys):
+    mutants = [make_forward(m) for m, _ in NAMED_MISTAKES] + [positions_after_first_update, negative_first_position]
+    rejects = [pytest.param(ex.check_cached_forward, fn, None) for fn in mutants]
+    tables = {"_MISTAKES": cached_generation._MISTAKES, "_CRASHES": cached_generation._CRASHES}
+    assert_every_hint_reached(tables, rejects, capsys)

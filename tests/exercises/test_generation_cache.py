@@ -4,6 +4,8 @@ Each checker accepts correct implementations written in different styles with on
 line, treats a skeleton as "尚未实现" (an error with solution=True), and rejects
 hand-written wrong implementations with a Chinese hint that names the mistake."""
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -121,6 +123,41 @@ def generate_keeping_smallest(model, idx, max_new_tokens, context_length, top_k=
                 kth = torch.topk(logits, top_k, largest=False).values[:, -1:]
                 logits = logits.masked_fill(logits > kth, float("-inf"))
             nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+@torch.no_grad()
+def fixed_by_sorting_values(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """Learner test 24c (5.14): "fixed" by sorting the logits and masking by rank,
+    the rank drawn still kept as the token."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -context_length:])[:, -1]
+        if generator is None:
+            nxt = logits.argmax(dim=-1, keepdim=True)
+        else:
+            if top_k is not None:
+                ranks = torch.arange(logits.shape[-1])
+                logits = torch.sort(logits, descending=True).values.masked_fill(ranks >= top_k, float("-inf"))
+            nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+@torch.no_grad()
+def fixed_with_row0_indices(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """Learner test 24c (5.14): every row's place mapped back with row 0's indices."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -context_length:])[:, -1]
+        if generator is None:
+            nxt = logits.argmax(dim=-1, keepdim=True)
+        else:
+            where = None
+            if top_k is not None:
+                logits, where = torch.topk(logits, top_k, dim=-1)
+            nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+            if where is not None:
+                nxt = where[0, nxt[:, 0]][:, None]
         idx = torch.cat([idx, nxt], dim=1)
     return idx
 
@@ -249,6 +286,10 @@ GENERATE_REJECTS = [
     ),
     pytest.param(ex.check_generate, make_sample_probs("batch_dim"), "torch.topk(…, dim=0)", id="top-k over the batch"),
     pytest.param(ex.check_generate, generate_topk_positions, "映射回词表", id="top-k index not mapped back"),
+    pytest.param(
+        ex.check_generate, fixed_by_sorting_values, "在排好序的 logits 上抽样", id="sorted values, rank as id"
+    ),
+    pytest.param(ex.check_generate, fixed_with_row0_indices, "用第 0 行的下标", id="row 0's top-k indices for all"),
     pytest.param(
         ex.check_generate, generate_from_clamped_logits, "直接当成了抽样权重", id="multinomial on clamped logits"
     ),
@@ -478,3 +519,13 @@ def test_kv_cache(capsys):
     for cls in (tc.KVCache, make_cache(), make_cache_returning(lambda k, v: [k, v])):
         assert_passes(ex.check_kv_cache, cls, capsys)
     assert_skeleton(ex.check_kv_cache, CacheSkeleton, capsys)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "keyword"),
+    [(fixed_by_sorting_values, "名次，不是词元编号"), (fixed_with_row0_indices, "idx.gather(-1, pos)")],
+)
+def test_wrong_fixes_of_the_top_k_bug_are_named(candidate, keyword, capsys):
+    """Learner test 24c: the two wrong fixes of 5.14 get their own hint on the page's call."""
+    message = rejection(functools.partial(ex.check_generate, exercise="5.14"), candidate)
+    assert keyword in message and "抽样用的分布不对" not in message, message

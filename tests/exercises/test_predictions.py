@@ -259,3 +259,40 @@ def test_the_tolerance_boundary_is_inclusive_despite_rounding(capsys):
 def test_a_prediction_equal_up_to_rounding_is_not_given_a_tiny_percentage(capsys):
     tc.exercises.compare_prediction(0.9, 0.9000000000000001, what="tr J", rel_tol=1e-3)  # torch.trace
     assert capsys.readouterr().out.strip().endswith("✓ 在 0.1% 以内（与实际相同，舍入误差除外）")
+
+
+@pytest.mark.parametrize("prediction", [True, False, np.bool_(True), [1.2], (1.2,)])
+def test_a_bool_or_a_list_for_a_number_is_named_not_judged(capsys, prediction):
+    # learner test 24c: True against 1.2 printed "相差 17%，偏小" and was judged wrong at 20%
+    tc.exercises.compare_prediction(prediction, 1.2, what="x", rel_tol=0.2)
+    out = capsys.readouterr().out.strip()
+    prediction = prediction.item() if isinstance(prediction, np.generic) else prediction
+    kind = type(prediction).__name__
+    assert out == f"x：你的预测 {prediction!r} 是一个 {kind}，这里要写一个数（如 10.5）。改好后重新运行这一格"
+
+
+@pytest.mark.parametrize("prediction", [float("nan"), float("inf"), -float("inf"), np.float64("nan")])
+def test_a_prediction_that_is_not_finite_is_named(capsys, prediction):
+    # learner test 24c: NaN printed "相差 nan%，偏小"
+    tc.exercises.compare_prediction(prediction, 1.2, what="x")
+    out = capsys.readouterr().out.strip()
+    prediction = float(prediction)
+    assert (
+        out
+        == f"x：你的预测 {prediction!r} 是非有限的数（NaN 或 ±inf），这里要写一个数（如 10.5）。改好后重新运行这一格"
+    )
+
+
+@pytest.mark.parametrize(
+    ("prediction", "rel_tol", "shown"),
+    [
+        (0.5501, None, "相差 10.02%，偏大"),
+        (1.2 * 1.2004, 0.2, "相差 20.04%，偏大"),
+        (0.4499, None, "相差 10.02%，偏小"),
+    ],
+)
+def test_a_gap_judged_outside_the_tolerance_prints_outside_it(capsys, prediction, rel_tol, shown):
+    # a gap that rounds onto the tolerance ("相差 10%" judged wrong at 10%) gets more digits
+    tc.exercises.compare_prediction(prediction, 0.5 if rel_tol is None else 1.2, what="x", rel_tol=rel_tol)
+    out = capsys.readouterr().out
+    assert shown in out and "✓" not in out, out

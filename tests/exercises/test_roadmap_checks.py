@@ -110,6 +110,18 @@ def first_k_characters(counts, history, c, vocab_size):
     return p
 
 
+def last_k_by_negative_index(counts, history, c, vocab_size):
+    """Learner test 24c: history[-k:], which is the whole history at k = 0."""
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[-k:])
+        if not after:
+            break
+        total, types = sum(after.values()), len(after)
+        p = (after[c] + types * p) / (total + types)
+    return p
+
+
 def add_one_escape(counts, history, c, vocab_size):  # learner test: u(h) = 1
     p = 1 / vocab_size
     for k in range(min(len(counts), len(history) + 1)):
@@ -180,7 +192,8 @@ def test_mistakes_get_their_hint(capsys):
     assert_rejects(ex.check_witten_bell, escape_mass_from_token_count, "不同字符的个数", capsys)
     assert_rejects(ex.check_witten_bell, unseen_history_not_skipped, "没见过的历史", capsys)
     assert_rejects(ex.check_witten_bell, only_longest_history, "交叉熵", capsys)
-    assert_rejects(ex.check_witten_bell, first_k_characters, "最近 k 个字符 history[-k:]", capsys)
+    assert_rejects(ex.check_witten_bell, first_k_characters, "history[len(history) - k:]", capsys)
+    assert_rejects(ex.check_witten_bell, last_k_by_negative_index, "history[-0:]", capsys)
     assert_rejects(ex.check_witten_bell, add_one_escape, "u(h) 写成了 1", capsys)
     assert_rejects(ex.check_witten_bell, escape_to_uniform, "每一阶都退回到均匀分布", capsys)
     message = rejection(ex.check_witten_bell, first_k_characters)
@@ -203,6 +216,7 @@ def test_a_missing_history_key_is_explained(capsys):
 def test_witten_bell_hints_all_reached(capsys):
     mutants = (
         escape_mass_vocab_size, unigram_skipped, escape_mass_from_token_count, first_k_characters,
+        last_k_by_negative_index,
         add_one_escape, escape_to_uniform, unseen_history_not_skipped, indexes,
     )  # fmt: skip
     rejects = [pytest.param(ex.check_witten_bell, fn, None) for fn in mutants]

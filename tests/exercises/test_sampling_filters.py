@@ -59,6 +59,13 @@ def log_probs_big_negative(logits, p):  # log-probabilities (a per-row shift), -
     return torch.log_softmax(logits, -1).masked_fill(~keep, -1e9)
 
 
+def log_softmax_of_filtered(logits, p):  # learner test 24c: the page's text allows a per-row shift
+    sorted_logits, idx = torch.sort(logits, descending=True)
+    probs = torch.softmax(sorted_logits, -1)
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, idx, probs.cumsum(-1) - probs < p)
+    return torch.log_softmax(logits.masked_fill(~keep, -math.inf), -1)
+
+
 def ascending_tail_removal(logits, p):  # sort ascending, drop the tail whose mass is <= 1 - p
     sorted_logits, idx = torch.sort(logits, descending=False)
     remove = torch.softmax(sorted_logits, -1).cumsum(-1) <= 1 - p
@@ -66,7 +73,9 @@ def ascending_tail_removal(logits, p):  # sort ascending, drop the tail whose ma
     return logits.masked_fill(remove.scatter(-1, idx, remove), torch.finfo(logits.dtype).min)
 
 
-@pytest.mark.parametrize("fn", [threshold_style, per_row_loop, log_probs_big_negative, ascending_tail_removal])
+@pytest.mark.parametrize(
+    "fn", [threshold_style, per_row_loop, log_probs_big_negative, log_softmax_of_filtered, ascending_tail_removal]
+)
 def test_accepts_correct_styles(fn, capsys):
     assert_passes(check, fn, capsys)
 

@@ -254,6 +254,18 @@ def probe_in_place(model, input_ids, t):
     return torch.allclose(before[:, :t], model(ids)[0][:, :t], atol=1e-5)
 
 
+def probe_fill_zero(model, ids, t):
+    """Learner test 24c (5.21): every token from t on set to 0, also where it was 0."""
+    changed = ids.clone()
+    changed[:, t:] = 0
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
+
+
+def test_causality_probe_names_a_fill_that_leaves_position_t(capsys):
+    message = rejection(ex.check_causality_probe, probe_fill_zero)
+    assert "原来就是 0" in message and "t = 7" in message, message
+
+
 def test_causality_probe_in_place_edit(capsys):
     assert_rejects(ex.check_causality_probe, probe_in_place, "原地改动", capsys)
 

@@ -127,6 +127,13 @@ _MISTAKES = [
         "cache_not_read",
     ),
     (
+        "新词元只关注了缓存里过去位置的 k、v，没有关注它自己：这正是“新词元只需计算"
+        "自己的 Q”那个常见误解。新词元的 k、v 也要参与注意力（它要关注自己）："
+        "K, V = cache.update(k, v) 返回的是过去加上新的全部位置，直接用它们，"
+        "掩码 tc.causal_mask(T, len(缓存) + T)。",
+        "past_only",
+    ),
+    (
         "因果掩码对齐到了左上角（新查询 i 只看键 0..i）：新词元是整段的最后 T 个位置，"
         "查询 i 在整段中的位置是 len(缓存) + i，能看键 0..len(缓存)+i；逐个送词元时，"
         "新词元看得到缓存里的全部键和它自己。用右下角对齐的 "
@@ -222,7 +229,10 @@ def _cached_attention(
     flat = mistake in ("heads_no_transpose", "split_no_transpose")
     q = _heads(attn.q_proj(h), H, flat)
     k, v = _heads(attn.k_proj(kv_from), H, flat), _heads(attn.v_proj(kv_from), H, flat)
+    old = len(cache)
     K, V = cache.update(k, v)
+    if mistake == "past_only" and old:  # only the cached positions, not the new ones
+        K, V = K[:, :, :old], V[:, :, :old]
     if mistake == "cache_not_read":
         K, V = k, v
     if mistake == "kv_swapped":

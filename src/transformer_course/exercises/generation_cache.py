@@ -108,6 +108,26 @@ def _generate_reference(
     return idx
 
 
+# mistakes that draw a rank among the top k and do not map it back (right)
+_RANK_MISTAKES = ("topk_positions", "row0_indices", "sorted_ranks")
+
+
+def _draw_by_rank(
+    logits: Tensor, top_k: int, generator: torch.Generator, mistake: str
+) -> Tensor:
+    """One draw ``(N, 1)`` with one of :data:`_RANK_MISTAKES`."""
+    if mistake == "sorted_ranks":
+        # sorted values masked by rank: the rank drawn is kept as the token
+        ranked = torch.sort(logits, dim=-1, descending=True).values
+        ranked = ranked.masked_fill(torch.arange(ranked.size(-1)) >= top_k, -math.inf)
+        return torch.multinomial(torch.softmax(ranked, -1), 1, generator=generator)
+    vals, inds = torch.topk(logits, min(top_k, logits.size(-1)))
+    pos = torch.multinomial(torch.softmax(vals, -1), 1, generator=generator)
+    if mistake == "row0_indices":  # every row mapped back with row 0's indices
+        return inds[0, pos[:, 0]][:, None]
+    return pos  # topk_positions: the place in the top-k list kept as the token
+
+
 def _generate_mistake(
     model: _ToyLM,
     idx: Tensor,
@@ -126,10 +146,8 @@ def _generate_mistake(
         logits = model.logits(ctx)[:, 0 if mistake == "pos0" else -1]
         if generator is None or mistake == "greedy":
             nxt = logits.argmax(-1, keepdim=True)
-        elif mistake == "topk_positions" and top_k is not None:
-            # sampled among the top-k values; the place in that list kept as the token
-            vals, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-            nxt = torch.multinomial(torch.softmax(vals, -1), 1, generator=generator)
+        elif mistake in _RANK_MISTAKES and top_k is not None:
+            nxt = _draw_by_rank(logits, top_k, generator, mistake)
         else:
             off = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
             k = None if top_k is None else top_k + off
@@ -182,6 +200,18 @@ GENERATE_HINTS = [
         "要用 topk 返回的下标映射回词表，next_id = idx.gather(-1, pos)；"
         "或把小于第 k 大的值的 logits 设为 -inf，再在整个词表上抽样。",
         "topk_positions",
+    ),
+    (
+        "在排好序的 logits 上抽样：torch.sort(logits, descending=True).values 的第 j 个"
+        "是排第 j 的词元的 logit，在它上面抽到的 j 是名次，不是词元编号，与丢掉 topk "
+        "的下标是同一个错误。用 sort 返回的下标映射回词表（indices.gather(-1, pos)），"
+        "或在原来顺序的 logits 上把小于第 k 大的值的设为 -inf。",
+        "sorted_ranks",
+    ),
+    (
+        "抽到的名次用第 0 行的下标映射回了词表（idx[0, pos]）：每一行有自己的 top-k "
+        "下标，要逐行映射：next_id = idx.gather(-1, pos)，形状 (N, 1)。",
+        "row0_indices",
     ),
     (
         "top-k 的阈值要逐行取：每一行自己的第 k 大（torch.topk(logits, k).values"

@@ -102,11 +102,28 @@ def _type_slip(prediction: object, actual: object) -> str | None:
     kind (a type slip, not a wrong guess), else None."""
     if isinstance(prediction, str) and not isinstance(actual, str):
         return "字符串（str）"
-    if (_is_bool(actual) and not _is_bool(prediction)) or (
-        isinstance(actual, str) and not isinstance(prediction, str)
-    ):  # 1 == True in Python, but 1 is not a yes-or-no answer
+    if (
+        (_is_bool(actual) and not _is_bool(prediction))
+        or (isinstance(actual, str) and not isinstance(prediction, str))
+        or (_is_number(actual) and not _is_number(prediction))
+    ):  # 1 == True in Python, but True is not a number and 1 not a yes-or-no answer
         return f"一个 {type(prediction).__name__}"
+    if _is_number(actual) and not math.isfinite(prediction):  # type: ignore[arg-type]
+        return "非有限的数（NaN 或 ±inf）"  # nan is neither larger nor smaller
     return None
+
+
+def _gap(err: float, tol: float, agrees: bool) -> str:
+    """``err`` as a percentage on the side of the printed ``tol`` that the verdict
+    says: with more digits where the usual two would round it onto the tolerance."""
+    shown, limit = _percent(err), _percent(tol)
+    for digits in range(3, 8):
+        value, bound = float(shown.rstrip("%")), float(limit.rstrip("%"))
+        if (value <= bound) == agrees:
+            break
+        shown = f"{err * 100:.{digits}g}%"
+        limit = f"{tol * 100:.{digits}g}%"
+    return shown
 
 
 def _percent(x: float) -> str:
@@ -148,7 +165,8 @@ def _verdict(
         if exact is not None or not _is_number(actual):
             return "✓ 一致"
         err = abs(float(prediction) - actual) / max(abs(actual), 1e-12)  # type: ignore
-        gap = f"相差 {_percent(err)}" if err >= 1e-6 else "与实际相同，舍入误差除外"
+        same = "与实际相同，舍入误差除外"
+        gap = f"相差 {_gap(err, tol, True)}" if err >= 1e-6 else same
         return f"✓ 在 {_percent(tol)} 以内（{gap}）"
     why = next(
         (
@@ -165,7 +183,7 @@ def _verdict(
     if exact is not None:
         return f"{side}：答案是一个整数，要完全一致；{why}"
     err = abs(float(prediction) - actual) / max(abs(actual), 1e-12)  # type: ignore
-    return f"相差 {_percent(err)}，{side}：{why}"
+    return f"相差 {_gap(err, tol, False)}，{side}：{why}"
 
 
 def _checked_options(
@@ -224,8 +242,8 @@ def compare_prediction(
     ``mistakes``: ``[(wrong answer, why), ...]``, a typical wrong prediction (a
     number, or an option) and what it gets wrong, printed instead of the general
     advice. ``prediction=None`` means "not predicted yet"; a prediction of the wrong
-    type (``"True"`` or ``1`` for a bool, ``"10.66"`` for a number) is named as such,
-    without the answer."""
+    type (``"True"`` or ``1`` for a bool, ``"10.66"``, ``True`` or NaN for a number) is
+    named as such, without the answer."""
     if not isinstance(what, str) or not what:
         raise TypeError(f"what must be a non-empty str, got {what!r}")
     if rel_tol is not None and (not _is_number(rel_tol) or not 0 <= rel_tol < 1):

@@ -106,7 +106,9 @@ def _interpolate(
     is :func:`~transformer_course.char_ngram_loss`'s)."""
     p = 1.0 / vocab_size
     for k in range(mistake == "skip_unigram", min(len(counts), len(history) + 1)):
-        h = history[:k] if mistake == "first_k" else history[len(history) - k :]
+        h = {"first_k": history[:k], "minus_k": history[-k:]}.get(
+            mistake, history[len(history) - k :]
+        )
         after = counts[k].get(h)
         if not after:
             break
@@ -122,9 +124,15 @@ def _interpolate(
 # (hint, mistake of _interpolate) for a distribution with the wrong held-out loss
 _WITTEN_BELL_HINTS = [
     (
-        "k 阶的历史 h_k 是紧挨着 c 的最近 k 个字符 history[-k:]（k = 0 时是空串），"
-        "你取的是最前面的 k 个 history[:k]。",
+        "k 阶的历史 h_k 是紧挨着 c 的最近 k 个字符 history[len(history) - k:]"
+        "（k = 0 时是空串），你取的是最前面的 k 个 history[:k]。",
         "first_k",
+    ),
+    (
+        "k = 0 这一阶查的不是空历史：history[-k:] 在 k = 0 时是 history[-0:]"
+        " = history[0:]，即整段历史，于是 counts[0] 里找不到它，插值在 k = 0 就停下了。"
+        "最近 k 个字符要写成 history[len(history) - k:]，k = 0 时才是空串。",
+        "minus_k",
     ),
     (
         "u(h) 是 h 之后出现过的不同字符的个数 len(counts[k][h])，不是次数之和 "
@@ -209,8 +217,8 @@ def check_witten_bell(fn: object) -> str:
     g = seeded_generator(50)
     alphabet, unseen = "abcdef ", "z"  # "z" is in the vocabulary, never in the text
     vocab = alphabet + unseen
-    train = _text(g, alphabet, 600)
-    held_out = _text(g, alphabet, 200)
+    text = _text(g, alphabet, 800)  # one source: the held-out part follows the same
+    train, held_out = text[:600], text[600:]  # favourites as the training part
     first = True
     for n in (1, 3):
         counts = _counts(train, n)

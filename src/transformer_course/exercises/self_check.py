@@ -289,6 +289,7 @@ def check_causality_probe(fn: object) -> str:
             ),
         ]
     ids = torch.randint(0, 17, (2, 12), generator=g)
+    ids[:, 7] = 0  # at t = 7, "ids2[:, t:] = 0" leaves position t as it was
     first = True
     for t in (3, 7, 11):
         for model, expected, kind, leak in models:
@@ -373,6 +374,14 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
             "送进模型的输入一个词元也没有改，logits 当然不变：把位置 "
             f"t = {t} 及以后换成别的词元编号（ids2[:, t:] = …），再比较 [:, :t]。"
         )
+    same = _unchanged_fill(fed, ids, t)
+    if same is not None and t not in changed:
+        return (
+            f"你把位置 t 及以后都换成了词元 {same}，可位置 t = {t} 的词元原来就是 "
+            f"{same}：这个位置其实没有换，只来自位置 t 的泄漏就漏掉了。题目要求换成"
+            "“别的词元”，也就是每个位置都与原来不同，例如 ids2[:, t:] = "
+            "(input_ids[:, t:] + 1) % vocab_size。"
+        )
     where = "、".join(str(p) for p in changed)
     if leak == "one_ahead" and t not in changed:
         return (
@@ -397,6 +406,20 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
             "把位置 t 及以后全部换掉（ids2[:, t:] = …）。"
         )
     return ""
+
+
+def _unchanged_fill(fed: list[Tensor], ids: Tensor, t: int) -> int | None:
+    """The token ``c`` when the probe fed ``ids`` with every position from ``t`` on set
+    to ``c`` and position ``t`` already was ``c`` (so it did not change); else
+    ``None``."""
+    for x in fed:
+        if x.shape != ids.shape:
+            continue
+        tail = x[:, t:]
+        c = int(tail.flatten()[0])
+        if bool((tail == c).all()) and bool((ids[:, t] == c).all()):
+            return c
+    return None
 
 
 class _PlantedLeak(MiniGPT):
