@@ -21,7 +21,7 @@ MARKERS = {
     "imports": "import transformer_course as tc",
     "profile": "def attention_profile",
     "self_check": "def self_check(answer, expected",
-    "encoder": "class TinyEncoder",
+    "model": "class TinyTransformer",
     "progression": "def progression_batch",
     "memory": "n_mem, E_m, tau = 20, 64, 0.7",
     "4.2": "my_prediction_distance = None",
@@ -58,10 +58,10 @@ def run(ns, source, name):
 @pytest.fixture(scope="module")
 def page(cells):
     ns: dict = {}
-    for key in ("imports", "profile", "self_check", "encoder", "progression", "memory"):
+    for key in ("imports", "profile", "self_check", "model", "progression", "memory"):
         run(ns, cells[key], key)
     ns["causal_runs"] = {
-        name: (ns["TinyEncoder"](16, 16, 12, causal=causal).eval(), None, None)
+        name: (ns["TinyTransformer"](16, 16, 12, causal=causal).eval(), None, None)
         for name, causal in (("有掩码", True), ("无掩码", False))
     }  # untrained stand-ins for the two trained models
     for key in ("4.3 skeleton", "4.3", "4.19 skeleton", "4.19", "4.21 bug", "4.21"):
