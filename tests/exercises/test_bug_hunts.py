@@ -126,9 +126,9 @@ HUNTS = [
         ex.check_cached_forward,
         "5.23",
         "5.17",
-        make_forward("positions_from_zero"),
-        "看进入第一个块之前的那一行",
-        "arange(start",
+        make_forward("top_left_padded"),
+        "看注意力的掩码那一行",
+        "causal_mask(T, len(缓存) + T)",
     ),
 ]  # fmt: skip
 

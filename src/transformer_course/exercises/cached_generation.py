@@ -264,14 +264,14 @@ def _replay(
     return out
 
 
-# the find-the-bug exercise on this checker: the page's bug (positions counted from 0
-# at every call) gets a hint that names the symptom and where to look
+# the find-the-bug exercise on this checker: the page's bug (a causal mask aligned
+# top-left) gets a hint that names the symptom and where to look
 _BUG_HUNT = {
     "5.23": {
-        "positions_from_zero": (
-            "第一次调用（缓存为空）与整段前向相同，之后逐个送词元就对不上：错的量在缓存"
-            "为空时恰好正确，缓存里有了位置以后就不对了。看进入第一个块之前的那一行："
-            "新词元的嵌入是怎样算出来的。"
+        "top_left": (
+            "第一次调用（缓存为空）与整段前向相同，之后逐个送词元就对不上：错的量在新词元"
+            "数等于键的个数时恰好正确。看注意力的掩码那一行：逐个送词元时，新词元的查询"
+            "能看到哪些键？"
         ),
     }
 }
