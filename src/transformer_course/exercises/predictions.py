@@ -183,7 +183,19 @@ def _verdict(
     if exact is not None:
         return f"{side}：答案是一个整数，要完全一致；{why}"
     err = abs(float(prediction) - actual) / max(abs(actual), 1e-12)  # type: ignore
-    return f"相差 {_gap(err, tol, False)}，{side}：{why}"
+    note = _fraction_note(prediction, actual)  # type: ignore[arg-type]
+    return f"相差 {_gap(err, tol, False)}，{side}：{why}{note}"
+
+
+def _fraction_note(prediction: float, actual: float) -> str:
+    """A note for a prediction outside [0, 1] when the answer is a fraction in [0, 1]
+    (a share, a probability, an accuracy): most often a percentage (64 for 0.64)."""
+    if not 0 <= actual <= 1 or 0 <= prediction <= 1:
+        return ""
+    note = "（这里的答案是 0 到 1 之间的小数"
+    if 1 < prediction <= 100:
+        note += f"；若 {prediction:g} 是百分数，写成 {prediction / 100:g}"
+    return note + "）"
 
 
 def _checked_options(
