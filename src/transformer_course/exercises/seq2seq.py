@@ -72,6 +72,8 @@ def _self_mask(mistake: str, L: int) -> dict:
     """The masked self-attention's mask arguments, as wired with ``mistake``."""
     if mistake == "diag_hidden":  # keys j < i only
         return {"attn_mask": torch.ones(L, L, dtype=torch.bool).tril(-1)}
+    if mistake == "mask_inverted":  # keys j >= i: the future
+        return {"attn_mask": torch.ones(L, L, dtype=torch.bool).triu()}
     return {"is_causal": mistake != "no_causal"}
 
 
@@ -147,6 +149,12 @@ _DECODER_HINTS = [
         "因果掩码把对角线也遮住了：位置 i 应看得见目标的 0..i，包括它自己；"
         "你的掩码只让它看 0..i−1。",
         "diag_hidden",
+    ),
+    (
+        "因果掩码方向反了：上三角（.triu()）让位置 i 看得见 i 及之后的位置（未来）。"
+        "应为下三角 .tril()，或直接 self_attn(x, is_causal=True) / "
+        "attn_mask=tc.causal_mask({L})（True = 可以看）。",
+        "mask_inverted",
     ),
     (
         "交叉注意力的键和值应来自编码器输出：{cross}"
