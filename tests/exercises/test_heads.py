@@ -611,3 +611,20 @@ class KeysFromQueryWhenLengthsMatch(MHA):
 def test_cross_attention_of_equal_lengths_is_checked(capsys):
     # every other cross-attention case has S != L; this one has S == L and K != Q
     assert_rejects(ex.check_multi_head_attention, KeysFromQueryWhenLengthsMatch, "K 和 V 都用 Q 算了", capsys)
+
+
+def test_w_o_without_transpose_is_named_when_the_line_is_unknown(capsys):
+    """Learner test 24a ran its code by exec: without the line (``.weight``) the crash
+    "(10x4 and 12x4)" got the generic shape hint; (…×D) @ (E×D) names the transpose."""
+    ns = {"HeadSum": HeadSum}
+    exec(  # noqa: S102
+        compile(
+            "class ExecWO(HeadSum):\n"
+            "    def w_o(self, h):\n"
+            "        return self.out_proj.weight[:, h * self.d : (h + 1) * self.d]\n",
+            "<string>",
+            "exec",
+        ),
+        ns,
+    )
+    assert_rejects(ex.check_head_contributions, ns["ExecWO"], "还要转置", capsys)

@@ -505,12 +505,15 @@ SUM_HINTS = [
     ),
 ]
 
+_NO_TRANSPOSE_W_O = (
+    "W^O_h 的形状应为 (D, E)：out_proj.weight 是 (E, E)，取第 hD 到 (h+1)D−1 "
+    "列得到 (E, D)，还要转置：out_proj.weight[:, h * D : (h + 1) * D].T。"
+)
+
 HEAD_CRASHES = [
-    (
-        r"cannot be multiplied[^\n]*\n.*\.weight\b",
-        "W^O_h 的形状应为 (D, E)：out_proj.weight 是 (E, E)，取第 hD 到 (h+1)D−1 "
-        "列得到 (E, D)，还要转置：out_proj.weight[:, h * D : (h + 1) * D].T。",
-    ),
+    (r"cannot be multiplied[^\n]*\n.*\.weight\b", _NO_TRANSPOSE_W_O),
+    # (…×D) @ (E×D) where the line is unknown (code run by exec): the same slip
+    (r"cannot be multiplied \(\d+x(\d+) and \d+x\1\)", _NO_TRANSPOSE_W_O),
 ]
 
 
