@@ -519,7 +519,7 @@ def test_chapter_2_crash_and_shape_hints_use_the_papers_letters(capsys):
 # Learner test 24a ran its code by exec, so the crashing line was unknown and 1.1's
 # K.transpose(1, 2) (4-D) and 1.7's transposed weights got the generic shape hint; the
 # hints now come from the crash's sizes.
-EXEC_SOURCE = '''
+EXEC_SOURCE = """
 def k_transposed_1_2(Q, K, V, attn_mask=None):
     s = Q @ K.transpose(1, 2) / math.sqrt(Q.size(-1))
     if attn_mask is not None:
@@ -534,7 +534,7 @@ def weights_transposed(Q, K, V, attn_mask=None):
         s = s.masked_fill(~attn_mask, float("-inf"))
     w = torch.softmax(s.transpose(-2, -1), dim=-2)
     return w @ V, w
-'''
+"""
 
 
 def exec_defined(source, name):

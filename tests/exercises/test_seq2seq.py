@@ -229,7 +229,8 @@ def test_decoder_hints_use_the_pages_names(capsys):
 
 def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
-        "no_causal", "diag_hidden", "triu_mask", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
+        "no_causal", "diag_hidden", "triu_mask", "cross_on_x", "no_mask", "pre_ln", "no_res_cross",
+        "norm2_on_residual_only",
         "norm3_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1", "ffn_from_input",

@@ -224,12 +224,12 @@ def _size_causes(Q: Tensor, K: Tensor, letters: dict[str, str]) -> list:
     where two sizes it tells apart are equal."""
     H = Q.size(1) if Q.dim() == 4 else None
     L, S, D = Q.size(-2), K.size(-2), Q.size(-1)
-    (heads_pattern, heads_hint), (weights_pattern, weights_hint) = ATTENTION_SIZE_CRASHES
+    (heads, heads_hint), (weights, weights_hint) = ATTENTION_SIZE_CRASHES
     causes = []
     if H is not None and H != S:
-        causes.append((heads_pattern.format(H=H, S=S), heads_hint.format(**letters)))
+        causes.append((heads.format(H=H, S=S), heads_hint.format(**letters)))
     if L != S and L != D:  # Q @ K without a transpose reads "[N, D] but got [N, S]"
-        causes.append((weights_pattern.format(L=L, S=S), weights_hint.format(**letters)))
+        causes.append((weights.format(L=L, S=S), weights_hint.format(**letters)))
     return causes
 
 

@@ -399,8 +399,8 @@ BLOCK_HINTS = [
     ),
     (
         "因果掩码方向反了：块里建的掩码是上三角（.triu()），位置 i 看得见 i 及之后的"
-        "位置（未来）。应为下三角 .tril()，或直接用 tc.causal_mask(L)（True = 可以看）；"
-        "你的多头注意力本身没问题。",
+        "位置（未来）。应为下三角 .tril()，或直接用 tc.causal_mask(L)"
+        "（True = 可以看）；你的多头注意力本身没问题。",
         "mask_inverted",
     ),
     # the block's wiring is right, its attention has one of the multi-head mistakes
