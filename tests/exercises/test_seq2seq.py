@@ -83,6 +83,11 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 b1 = self.norm1(x + self.sa(x))
                 b2 = self.norm2(b1 + self.cross_attn(b1, memory, memory, attn_mask=memory_mask))
                 return self.norm3(b2 + self.ffn(b1 if mistake == "ffn_from_b1" else x))
+            if mistake == "res_from_input":  # learner test 24a, 1.3: x0 = x added three times
+                x0 = x
+                x = self.norm1(x0 + self.sa(x))
+                x = self.norm2(x0 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return self.norm3(x0 + self.ffn(x))
             if mistake == "cross_first":  # cross-attention before the masked self-attention
                 x = self.norm1(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 x = self.norm2(x + self.sa(x))
@@ -198,6 +203,7 @@ def test_decoder_layer_skeleton(capsys):
         ("norm_on_sublayer", "归一化只用在了子层的输出上"),
         ("cross_query_from_input", "交叉注意力的查询用了层输入 Y"),
         ("cross_residual_from_input", "交叉注意力的残差加的是层输入 Y"),
+        ("res_from_input", "三个子层的残差都加的是层输入 Y"),
         ("cross_first", "顺序不对"),
         ("ffn_from_b1", "FFN 的输入用了第一个子层的输出 B1"),
         ("ffn_from_input", "FFN 的输入用了层输入 Y"),
@@ -229,7 +235,7 @@ def test_decoder_hints_use_the_pages_names(capsys):
 
 def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
-        "no_causal", "diag_hidden", "triu_mask", "cross_on_x", "no_mask", "pre_ln", "no_res_cross",
+        "no_causal", "diag_hidden", "triu_mask", "res_from_input", "cross_on_x", "no_mask", "pre_ln", "no_res_cross",
         "norm2_on_residual_only",
         "norm3_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",

@@ -113,6 +113,10 @@ def _decoder_variant(
         b2 = n2(residual + cross_attn(query))
         ffn_in = {"ffn_from_b1": b1, "ffn_from_input": x}.get(mistake, b2)
         return n3(b2 + layer.ffn(ffn_in))
+    if mistake == "res_from_input":  # every residual adds the layer input Y
+        b1 = n1(x + self_attn(x))
+        b2 = n2(x + cross_attn(b1))
+        return n3(x + layer.ffn(b2))
     if mistake == "pre_ln":
         x = x + self_attn(n1(x))
         x = x + cross_attn(n2(x))
@@ -181,6 +185,12 @@ _DECODER_HINTS = [
         "norm2(Y + cross_attn(B1, …)) 跳过了第一个子层。查询对了，残差也应加在 B1 上："
         "norm2(B1 + cross_attn(B1, memory, memory, attn_mask=memory_mask))。",
         "cross_residual_from_input",
+    ),
+    (
+        "三个子层的残差都加的是层输入 Y（forward 收到的 x）：每个子层的残差应加在"
+        "它自己的输入上，norm2(B1 + cross_attn(B1, …))、norm3(B2 + ffn(B2))，"
+        "不要先存 x0 = x 再一直加 x0。",
+        "res_from_input",
     ),
     (
         "FFN 的输入用了第一个子层的输出 B1（ffn(B1)）：FFN 应作用在交叉注意力之后的 "
