@@ -101,6 +101,7 @@ def _decoder_variant(
         "cross_query_from_input",
         "cross_query_from_input_causal",
         "cross_residual_from_input",
+        "res_from_input",
         "ffn_from_b1",
         "ffn_from_input",
     ):
@@ -109,14 +110,11 @@ def _decoder_variant(
             "cross_query_from_input": (x, b1),
             "cross_query_from_input_causal": (x, b1),
             "cross_residual_from_input": (b1, x),
+            "res_from_input": (b1, x),  # every residual adds the layer input Y
         }.get(mistake, (b1, b1))
         b2 = n2(residual + cross_attn(query))
         ffn_in = {"ffn_from_b1": b1, "ffn_from_input": x}.get(mistake, b2)
-        return n3(b2 + layer.ffn(ffn_in))
-    if mistake == "res_from_input":  # every residual adds the layer input Y
-        b1 = n1(x + self_attn(x))
-        b2 = n2(x + cross_attn(b1))
-        return n3(x + layer.ffn(b2))
+        return n3((x if mistake == "res_from_input" else b2) + layer.ffn(ffn_in))
     if mistake == "pre_ln":
         x = x + self_attn(n1(x))
         x = x + cross_attn(n2(x))
