@@ -447,6 +447,8 @@ def _contributions(
     D = E // H
     if mistake == "rows":  # W^O_h taken as rows hD .. (h+1)D - 1
         return [out @ W[heads(h, D)] for h, out in enumerate(outputs)]
+    if mistake == "w_o_next_head":  # head h times the columns of head h + 1
+        return [out @ W[:, heads((h + 1) % H, D)].T for h, out in enumerate(outputs)]
     parts = [out @ W[:, heads(h, D)].T for h, out in enumerate(outputs)]
     return [p + bias for p in parts] if mistake == "bias_per_head" else parts
 
@@ -474,6 +476,11 @@ HEAD_HINTS = [
         "view(N, T, D, H)）：一个头是连续的一段，第 hD 到 (h+1)D−1 个特征，"
         "即 view(N, T, H, D) 的第 h 个，或切片 [h * D : (h + 1) * D]。",
         "strided",
+    ),
+    (
+        "head_h 乘的是下一个头的 W^O（out_proj.weight 的第 (h+1)D 到 (h+2)D−1 列）："
+        "head_h 与 W^O_h 要用同一个 h，out_proj.weight[:, h * D : (h + 1) * D].T。",
+        "w_o_next_head",
     ),
 ]
 
