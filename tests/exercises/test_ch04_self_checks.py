@@ -90,6 +90,9 @@ def rejected(fn, *args):
         ("10.667", "这是大 L 的近似 L/3"),
         ("(32 + 1) / 3", "只对 j ≠ i 的 L(L − 1) 对求了平均"),
         ("10.4", "对照解答里的推理"),
+        ("7.75", "这是因果均匀"),  # learner test 24b: three answers got the generic line
+        ("16", "L/2 大约是一端的查询"),
+        ("10.7", "只是位数不够"),
     ],
 )
 def test_4_2_names_the_large_L_limit_and_the_missing_diagonal(page, cells, prediction, verdict):

@@ -315,3 +315,14 @@ def test_a_prediction_outside_0_1_for_a_fraction_is_told_so(capsys, prediction, 
 def test_no_fraction_note_inside_0_1_or_for_a_larger_answer(capsys, prediction, actual):
     tc.exercises.compare_prediction(prediction, actual, what="比值")
     assert "0 到 1" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("prediction", "actual"), [(10.7, 10.656), (0.64, 0.6425), (3, 3.4)])
+def test_the_answer_rounded_to_the_predictions_digits_is_told_so(capsys, prediction, actual):
+    tc.exercises.compare_prediction(prediction, actual, what="距离", rel_tol=5e-4)
+    assert "只是位数不够" in capsys.readouterr().out
+
+
+def test_a_listed_mistake_comes_before_the_digits(capsys):
+    tc.exercises.compare_prediction(10.7, 10.656, what="距离", rel_tol=1e-3, mistakes=[(10.705, "这是那个错误")])
+    assert "这是那个错误" in capsys.readouterr().out
