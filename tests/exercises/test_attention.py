@@ -13,7 +13,7 @@ import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course.exercises import attention
 
-from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton, rejection
 
 NEG = float("-inf")
 
@@ -514,3 +514,59 @@ def test_chapter_2_crash_and_shape_hints_use_the_papers_letters(capsys):
         ex.check_self_attention(returns_weights, exercise="2.4")
     with pytest.raises(ex.ExerciseError, match=r"权重 \(…, L, S\)"):
         ex.check_self_attention(returns_weights)
+
+
+# Learner test 24a ran its code by exec, so the crashing line was unknown and 1.1's
+# K.transpose(1, 2) (4-D) and 1.7's transposed weights got the generic shape hint; the
+# hints now come from the crash's sizes.
+EXEC_SOURCE = """
+def k_transposed_1_2(Q, K, V, attn_mask=None):
+    s = Q @ K.transpose(1, 2) / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf"))
+    w = torch.softmax(s, -1)
+    return w @ V, w
+
+
+def weights_transposed(Q, K, V, attn_mask=None):
+    s = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf"))
+    w = torch.softmax(s.transpose(-2, -1), dim=-2)
+    return w @ V, w
+"""
+
+
+def exec_defined(source, name):
+    ns = {"math": math, "torch": torch}
+    exec(compile(source, "<string>", "exec"), ns)  # noqa: S102
+    return ns[name]
+
+
+SIZE_CRASH_REJECTS = [
+    pytest.param(
+        lambda f: ex.check_self_attention(f, exercise="1.1"),
+        exec_defined(EXEC_SOURCE, "k_transposed_1_2"),
+        "K.transpose(1, 2) 在 4 维时交换的是头和位置",
+        id="K.transpose(1, 2), line unknown",
+    ),
+    pytest.param(
+        lambda f: ex.check_self_attention(f, exercise="1.7"),
+        exec_defined(EXEC_SOURCE, "weights_transposed"),
+        "你的权重是 (…, S, L)，被转置了",
+        id="weights transposed, line unknown",
+    ),
+]
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", SIZE_CRASH_REJECTS)
+def test_a_crash_with_an_unknown_line_is_named_from_its_sizes(checker, candidate, keyword, capsys):
+    message = rejection(checker, candidate)
+    assert keyword in message and "打印各个张量的 .shape" not in message, message
+
+
+def test_every_size_crash_hint_is_reached(capsys):
+    tables = {"ATTENTION_SIZE_CRASHES": attention.ATTENTION_SIZE_CRASHES}
+    letters = {"L": "L", "S": "S", "D": "D", "H": "H"}
+    tables = {k: [(p, h.format(**letters)) for p, h in t] for k, t in tables.items()}
+    assert_every_hint_reached(tables, SIZE_CRASH_REJECTS, capsys)

@@ -119,6 +119,12 @@ class InvertedMask(Block):
         return self.self_attn(h, h, h, attn_mask=~tc.causal_mask(h.size(1)))
 
 
+class TriuMask(Block):  # learner test 24a, 3.5: was blamed on the attention module
+    def attn(self, h):
+        L = h.size(1)
+        return self.self_attn(h, h, h, attn_mask=torch.ones(L, L, dtype=torch.bool).triu())
+
+
 class ResidualFromNorm(Block):
     def forward(self, x):
         h = self.norm1(x)
@@ -293,6 +299,7 @@ BLOCK_REJECTS = [
     block_check(PostLN, "Post-LN", "post-LN instead of pre-LN"),
     block_check(NoCausalMask, "因果掩码", "no causal mask"),
     block_check(InvertedMask, "方向", "causal mask inverted"),
+    block_check(TriuMask, "块里建的掩码是上三角（.triu()）", "triu mask built in the block"),
     block_check(ResidualFromNorm, "归一化之前的 x", "residual from the normalised x"),
     block_check(ResidualFromNorm1Only, "注意力子层的残差加在了 norm1(x) 上", "residual adds norm1(x)"),
     block_check(Parallel, "串行", "parallel sublayers"),
@@ -764,3 +771,12 @@ def test_copy_parameters_both_ways():
     torch.testing.assert_close(aliased.eval()(ids), ref(ids)[0])
     with pytest.raises(ValueError, match="ln_f"):
         ex.copy_parameters(ref, FinalNormNamedLnF(11, 6, 12, 3, 2))
+
+
+def test_a_triu_mask_built_in_the_block_is_named_not_blamed_on_the_attention(capsys):
+    """Learner test 24a: the output equals an attention that transposes its mask; the
+    learner's own attention takes the causal mask right, so the block's mask is named."""
+    message = rejection(ex.check_transformer_block, TriuMask)
+    assert ".tril()" in message and "错在块里的多头注意力" not in message, message
+    message = rejection(ex.check_gpt, type("GPTTriuMask", (GPT,), {"block": TriuMask}))
+    assert "blocks[0]" in message and ".tril()" in message, message

@@ -27,7 +27,10 @@ MARKERS = {
     "4.2": "my_prediction_distance = None",
     "4.3 skeleton": "def my_weight_on_next",
     "4.3": "def check_weight_on_next",
+    "4.1": "my_bytes_answer, (2, 8)",
     "4.10": "my_g_min, 0.5 * math.log(9 * 99)",
+    "4.13": "acc_2 = acc_h[(2, 2)]",
+    "4.17": "DECAY_EXACT, DECAY_LINEAR =",
     "4.16": "my_base, (8 / (2 * math.pi)) ** 8",
     "4.19 skeleton": "def my_add_memory",
     "4.19": "def check_add_memory",
@@ -87,6 +90,9 @@ def rejected(fn, *args):
         ("10.667", "这是大 L 的近似 L/3"),
         ("(32 + 1) / 3", "只对 j ≠ i 的 L(L − 1) 对求了平均"),
         ("10.4", "对照解答里的推理"),
+        ("7.75", "这是因果均匀"),  # learner test 24b: three answers got the generic line
+        ("16", "L/2 大约是一端的查询"),
+        ("10.7", "只是位数不够"),
     ],
 )
 def test_4_2_names_the_large_L_limit_and_the_missing_diagonal(page, cells, prediction, verdict):
@@ -110,9 +116,13 @@ def self_check_message(page, cells, key, name, answer):
 @pytest.mark.parametrize(
     ("answer", "keyword"),
     [
-        (3.392, "很接近：与正确值相差不到 1.0%"),  # learner test 22b: an arithmetic slip
+        (3.392, "很接近：与正确值相差不到 1%"),  # learner test 22b: an arithmetic slip
+        (3.3955, "很接近"),  # a slip in the 4th digit
         (0.5 * math.log(99), "漏了因子 9"),
         (3.40, "只是有效数字不够"),
+        (3.39, "很接近"),
+        (0.5 * math.log(892), "多加了 1"),  # learner test 24b: accepted at 0.1%
+        (3.397, "多加了 1"),
         (math.log(9 * 99), "大了一倍"),
         (0.5 * math.log(9 * 100), "不是 S 个"),
         (0.5 * math.log(99 / 9), "不等式解反了"),
@@ -129,6 +139,59 @@ def test_4_10_accepts_the_right_answer(page, cells):
         run(page, cells["4.10"], "4.10")
     finally:
         page["my_g_min"] = None
+
+
+@pytest.mark.parametrize("answer", [3.396, 0.5 * math.log(891)])
+def test_4_10_accepts_four_digits(page, cells, answer):
+    page["my_g_min"] = answer
+    try:
+        run(page, cells["4.10"], "4.10")
+    finally:
+        page["my_g_min"] = None
+
+
+@pytest.mark.parametrize(
+    ("answer", "keyword"),
+    [
+        ((8, 2), "顺序反了"),  # learner test 24b: same slip as 4.11
+        ((4, 4), "只算了分数矩阵"),
+        ((2, 1 / 8), "倍数倒过来了"),
+    ],
+)
+def test_4_1_hints(page, cells, answer, keyword):
+    assert keyword in self_check_message(page, cells, "4.1", "my_bytes_answer", answer)
+
+
+@pytest.mark.parametrize(
+    ("answer", "keyword"),
+    [
+        (3.36, "漏了瞎猜的部分"),  # learner test 24b: was "只是有效数字不够"
+        (3.15, "不是 1/4"),  # the 1/4-guess formula, rounded
+        (3.0, "只是有效数字不够"),
+        (2.5, "由 acc = (k + (4 − k)/8)/4 解出 k"),
+    ],
+)
+def test_4_13_names_the_listed_mistakes_before_the_digits(page, cells, answer, keyword):
+    page["acc_h"] = {(2, 2): 0.84, (1, 1): 0.6}  # stand-ins for the trained accuracies
+    assert keyword in self_check_message(page, cells, "4.13", "my_k_h2", answer)
+    page["my_k_h2"] = (4 * 0.84 - 0.5) * 8 / 7
+    run(page, cells["4.13"], "4.13")
+    page["my_k_h2"] = None
+
+
+@pytest.mark.parametrize(
+    ("answer", "keyword"),
+    [
+        (0.8187, "连续时间的近似 exp(−200ηλ)"),  # learner test 24b: exp(-0.2) rounded
+        (0.8186, "只是有效数字不够"),  # (1 - 0.001)**200 rounded to 4 digits
+        (0.8188, "很接近：与正确值相差不到 1%"),  # was "不到 0.0%"
+        (0.8178, "不是 201 次方"),
+    ],
+)
+def test_4_17_hints(page, cells, answer, keyword):
+    message = self_check_message(page, cells, "4.17", "my_decay", answer)
+    assert keyword in message, message
+    assert "0.0%" not in message
 
 
 @pytest.mark.parametrize(
@@ -162,6 +225,9 @@ def weights(model, x):
         (lambda m, x: weights(m, x).sum(-1).mean(0) / x.size(1), "除以了 L"),
         (lambda m, x: weights(m, x).mean().expand(weights(m, x).size(1)), "你对头也求了平均"),
         (lambda m, x: weights(m, x).sum(-1).mean(0), "对查询位置 i 求了和"),
+        # learner test 24b: a list or an ndarray was a raw TypeError from torch.stack
+        (lambda m, x: weights(m, x).mean(dim=(0, 2)).tolist(), "应返回 torch.Tensor，收到 list"),
+        (lambda m, x: weights(m, x).mean(dim=(0, 2)).numpy(), "应返回 torch.Tensor，收到 ndarray"),
     ],
 )
 def test_4_3_hints(page, answer, keyword):
@@ -207,8 +273,13 @@ def online_softmax(mistake):
             c_new = torch.maximum(c, s.amax(-1, keepdim=True))
             fix = torch.exp(c_new - c) if mistake == "inverted" else torch.exp(c - c_new)
             p = torch.exp(s - c_new)
-            ell = ell * fix + p.sum(-1, keepdim=True)
-            o = (o if mistake == "o_not_rescaled" else o * fix) + p @ v[..., start : start + block, :]
+            pv = p @ v[..., start : start + block, :]
+            if mistake == "fix_after_add":  # learner test 24b
+                ell = (ell + p.sum(-1, keepdim=True)) * fix
+                o = (o + pv) * fix
+            else:
+                ell = ell * fix + p.sum(-1, keepdim=True)
+                o = (o if mistake == "o_not_rescaled" else o * fix) + pv
             c = c_new
         return o / ell
 
@@ -220,6 +291,7 @@ def online_softmax(mistake):
     [
         ("inverted", "校正因子倒过来了"),  # learner test 23: was sent to the score scaling
         ("o_not_rescaled", "分子 o 里旧块的项没有按新的最大值缩小"),  # learner test 22b
+        ("fix_after_add", "校正放在了加法之后"),
     ],
 )
 def test_4_21_hints(page, mistake, keyword):

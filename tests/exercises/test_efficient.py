@@ -220,6 +220,7 @@ def test_grouped_attention_skeleton(capsys):
         (gqa_repeat_interleave, "repeat_interleave"),
         (gqa_expand_reshape, "复制成了 H 份"),
         (gqa_modulo, "h % H_kv"),
+        (gqa_modulo, "直接 reshape 为 (N, H_kv, G·L, D)"),  # learner test 24b
         (gqa_unscaled, "√D"),
         (gqa_grouped_shape, "reshape 回 (N, H, L, D)"),
         (gqa_five_dims, "矩阵乘法沿组的维度广播 k、v"),

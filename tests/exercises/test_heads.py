@@ -522,6 +522,11 @@ class WOWithoutTranspose(HeadSum):
         return [heads[:, h] @ self.out_proj.weight[:, h * D : (h + 1) * D] for h in range(self.h)]
 
 
+class WONextHead(HeadSum):  # learner test 24a, 3.4: the slice of the next head
+    def w_o(self, h):
+        return super().w_o((h + 1) % self.h)
+
+
 class ReturnsTheSum(HeadSum):
     def head_contributions(self, Q, K, V, attn_mask=None):
         return sum(super().head_contributions(Q, K, V, attn_mask))
@@ -568,6 +573,7 @@ CONTRIBUTION_REJECTS = [
     contributions(NoScaleHeads, "没有除以 √d_k", "no scale, through the MHA hints"),
     contributions(HeadsWithoutWO, "还要乘 W^O_h", "head_h without W^O_h"),
     contributions(WOWithoutTranspose, "还要转置", "W^O_h columns not transposed"),
+    contributions(WONextHead, "head_h 乘的是下一个头的 W^O", "W^O of the next head"),
     contributions(ReturnsTheSum, "应返回 H = 3 个张量的列表", "the sum returned"),
     contributions(OneTooFew, "得到 2 个（list）", "H - 1 contributions"),
     contributions(NoMethod, "缺少方法 head_contributions", "no head_contributions"),
@@ -611,3 +617,20 @@ class KeysFromQueryWhenLengthsMatch(MHA):
 def test_cross_attention_of_equal_lengths_is_checked(capsys):
     # every other cross-attention case has S != L; this one has S == L and K != Q
     assert_rejects(ex.check_multi_head_attention, KeysFromQueryWhenLengthsMatch, "K 和 V 都用 Q 算了", capsys)
+
+
+def test_w_o_without_transpose_is_named_when_the_line_is_unknown(capsys):
+    """Learner test 24a ran its code by exec: without the line (``.weight``) the crash
+    "(10x4 and 12x4)" got the generic shape hint; (…×D) @ (E×D) names the transpose."""
+    ns = {"HeadSum": HeadSum}
+    exec(  # noqa: S102
+        compile(
+            "class ExecWO(HeadSum):\n"
+            "    def w_o(self, h):\n"
+            "        return self.out_proj.weight[:, h * self.d : (h + 1) * self.d]\n",
+            "<string>",
+            "exec",
+        ),
+        ns,
+    )
+    assert_rejects(ex.check_head_contributions, ns["ExecWO"], "还要转置", capsys)

@@ -39,6 +39,7 @@ def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=T
             g, b = getattr(self, names[0]), getattr(self, names[1])
             # learner test 21a, 3.8: "dim2" hard-codes the last dim of 3-D input
             dim = {"dim0": 0, "dim1": 1, "dim2": 2, "all": tuple(range(1, x.dim()))}.get(mistake, -1)
+            dim = (0, 1) if mistake == "batch_norm" else dim  # learner test 24a, 3.1/3.8
             keep = mistake != "no_keepdim"
             # learner test 10a, 3.8: only one of the two reductions moved to dim -1
             mean = x.mean(0 if mistake == "mean_dim0" else dim, keepdim=keep)
@@ -49,6 +50,8 @@ def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=T
                 y = (x - mean) / var.sqrt()
             elif mistake == "no_sqrt":
                 y = (x - mean) / (var + self.eps)
+            elif mistake == "numerator_not_centred":  # learner test 24a: x / sqrt(var + eps)
+                y = x / torch.sqrt(var + self.eps)
             elif mistake == "no_center":
                 y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
             else:
@@ -97,6 +100,10 @@ LAYER_NORM_REJECTS = [
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_eps"), "忘了在根号里加 eps", id="no eps"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="dim0"), "归一化的维度不对", id="normalised over dim 0"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_center"), "没有减去均值", id="no mean subtracted"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="batch_norm"), "BatchNorm 的做法", id="over dims (0, 1)"),
+    pytest.param(
+        ex.check_layer_norm, make_ln(mistake="numerator_not_centred"), "分子忘了减去均值", id="x / sqrt(var + eps)"
+    ),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_affine"), "γ 和 β", id="gamma and beta unused"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_bias"), "漏了 + β", id="beta missing"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="swapped"), "用反了", id="gamma and beta swapped"),
@@ -269,3 +276,12 @@ def test_every_hint_is_reached(capsys):
         "SWIGLU_HINTS": norms_ffn.SWIGLU_HINTS,
     }
     assert_every_hint_reached(tables, REJECTS, capsys)
+
+
+@pytest.mark.parametrize(
+    ("mistake", "keyword"), [("batch_norm", "BatchNorm 的做法"), ("numerator_not_centred", "分子忘了减去均值")]
+)
+def test_bug_hunt_3_8_names_batch_norm_and_the_uncentred_numerator(mistake, keyword):
+    """Learner test 24a: both got the generic "对照公式" in 3.1 and in the find-the-bug 3.8."""
+    message = rejection(lambda c: ex.check_layer_norm(c, exercise="3.8"), make_ln(mistake=mistake))
+    assert keyword in message and "对照公式" not in message, message

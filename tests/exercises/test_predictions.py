@@ -296,3 +296,33 @@ def test_a_gap_judged_outside_the_tolerance_prints_outside_it(capsys, prediction
     tc.exercises.compare_prediction(prediction, 0.5 if rel_tol is None else 1.2, what="x", rel_tol=rel_tol)
     out = capsys.readouterr().out
     assert shown in out and "✓" not in out, out
+
+
+@pytest.mark.parametrize(
+    ("prediction", "actual", "note"),
+    [
+        (64, 0.642, "（这里的答案是 0 到 1 之间的小数；若 64 是百分数，写成 0.64）"),
+        (94.58, 0.9, "（这里的答案是 0 到 1 之间的小数；若 94.58 是百分数，写成 0.9458）"),
+        (-0.1, 0.9, "（这里的答案是 0 到 1 之间的小数）"),
+    ],
+)
+def test_a_prediction_outside_0_1_for_a_fraction_is_told_so(capsys, prediction, actual, note):
+    tc.exercises.compare_prediction(prediction, actual, what="准确率")
+    assert capsys.readouterr().out.strip().endswith(note)
+
+
+@pytest.mark.parametrize(("prediction", "actual"), [(0.5, 0.9), (9, 4.17), (0.25, 4.1)])
+def test_no_fraction_note_inside_0_1_or_for_a_larger_answer(capsys, prediction, actual):
+    tc.exercises.compare_prediction(prediction, actual, what="比值")
+    assert "0 到 1" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("prediction", "actual"), [(10.7, 10.656), (0.64, 0.6425), (3, 3.4)])
+def test_the_answer_rounded_to_the_predictions_digits_is_told_so(capsys, prediction, actual):
+    tc.exercises.compare_prediction(prediction, actual, what="距离", rel_tol=5e-4)
+    assert "只是位数不够" in capsys.readouterr().out
+
+
+def test_a_listed_mistake_comes_before_the_digits(capsys):
+    tc.exercises.compare_prediction(10.7, 10.656, what="距离", rel_tol=1e-3, mistakes=[(10.705, "这是那个错误")])
+    assert "这是那个错误" in capsys.readouterr().out

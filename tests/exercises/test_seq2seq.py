@@ -37,6 +37,8 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 return self.self_attn(x, x, x)
             if mistake == "diag_hidden":  # learner test 15 (1.3): only the keys j < i
                 return self.self_attn(x, x, x, attn_mask=torch.ones(x.size(1), x.size(1)).tril(-1).bool())
+            if mistake == "triu_mask":  # learner test 24a (1.3): the future, not the past
+                return self.self_attn(x, x, x, attn_mask=torch.ones(x.size(1), x.size(1)).triu().bool())
             if mistake == "diag_hidden_but_first":  # the same, position 0 let see itself
                 below = torch.ones(x.size(1), x.size(1)).tril(-1).bool()
                 below[0, 0] = True
@@ -81,6 +83,11 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 b1 = self.norm1(x + self.sa(x))
                 b2 = self.norm2(b1 + self.cross_attn(b1, memory, memory, attn_mask=memory_mask))
                 return self.norm3(b2 + self.ffn(b1 if mistake == "ffn_from_b1" else x))
+            if mistake == "res_from_input":  # learner test 24a, 1.3: x0 = x added three times
+                x0 = x
+                x = self.norm1(x0 + self.sa(x))
+                x = self.norm2(x0 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return self.norm3(x0 + self.ffn(x))
             if mistake == "cross_first":  # cross-attention before the masked self-attention
                 x = self.norm1(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 x = self.norm2(x + self.sa(x))
@@ -184,6 +191,7 @@ def test_decoder_layer_skeleton(capsys):
         ("no_causal", "因果掩码"),
         ("diag_hidden", "因果掩码把对角线也遮住了"),
         ("diag_hidden_but_first", "因果掩码把对角线也遮住了"),
+        ("triu_mask", "上三角（.triu()）让位置 i 看得见 i 及之后的位置"),
         ("cross_on_x", "键和值应来自编码器输出"),
         ("no_mask", "memory_mask"),
         ("pre_ln", "Post-LN"),
@@ -195,6 +203,7 @@ def test_decoder_layer_skeleton(capsys):
         ("norm_on_sublayer", "归一化只用在了子层的输出上"),
         ("cross_query_from_input", "交叉注意力的查询用了层输入 Y"),
         ("cross_residual_from_input", "交叉注意力的残差加的是层输入 Y"),
+        ("res_from_input", "三个子层的残差都加的是层输入 Y"),
         ("cross_first", "顺序不对"),
         ("ffn_from_b1", "FFN 的输入用了第一个子层的输出 B1"),
         ("ffn_from_input", "FFN 的输入用了层输入 Y"),
@@ -226,7 +235,8 @@ def test_decoder_hints_use_the_pages_names(capsys):
 
 def test_decoder_hints_are_all_reached(capsys):
     mistakes = [
-        "no_causal", "diag_hidden", "cross_on_x", "no_mask", "pre_ln", "no_res_cross", "norm2_on_residual_only",
+        "no_causal", "diag_hidden", "triu_mask", "res_from_input", "cross_on_x", "no_mask", "pre_ln", "no_res_cross",
+        "norm2_on_residual_only",
         "norm3_on_residual_only",
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1", "ffn_from_input",

@@ -384,6 +384,29 @@ def test_bpe_wrong_count_is_not_blamed_on_the_tie_break(capsys):
     assert "并列" not in message and "max(counts" not in message, message
 
 
+def counts_skipping_seen_pairs(ids):  # a pair seen before: count it, skip a position
+    counts, i = {}, 0
+    while i < len(ids) - 1:
+        pair = (ids[i], ids[i + 1])
+        i += 2 if pair in counts else 1
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def step_counts_skipping_seen_pairs(ids, new_id):  # learner test 24b
+    counts = counts_skipping_seen_pairs(ids)
+    pair = min(counts, key=lambda p: (-counts[p], p))
+    return pair, merge_while(ids, pair, new_id)
+
+
+def test_bpe_tie_hidden_by_a_wrong_count_names_both_pairs(capsys):
+    """Learner test 24b: on [11, 2, 1, 2, 1, 2] (2, 1) and (1, 2) both occur twice; the
+    hint said "(2, 1) 却只出现 2 次" as if (1, 2) occurred more often."""
+    message = rejection(bx.check_bpe_merge, step_counts_skipping_seen_pairs)
+    assert "(2, 1) 与 (1, 2) 都出现 2 次，并列时取最小的一对 (1, 2)" in message, message
+    assert "重叠的对也要数" in message and "却只出现" not in message, message
+
+
 def step_returns_input(ids, new_id):  # learner test 18b: the merge computed, its result dropped
     pair, _ = step_min(ids, new_id)
     return pair, ids

@@ -180,9 +180,9 @@ def make_transformer(mistake):
                 mem_mask = (tgt != self.pad_id)[:, None, None, :]
             if mistake == "causal_as_memory_mask":
                 mem_mask = tc.causal_mask(tgt.size(1))
-            x = self.embed(self.src_tok_emb, self.src_pos_emb, src, "src")
-            for block in self.encoder_blocks:
-                x = block(x, attn_mask=enc_mask)
+            x = x0 = self.embed(self.src_tok_emb, self.src_pos_emb, src, "src")
+            for block in self.encoder_blocks:  # learner test 24a: every block fed x0
+                x = block(x0 if mistake == "encoder_not_chained" else x, attn_mask=enc_mask)
             enc_norm, dec_norm = self.encoder_norm_f, self.decoder_norm_f
             if mistake == "final_norms_swapped":
                 enc_norm, dec_norm = dec_norm, enc_norm
@@ -191,8 +191,9 @@ def make_transformer(mistake):
                 y = self.tgt_pos_emb(self.src_tok_emb(tgt) * math.sqrt(self.lm_head.in_features))
             else:
                 y = self.embed(self.tgt_tok_emb, self.tgt_pos_emb, tgt, "tgt")
+            y0 = y
             for block in self.decoder_blocks:
-                y = block(y, memory, memory_mask=mem_mask)
+                y = block(y0 if mistake == "decoder_not_chained" else y, memory, memory_mask=mem_mask)
             if mistake == "lm_head_before_norm":
                 return self.decoder_norm_f(self.lm_head(y))
             if mistake == "no_lm_head":
@@ -238,6 +239,8 @@ MISTAKES = [
     ("final_norms_swapped", "encoder_norm_f 与 decoder_norm_f 用反了"),
     ("no_decoder_norm", "lm_head 之前少了 decoder_norm_f"),
     ("no_final_norms", "两个最后的归一化都漏了"),  # learner test 10a, 1.18
+    ("encoder_not_chained", "编码器层没有串起来"),  # learner test 24a, 1.18
+    ("decoder_not_chained", "解码器层没有串起来"),
     ("lm_head_before_norm", "decoder_norm_f 作用在了 lm_head 的输出"),
     ("no_lm_head", "少了最后的 lm_head"),
     ("softmax", "未经 softmax"),

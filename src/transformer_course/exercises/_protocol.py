@@ -241,7 +241,7 @@ def _crash_message(
     hint = next((h for p, h, text in candidates if re.search(p, text, re.M)), "")
     return (
         f"{what} 运行出错{f'（{case}）' if case else ''}：{error}"
-        + (f"\n出错的位置：{where}：{line}" if where else "")
+        + (f"\n出错的位置：{where}" + (f"：{line}" if line else "") if where else "")
         + (f"\n可能的原因：{hint}" if hint else "")
     )
 

@@ -48,7 +48,8 @@ def as_tensor(out: object, what: str, case: str = "") -> Tensor:
         hint = "得到的是一个数：是不是只算了一个元素，或者提前调用了 .item()？"
     else:
         hint = "检查 return 语句"
-    fail(f"{spaced(what)}应是 torch.Tensor{where}，得到的是 {kind}：{hint}。")
+    end = "" if hint.endswith("？") else "。"
+    fail(f"{spaced(what)}应是 torch.Tensor{where}，得到的是 {kind}：{hint}{end}")
     return out  # unreachable
 
 

@@ -200,6 +200,39 @@ ATTENTION_CRASHES = [
 ]
 
 
+# crashes told apart by the case's sizes, where the learner's line may be unknown (code
+# run by exec): (pattern over the sizes {H}, {L}, {S}, hint in the exercise's letters)
+ATTENTION_SIZE_CRASHES = [
+    (
+        r"tensor a \({H}\) must match the size of tensor b \({S}\) at non-singleton "
+        r"dimension 1",
+        "4 维输入 (N, {H}, {L}, {D}) 在头的那一维上对不上：K.transpose(1, 2) 在 4 维时"
+        "交换的是头和位置，不是最后两维。转置 K 用 K.transpose(-2, -1)（或 K.mT），"
+        "3 维、4 维都对。",
+    ),
+    (
+        r"batch2 tensor to be: \[\d+, {L}\] but got: \[\d+, {S}\]",
+        "权重 @ V 时，权重的最后一维应是键的个数 {S}：你的权重是 (…, {S}, {L})，"
+        "被转置了（如 softmax(scores.transpose(-2, -1), …)）。分数 Q Kᵀ 本来就是 "
+        "(…, {L}, {S})：不要转置，softmax 沿键的维度 dim=-1 做。",
+    ),
+]
+
+
+def _size_causes(Q: Tensor, K: Tensor, letters: dict[str, str]) -> list:
+    """:data:`ATTENTION_SIZE_CRASHES` for this case's sizes; a pattern is left out
+    where two sizes it tells apart are equal."""
+    H = Q.size(1) if Q.dim() == 4 else None
+    L, S, D = Q.size(-2), K.size(-2), Q.size(-1)
+    (heads, heads_hint), (weights, weights_hint) = ATTENTION_SIZE_CRASHES
+    causes = []
+    if H is not None and H != S:
+        causes.append((heads.format(H=H, S=S), heads_hint.format(**letters)))
+    if L != S and L != D:  # Q @ K without a transpose reads "[N, D] but got [N, S]"
+        causes.append((weights.format(L=L, S=S), weights_hint.format(**letters)))
+    return causes
+
+
 def _attention_cases(
     g: torch.Generator,
 ) -> list[tuple[str, Tensor, Tensor, Tensor, Tensor | None]]:
@@ -315,7 +348,7 @@ def check_self_attention(fn: Callable, exercise: str | None = None) -> str:
             what=name,
             case=case,
             first=i == 0,
-            causes=causes,
+            causes=causes + _size_causes(Q, K, letters),
             copy_inputs=False,
         )
         _check_inputs_unchanged(fn, args, given, case)

@@ -185,10 +185,36 @@ def _attend(block: nn.Module, h: Tensor, causal: bool = True) -> Tensor:
     return block.self_attn(h, is_causal=causal)
 
 
-def _block_mistake(block: nn.Module, x: Tensor, mistake: str) -> Tensor | None:
+def _attention_takes_masks(mine: nn.Module, ref: nn.Module, x: Tensor) -> bool:
+    """Whether the learner's block ``mine`` has a ``self_attn`` that, given the causal
+    mask, outputs what the reference block ``ref`` (the same weights) does: then an
+    output with the mask transposed comes from the mask the block built."""
+    mask = causal_mask(x.size(1))
+    try:
+        with torch.no_grad():
+            out = mine.self_attn(x, x, x, attn_mask=mask)
+            want = ref.self_attn(x, x, x, attn_mask=mask)
+    except Exception:  # its own signature: the block's code is all there is to go by
+        return False
+    out = out[0] if isinstance(out, tuple) else out
+    return isinstance(out, Tensor) and close(out, want)
+
+
+def _block_mistake(
+    block: nn.Module, x: Tensor, mistake: str, attention_ok: bool = False
+) -> Tensor | None:
     """What the package block outputs with one of :data:`BLOCK_HINTS`' mistakes:
     ``attn_<m>`` is the right wiring around a self-attention (the block's four
-    projections, causal) with :data:`MHA_HINTS`' mistake ``m`` inside."""
+    projections, causal) with :data:`MHA_HINTS`' mistake ``m`` inside;
+    ``mask_inverted`` (the block builds ``.triu()``) only where the learner's own
+    attention is known to take a mask right (``attention_ok``), since an attention
+    that transposes its mask gives the same output."""
+    if mistake == "mask_inverted":
+        if not attention_ok:
+            return None
+        h = block.norm1(x)
+        x = x + block.self_attn(h, attn_mask=causal_mask(x.size(1)).T)
+        return x + block.ffn(block.norm2(x))
     if not mistake.startswith("attn_"):
         return _block_variant(block, x, mistake)
     a = block.self_attn
@@ -371,6 +397,12 @@ BLOCK_HINTS = [
         for hint, mistake in FFN_HINTS
         if mistake in _FFN_ACTIVATIONS
     ),
+    (
+        "因果掩码方向反了：块里建的掩码是上三角（.triu()），位置 i 看得见 i 及之后的"
+        "位置（未来）。应为下三角 .tril()，或直接用 tc.causal_mask(L)"
+        "（True = 可以看）；你的多头注意力本身没问题。",
+        "mask_inverted",
+    ),
     # the block's wiring is right, its attention has one of the multi-head mistakes
     *(
         (f"块的连线对，错在块里的多头注意力：{hint}", f"attn_{mistake}")
@@ -447,7 +479,12 @@ def check_transformer_block(cls: type) -> str:
         hint = first_reproduced(
             out,
             BLOCK_HINTS,
-            functools.partial(_block_mistake, ref_mod, x),
+            functools.partial(
+                _block_mistake,
+                ref_mod,
+                x,
+                attention_ok=_attention_takes_masks(module, ref_mod, x),
+            ),
             H=H,
             D=E // H,
             E=E,
@@ -711,7 +748,12 @@ def _gpt_block_hint(module: nn.Module, ref: nn.Module, idx: Tensor, what: str) -
                 named = isinstance(got, Tensor) and first_reproduced(
                     got,
                     BLOCK_HINTS,
-                    functools.partial(_block_mistake, block, h),
+                    functools.partial(
+                        _block_mistake,
+                        block,
+                        h,
+                        attention_ok=_attention_takes_masks(mine, block, h),
+                    ),
                     H=H,
                     D=E // H,
                     E=E,

@@ -447,6 +447,8 @@ def _contributions(
     D = E // H
     if mistake == "rows":  # W^O_h taken as rows hD .. (h+1)D - 1
         return [out @ W[heads(h, D)] for h, out in enumerate(outputs)]
+    if mistake == "w_o_next_head":  # head h times the columns of head h + 1
+        return [out @ W[:, heads((h + 1) % H, D)].T for h, out in enumerate(outputs)]
     parts = [out @ W[:, heads(h, D)].T for h, out in enumerate(outputs)]
     return [p + bias for p in parts] if mistake == "bias_per_head" else parts
 
@@ -474,6 +476,11 @@ HEAD_HINTS = [
         "view(N, T, D, H)）：一个头是连续的一段，第 hD 到 (h+1)D−1 个特征，"
         "即 view(N, T, H, D) 的第 h 个，或切片 [h * D : (h + 1) * D]。",
         "strided",
+    ),
+    (
+        "head_h 乘的是下一个头的 W^O（out_proj.weight 的第 (h+1)D 到 (h+2)D−1 列）："
+        "head_h 与 W^O_h 要用同一个 h，out_proj.weight[:, h * D : (h + 1) * D].T。",
+        "w_o_next_head",
     ),
 ]
 
@@ -505,12 +512,15 @@ SUM_HINTS = [
     ),
 ]
 
+_NO_TRANSPOSE_W_O = (
+    "W^O_h 的形状应为 (D, E)：out_proj.weight 是 (E, E)，取第 hD 到 (h+1)D−1 "
+    "列得到 (E, D)，还要转置：out_proj.weight[:, h * D : (h + 1) * D].T。"
+)
+
 HEAD_CRASHES = [
-    (
-        r"cannot be multiplied[^\n]*\n.*\.weight\b",
-        "W^O_h 的形状应为 (D, E)：out_proj.weight 是 (E, E)，取第 hD 到 (h+1)D−1 "
-        "列得到 (E, D)，还要转置：out_proj.weight[:, h * D : (h + 1) * D].T。",
-    ),
+    (r"cannot be multiplied[^\n]*\n.*\.weight\b", _NO_TRANSPOSE_W_O),
+    # (…×D) @ (E×D) where the line is unknown (code run by exec): the same slip
+    (r"cannot be multiplied \(\d+x(\d+) and \d+x\1\)", _NO_TRANSPOSE_W_O),
 ]
 
 

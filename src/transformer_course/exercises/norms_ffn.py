@@ -64,6 +64,7 @@ def _ln_variant(
     if mistake == "eps_ignored":
         return layer_norm_reference(x, w, b) if eps_given else None
     dims = {"dim0": 0, "dim1": 1, "all": tuple(range(1, x.dim()))}.get(mistake, -1)
+    dims = (0, 1) if mistake == "batch_norm" else dims
     mean = x.mean(dim=0 if mistake == "mean_dim0" else dims, keepdim=True)
     var = x.var(
         dim=0 if mistake == "var_dim0" else dims,
@@ -72,6 +73,8 @@ def _ln_variant(
     )
     if mistake == "no_center":
         return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w + b
+    if mistake == "numerator_not_centred":  # the variance centred, x itself divided
+        return x / torch.sqrt(var + eps) * w + b
     if mistake == "bias_inside":  # β added to x - mean, then normalised and scaled
         return (x - mean + b) / torch.sqrt(var + eps) * w
     if mistake == "std_eps":
@@ -121,7 +124,18 @@ LAYER_NORM_HINTS = [
         "归一化的维度不对：只在最后一维（特征维）上求均值和方差，不要把其它维也算进去。",
         "all",
     ),
+    (
+        "这是 BatchNorm 的做法：沿批和位置（dim=(0, 1)）对每个特征求均值和方差，一个"
+        "词元的输出于是取决于同一批里的其他词元。LayerNorm 对每个词元自己的特征归一化："
+        "x.mean(-1, keepdim=True)，x.var(-1, keepdim=True, unbiased=False)。",
+        "batch_norm",
+    ),
     ("没有减去均值：这是 RMSNorm 的做法；LayerNorm 要 (x − mean)。", "no_center"),
+    (
+        "分子忘了减去均值：方差是围绕均值算的，分子却是 x 本身。"
+        "应为 (x − mean) / sqrt(var + eps)。",
+        "numerator_not_centred",
+    ),
     ("没有用上 γ 和 β：标准化之后要 * weight + bias。", "no_affine"),
     ("乘了 γ，却漏了 + β：应为 x̂ * weight + bias。", "no_bias"),
     ("weight 和 bias 用反了：应为 x̂ * weight + bias。", "swapped"),

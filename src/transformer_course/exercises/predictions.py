@@ -179,11 +179,34 @@ def _verdict(
     if not _is_number(actual):
         return f"不一致：{why or '对照解答里的推理'}"
     side = "偏大" if prediction > actual else "偏小"  # type: ignore[operator]
+    if why is None and exact is None and _rounded_from(prediction, actual):
+        why = "实际值舍入到你写的位数正是你的预测：推理多半对了，只是位数不够，多写几位"
     why = why or "对照解答里的推理，看看哪一步想得不一样"
     if exact is not None:
         return f"{side}：答案是一个整数，要完全一致；{why}"
     err = abs(float(prediction) - actual) / max(abs(actual), 1e-12)  # type: ignore
-    return f"相差 {_gap(err, tol, False)}，{side}：{why}"
+    note = _fraction_note(prediction, actual)  # type: ignore[arg-type]
+    return f"相差 {_gap(err, tol, False)}，{side}：{why}{note}"
+
+
+def _rounded_from(prediction: float, actual: float) -> bool:
+    """Whether ``prediction`` is ``actual`` rounded to the significant digits the
+    prediction is written with (10.7 for 10.656)."""
+    digits = next(
+        (n for n in range(1, 16) if float(f"{prediction:.{n}g}") == prediction), None
+    )
+    return digits is not None and float(f"{actual:.{digits}g}") == prediction
+
+
+def _fraction_note(prediction: float, actual: float) -> str:
+    """A note for a prediction outside [0, 1] when the answer is a fraction in [0, 1]
+    (a share, a probability, an accuracy): most often a percentage (64 for 0.64)."""
+    if not 0 <= actual <= 1 or 0 <= prediction <= 1:
+        return ""
+    note = "（这里的答案是 0 到 1 之间的小数"
+    if 1 < prediction <= 100:
+        note += f"；若 {prediction:g} 是百分数，写成 {prediction / 100:g}"
+    return note + "）"
 
 
 def _checked_options(

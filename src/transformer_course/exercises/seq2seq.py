@@ -72,6 +72,8 @@ def _self_mask(mistake: str, L: int) -> dict:
     """The masked self-attention's mask arguments, as wired with ``mistake``."""
     if mistake == "diag_hidden":  # keys j < i only
         return {"attn_mask": torch.ones(L, L, dtype=torch.bool).tril(-1)}
+    if mistake == "mask_inverted":  # keys j >= i: the future
+        return {"attn_mask": torch.ones(L, L, dtype=torch.bool).triu()}
     return {"is_causal": mistake != "no_causal"}
 
 
@@ -99,6 +101,7 @@ def _decoder_variant(
         "cross_query_from_input",
         "cross_query_from_input_causal",
         "cross_residual_from_input",
+        "res_from_input",
         "ffn_from_b1",
         "ffn_from_input",
     ):
@@ -107,10 +110,11 @@ def _decoder_variant(
             "cross_query_from_input": (x, b1),
             "cross_query_from_input_causal": (x, b1),
             "cross_residual_from_input": (b1, x),
+            "res_from_input": (b1, x),  # every residual adds the layer input Y
         }.get(mistake, (b1, b1))
         b2 = n2(residual + cross_attn(query))
         ffn_in = {"ffn_from_b1": b1, "ffn_from_input": x}.get(mistake, b2)
-        return n3(b2 + layer.ffn(ffn_in))
+        return n3((x if mistake == "res_from_input" else b2) + layer.ffn(ffn_in))
     if mistake == "pre_ln":
         x = x + self_attn(n1(x))
         x = x + cross_attn(n2(x))
@@ -149,6 +153,12 @@ _DECODER_HINTS = [
         "diag_hidden",
     ),
     (
+        "因果掩码方向反了：上三角（.triu()）让位置 i 看得见 i 及之后的位置（未来）。"
+        "应为下三角 .tril()，或直接 self_attn(x, is_causal=True) / "
+        "attn_mask=tc.causal_mask({L})（True = 可以看）。",
+        "mask_inverted",
+    ),
+    (
         "交叉注意力的键和值应来自编码器输出：{cross}"
         "（查询来自解码器，键、值来自 memory），"
         "你的交叉注意力只看了解码器自己。",
@@ -173,6 +183,12 @@ _DECODER_HINTS = [
         "norm2(Y + cross_attn(B1, …)) 跳过了第一个子层。查询对了，残差也应加在 B1 上："
         "norm2(B1 + cross_attn(B1, memory, memory, attn_mask=memory_mask))。",
         "cross_residual_from_input",
+    ),
+    (
+        "三个子层的残差都加的是层输入 Y（forward 收到的 x）：每个子层的残差应加在"
+        "它自己的输入上，norm2(B1 + cross_attn(B1, …))、norm3(B2 + ffn(B2))，"
+        "不要先存 x0 = x 再一直加 x0。",
+        "res_from_input",
     ),
     (
         "FFN 的输入用了第一个子层的输出 B1（ffn(B1)）：FFN 应作用在交叉注意力之后的 "

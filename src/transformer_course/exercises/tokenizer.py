@@ -375,6 +375,12 @@ def _diagnose_choices(name: str, picks: list[tuple[list[int], tuple]]) -> None:
         )
     if counted:
         fail(head + f"你选的是数错了的相邻对里最多的一对：{counted[0]}")
+    if counts.get(pair, 0) == counts[want]:  # a tie that wrong counts hid
+        fail(
+            head + f"{pair} 与 {want} 都出现 {counts[want]} 次，并列时取最小的一对 "
+            f"{want}；你的选择不是按这条规则做出的，多半是你数出的次数与此不同："
+            "先用上一题的检查确认相邻对的计数（重叠的对也要数）。"
+        )
     fail(
         head + f"要合并的是出现次数最多的一对，{pair} 却只出现 "
         f"{counts.get(pair, 0)} 次：先用上一题的检查确认相邻对的计数"

@@ -112,6 +112,17 @@ TRANSFORMER_HINTS = [
         "（解码器层自己加）。",
         "encoder_causal",
     ),
+    *(
+        (
+            f"{side}层没有串起来：每一层都读了嵌入 {x}，只有最后一层的输出留了下来。"
+            f"每一层读上一层的输出：for block in self.{blocks}: {x} = block({x}, …)。",
+            f"{mistake}_not_chained",
+        )
+        for side, x, blocks, mistake in (
+            ("编码器", "x", "encoder_blocks", "encoder"),
+            ("解码器", "y", "decoder_blocks", "decoder"),
+        )
+    ),
     (
         "两个最后的归一化都漏了：编码器层全部过完后 memory = self.encoder_norm_f(x)，"
         "解码器层全部过完后 self.lm_head(self.decoder_norm_f(y))。",
@@ -206,17 +217,19 @@ def _transformer_variant(
         return pos(table(ids) * s)
 
     x = embed(ref.src_tok_emb, ref.src_pos_emb, src, "src")
+    x0 = x  # "*_not_chained": every block reads the embeddings, the last one counts
     for block in ref.encoder_blocks:
-        x = block(x, attn_mask=enc_mask)
+        x = block(x0 if mistake == "encoder_not_chained" else x, attn_mask=enc_mask)
     enc_norm, dec_norm = ref.encoder_norm_f, ref.decoder_norm_f
     if mistake == "final_norms_swapped":
         enc_norm, dec_norm = dec_norm, enc_norm
     no_enc_norm = mistake in ("memory_before_norm", "no_final_norms")
     no_dec_norm = mistake in ("no_decoder_norm", "no_final_norms")
     memory = x if no_enc_norm else enc_norm(x)
-    y = embed(ref.tgt_tok_emb, ref.tgt_pos_emb, tgt, "tgt")
+    y = y0 = embed(ref.tgt_tok_emb, ref.tgt_pos_emb, tgt, "tgt")
     for block in ref.decoder_blocks:
-        y = block(y, memory, memory_mask=mem_mask)
+        y_in = y0 if mistake == "decoder_not_chained" else y
+        y = block(y_in, memory, memory_mask=mem_mask)
     logits = ref.lm_head(y if no_dec_norm else dec_norm(y))
     return logits.softmax(-1) if mistake == "softmax" else logits
 
