@@ -260,6 +260,26 @@ def test_4_19_hints(page):
     assert "新的一条不对" in rejected(page["check_add_memory"], add_memory(scale=2.0))
 
 
+def test_4_19_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_ffn(page):
+    """learner test 25b: zeroing w2 in place was accepted, and changing ffn in place broke
+    the next (correct) attempt with a raw RuntimeError"""
+    right = add_memory()
+
+    def zero_w2_then_right(ffn, k_new, v_new, tau):
+        with torch.no_grad():
+            ffn.w2.weight.zero_()
+        return right(ffn, k_new, v_new, tau)
+
+    def grow_in_place(ffn, k_new, v_new, tau):
+        grown = right(ffn, k_new, v_new, tau)
+        ffn.w1, ffn.w2 = grown.w1, grown.w2
+        return grown
+
+    for changes_ffn in (zero_w2_then_right, grow_in_place):
+        assert "不要改动传入的 ffn" in rejected(page["check_add_memory"], changes_ffn)
+        page["check_add_memory"](right)  # the page's memory_ffn is unchanged
+
+
 # ---- 4.21: the online softmax ------------------------------------------------------------------
 
 
@@ -277,6 +297,9 @@ def online_softmax(mistake):
             if mistake == "fix_after_add":  # learner test 24b
                 ell = (ell + p.sum(-1, keepdim=True)) * fix
                 o = (o + pv) * fix
+            elif mistake == "ell_fixed_after_add":  # learner test 25b: inf, not nan
+                ell = (ell + p.sum(-1, keepdim=True)) * fix
+                o = o * fix + pv
             else:
                 ell = ell * fix + p.sum(-1, keepdim=True)
                 o = (o if mistake == "o_not_rescaled" else o * fix) + pv
@@ -292,6 +315,7 @@ def online_softmax(mistake):
         ("inverted", "校正因子倒过来了"),  # learner test 23: was sent to the score scaling
         ("o_not_rescaled", "分子 o 里旧块的项没有按新的最大值缩小"),  # learner test 22b
         ("fix_after_add", "校正放在了加法之后"),
+        ("ell_fixed_after_add", "校正放在了加法之后"),
     ],
 )
 def test_4_21_hints(page, mistake, keyword):

@@ -407,6 +407,27 @@ def test_bpe_tie_hidden_by_a_wrong_count_names_both_pairs(capsys):
     assert "重叠的对也要数" in message and "却只出现" not in message, message
 
 
+def step_smallest_pair_ignoring_counts(ids, new_id):  # learner test 25b
+    pair = min(tc.tokenizer.count_pairs(ids))
+    return pair, merge_while(ids, pair, new_id)
+
+
+def test_bpe_pick_that_ignores_the_counts_is_told_to_compare_counts(capsys):
+    message = rejection(bx.check_bpe_merge, step_smallest_pair_ignoring_counts)
+    assert "选的时候却没看次数" in message and "min(counts) 只比较对本身" in message, message
+
+
+def step_least_frequent_pair(ids, new_id):  # min where max was meant
+    counts = tc.tokenizer.count_pairs(ids)
+    pair = min(counts, key=counts.get)
+    return pair, merge_while(ids, pair, new_id)
+
+
+def test_bpe_pick_of_a_rarer_pair_is_told_to_compare_counts(capsys):
+    message = rejection(bx.check_bpe_merge, step_least_frequent_pair)
+    assert "却只出现" in message and "选的时候要比次数" in message, message
+
+
 def step_returns_input(ids, new_id):  # learner test 18b: the merge computed, its result dropped
     pair, _ = step_min(ids, new_id)
     return pair, ids

@@ -104,7 +104,9 @@ def _count_variants(ids: list[int]) -> dict:
         "多了首尾相接的一对：最后一个元素后面没有元素，不要绕回开头。": dict(
             count_pairs([*ids, ids[0]]) if ids else {}
         ),
-        "只记了哪些对出现过，没有计数：同一对每出现一次加 1。": dict.fromkeys(want, 1),
+        "只记了哪些对出现过，没有计数：同一对每出现一次加 1（或者计数对了，"
+        "选的时候却没看次数：min(counts) 只比较对本身，"
+        "要 max(counts, key=counts.get)）。": dict.fromkeys(want, 1),
         "对的两个元素顺序反了：位置 i 贡献 (ids[i], ids[i + 1])，左边的在前，"
         "即 zip(ids, ids[1:])，不是 zip(ids[1:], ids)。": {
             (b, a): n for (a, b), n in want.items()
@@ -383,8 +385,9 @@ def _diagnose_choices(name: str, picks: list[tuple[list[int], tuple]]) -> None:
         )
     fail(
         head + f"要合并的是出现次数最多的一对，{pair} 却只出现 "
-        f"{counts.get(pair, 0)} 次：先用上一题的检查确认相邻对的计数"
-        "（重叠的对也要数）。"
+        f"{counts.get(pair, 0)} 次（最多的出现 {counts[want]} 次）：选的时候要比次数，"
+        "例如 max(counts, key=counts.get)；min(counts) 只比较对本身，不看次数。"
+        "若选法没错，先用上一题的检查确认相邻对的计数（重叠的对也要数）。"
     )
 
 
