@@ -594,8 +594,8 @@ def check_greedy_with_cache(fn: object) -> str:
         if not torch.equal(new, ref[:, t0]) and torch.equal(new, first_piece):
             fail(
                 f"{name} 生成的第一个新词元来自第一块提示的 logits（{case}）："
-                "它只看到了提示的前几个词元。要用最后一块的 logits：最后一块的最后一个位置才看过"
-                "整段提示。"
+                "它只看到了提示的前几个词元。要用最后一块的 logits："
+                "最后一块的最后一个位置才看过整段提示。"
             )
         if not torch.equal(got, ref):
             fail(
