@@ -229,8 +229,10 @@ def test_decoder_hints_use_the_pages_names(capsys):
     assert "cross_attn(x," not in message, message
     message = rejection(lambda c: ex.check_decoder_layer(c, exercise="2.6"), make_decoder("no_res_cross"))
     assert "b2 = norm2(b1 + cross_attn(b1," in message, message
+    # learner test 25a F3: "cross_attn(x, …)" read as the layer input, the bug of 2.6
     message = rejection(lambda c: ex.check_decoder_layer(c, exercise="1.3"), make_decoder("no_mask"))
-    assert "cross_attn(x, memory, memory, attn_mask=memory_mask)" in message, message
+    assert "cross_attn(B1, memory, memory, attn_mask=memory_mask)" in message, message
+    assert "cross_attn(x," not in message and "不是层输入" in message, message
 
 
 def test_decoder_hints_are_all_reached(capsys):

@@ -256,11 +256,16 @@ _DECODER_HINTS = [
 
 # the decoder layer's names as each page writes them: chapter 2 (the paper's
 # equations) names the sublayers' outputs B1 and B2, so x stays the layer input Y;
-# chapter 1 carries x through the three sublayers
+# chapter 1 carries x through the three sublayers (the cross-attention's query is
+# still named B1, as in the hints shared by both chapters: a bare x reads as the
+# layer's input, the bug of exercise 2.6)
 _RUNNING_X = {
     "q": "x",
     "f": "x",
-    "cross": "cross_attn(x, memory, memory, attn_mask=memory_mask)",
+    "cross": (
+        "cross_attn(B1, memory, memory, attn_mask=memory_mask)，查询 B1 是第一个子层"
+        "的输出 norm1(x + self_attn(x))，不是层输入"
+    ),
     "cross_step": "x = norm2(x + cross_attn(x, memory, memory, attn_mask=memory_mask))",
     "ffn_step": "x = norm3(x + ffn(x))",
 }
