@@ -463,9 +463,22 @@ def decode_skeleton(model, src, bos_id, eos_id, max_len):
     raise NotImplementedError
 
 
-@pytest.mark.parametrize("candidate", [decode_right, decode_list])
+def decode_int32(model, src, bos_id, eos_id, max_len):
+    """Learner test 25a (1.6): right ids as int32 ("词元编号" names no dtype)."""
+    return make_decode(None)(model, src, bos_id, eos_id, max_len).int()
+
+
+def decode_float(model, src, bos_id, eos_id, max_len):
+    return make_decode(None)(model, src, bos_id, eos_id, max_len).float()
+
+
+@pytest.mark.parametrize("candidate", [decode_right, decode_list, decode_int32])
 def test_greedy_decode_accepts(candidate, capsys):
     assert_passes(ex.check_greedy_decode, candidate, capsys)
+
+
+def test_greedy_decode_rejects_float_ids(capsys):
+    assert_rejects(ex.check_greedy_decode, decode_float, "应返回整数的词元编号", capsys)
 
 
 def test_greedy_decode_skeleton(capsys):

@@ -766,8 +766,11 @@ def check_greedy_decode(fn: Callable) -> str:
                     f"（{case}）：ys 从 torch.tensor([[bos_id]]) 开始，"
                     "用 torch.cat(…, dim=1) 接长。"
                 )
-            if out.dtype != torch.long:
-                fail(f"{name} 应返回 int64 的词元编号，得到 dtype {out.dtype}。")
+            # any integer dtype is a row of token ids ("词元编号"): the page only
+            # decodes it with tgt_tok.decode, which reads each id as an int
+            if out.is_floating_point() or out.is_complex() or out.dtype == torch.bool:
+                fail(f"{name} 应返回整数的词元编号，得到 dtype {out.dtype}。")
+            out = out.long()
             ref = _greedy_reference(model, src, _BOS, eos_arg, max_len)[0].tolist()
             got = out[0].tolist()
             if got == ref:
