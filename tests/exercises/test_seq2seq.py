@@ -122,6 +122,10 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 return self.norm3(x) + self.ffn(x)
             if mistake == "norm2_for_ffn":
                 return self.norm2(x + self.ffn(x))
+            if mistake == "pre_ln_ffn":  # learner test 25a, 1.3: the FFN step alone Pre-LN
+                return x + self.ffn(self.norm3(x))
+            if mistake == "norm_on_ffn":  # learner test 25a, 1.3: residual after the norm
+                return x + self.norm3(self.ffn(x))
             return self.norm3(self.ffn(x) if mistake == "no_res_ffn" else x + self.ffn(x))
 
     return Decoder
@@ -215,6 +219,8 @@ def test_decoder_layer_skeleton(capsys):
         ("cross_causal", "交叉注意力用了 is_causal=True"),
         ("cross_causal_masked", "交叉注意力不能是因果的"),
         ("cross_query_from_input_causal", "查询却仍是层输入 Y"),
+        ("pre_ln_ffn", "FFN 这一步写成了 Pre-LN"),
+        ("norm_on_ffn", "残差加在归一化之后"),
     ],
 )
 def test_decoder_layer_rejects(mistake, keyword, capsys):
@@ -243,7 +249,7 @@ def test_decoder_hints_are_all_reached(capsys):
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1", "ffn_from_input",
         "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal", "cross_causal_masked",
-        "cross_query_from_input_causal",
+        "cross_query_from_input_causal", "pre_ln_ffn", "norm_on_ffn",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
     assert_every_hint_reached({"_DECODER_HINTS": seq2seq._DECODER_HINTS}, rejects, capsys)

@@ -138,7 +138,11 @@ def _decoder_variant(
     res = {m: mistake != f"no_res_{m}" for m in ("self", "cross", "ffn")}
     x = n1((x if res["self"] else 0) + self_attn(x))
     x = n2((x if res["cross"] else 0) + cross_attn(x))
-    return n3((x if res["ffn"] else 0) + layer.ffn(x))
+    last = {  # the FFN step alone wired wrong, or right
+        "pre_ln_ffn": lambda: x + layer.ffn(n3(x)),
+        "norm_on_ffn": lambda: x + n3(layer.ffn(x)),
+    }
+    return last.get(mistake, lambda: n3((x if res["ffn"] else 0) + layer.ffn(x)))()
 
 
 _DECODER_HINTS = [
@@ -237,6 +241,16 @@ _DECODER_HINTS = [
         "no_res_cross",
     ),
     ("少了 FFN 的残差连接：{ffn_step}。", "no_res_ffn"),
+    (
+        "FFN 这一步写成了 Pre-LN：x + ffn(norm3(x))，前两个子层却是 Post-LN。"
+        "本章的模型三步都是先相加、再归一化：{ffn_step}。",
+        "pre_ln_ffn",
+    ),
+    (
+        "FFN 这一步把 norm3 用在了 FFN 的输出上、残差加在归一化之后："
+        "x + norm3(ffn(x))，残差绕过了归一化。Post-LN 是先相加再归一化：{ffn_step}。",
+        "norm_on_ffn",
+    ),
     ("norm1 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms_swapped"),
     ("norm1 与 norm2 用反了：子层按顺序用 norm1、norm2、norm3。", "norms12_swapped"),
     ("norm2 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms23_swapped"),
