@@ -62,6 +62,14 @@ def make_forward(mistake=None):
             if mistake == "top_left_padded":  # learner test: causal_mask(T), padded
                 keep = torch.nn.functional.pad(tc.causal_mask(T), (0, K.shape[-2] - T), value=False)
                 scores = scores.masked_fill(~keep, float("-inf"))
+            elif mistake == "mask_triu":  # learner test 25c, 5.23: the mask "fixed" inverted
+                S = K.shape[-2]
+                keep = torch.ones(T, S, dtype=torch.bool).triu(S - T)
+                scores = scores.masked_fill(~keep, float("-inf"))
+            elif mistake == "mask_no_diagonal":  # learner test 25c, 5.23: a query cannot see itself
+                S = K.shape[-2]
+                keep = torch.ones(T, S, dtype=torch.bool).tril(S - T - 1)
+                scores = scores.masked_fill(~keep, float("-inf"))
             elif mistake != "no_mask":
                 scores = scores.masked_fill(~tc.causal_mask(T, K.shape[-2]), float("-inf"))
             o = scores.softmax(-1) @ V
@@ -157,6 +165,8 @@ NAMED_MISTAKES = [
     ("ffn_from_h", "FFN 的输入用了注意力之前的 h"),
     ("scale_model", "缩放用了 √d_model"),
     ("kv_swapped", "键和值弄反了"),
+    ("mask_triu", "掩码方向反了"),
+    ("mask_no_diagonal", "掩码把对角线也遮住了"),
 ]
 
 
@@ -246,3 +256,9 @@ def test_every_hint_is_reached(capsys):
     rejects = [pytest.param(ex.check_cached_forward, fn, None) for fn in mutants]
     tables = {"_MISTAKES": cached_generation._MISTAKES, "_CRASHES": cached_generation._CRASHES}
     assert_every_hint_reached(tables, rejects, capsys)
+
+
+@pytest.mark.parametrize(("mistake", "keyword"), [("mask_triu", "掩码方向反了"), ("mask_no_diagonal", "对角线")])
+def test_wrong_mask_fixes_of_the_bug_hunt_are_named(mistake, keyword, capsys):
+    # learner test 25c, 5.23: "fixes" of the top-left mask got the generic checklist
+    assert_rejects(lambda fn: ex.check_cached_forward(fn, exercise="5.23"), make_forward(mistake), keyword, capsys)

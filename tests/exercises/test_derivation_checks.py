@@ -57,6 +57,9 @@ REJECTS = [
     ),
     check(lambda L, S: (torch.arange(S) < (S - L)[:, None])[:, None, None, :], "而且 True/False 反了", "left-inverted"),
     check(lambda L, S: torch.ones(len(L), 1, 1, S, dtype=torch.bool), "位置 0..ℓ−1", "all-true"),
+    check(  # learner test 25a, 2.2: the positions on the query axis
+        lambda L, S: (torch.arange(S) < L[:, None])[:, None, :, None], "放在了查询那一维", "query-side"
+    ),
     check(lambda L, S: L.tolist(), "torch.Tensor", "list"),
     check(lambda L, S: L[S], "IndexError", "crash"),
 ]

@@ -478,6 +478,11 @@ class Rows(HeadSum):  # learner test: W^O_h as rows, the same (D, E) shape
         return self.out_proj.weight[h * self.d : (h + 1) * self.d]
 
 
+class ColumnsReshaped(HeadSum):  # learner test 25a, 3.4: (E, D) columns reshaped to (D, E)
+    def w_o(self, h):
+        return self.out_proj.weight[:, h * self.d : (h + 1) * self.d].reshape(self.d, -1)
+
+
 class BiasPerHead(HeadSum):
     def head_contributions(self, Q, K, V, attn_mask=None):
         return [p + self.out_proj.bias for p in super().head_contributions(Q, K, V, attn_mask)]
@@ -567,6 +572,7 @@ def contributions(cls, keyword, id):
 
 CONTRIBUTION_REJECTS = [
     contributions(Rows, "W^O_h 取成了 out_proj.weight 的行", "rows of W"),
+    contributions(ColumnsReshaped, "reshape 只按内存顺序重排，不是转置", "W^O_h columns reshaped"),
     contributions(BiasPerHead, "各头的贡献里加了 out_proj.bias", "bias in every contribution"),
     contributions(SegmentFromH, "第 h 到 h+D−1 个特征", "segment starting at h"),
     contributions(Strided, "每隔 H 个的特征", "strided heads"),

@@ -64,6 +64,8 @@ def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=T
                 return (y + b) * g
             if mistake == "no_bias":  # learner test 6a, 3.1
                 return y * g
+            if mistake == "no_weight":  # learner test 25a, 3.1: γ left out
+                return y + b
             if mistake == "bias_inside":  # learner test 9a, 3.1: (x - mu + b) / sqrt(var + eps) * w
                 return (x - mean + b) / torch.sqrt(var + self.eps) * g
             return y * g + b
@@ -106,6 +108,7 @@ LAYER_NORM_REJECTS = [
     ),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_affine"), "γ 和 β", id="gamma and beta unused"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_bias"), "漏了 + β", id="beta missing"),
+    pytest.param(ex.check_layer_norm, make_ln(mistake="no_weight"), "漏了 * γ", id="gamma missing"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="swapped"), "用反了", id="gamma and beta swapped"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="eps_ignored"), "构造函数传入的 eps", id="eps argument ignored"),
     pytest.param(ex.check_layer_norm, make_ln(parameter=False), "nn.Parameter", id="plain tensors"),

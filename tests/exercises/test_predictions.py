@@ -326,3 +326,13 @@ def test_the_answer_rounded_to_the_predictions_digits_is_told_so(capsys, predict
 def test_a_listed_mistake_comes_before_the_digits(capsys):
     tc.exercises.compare_prediction(10.7, 10.656, what="距离", rel_tol=1e-3, mistakes=[(10.705, "这是那个错误")])
     assert "这是那个错误" in capsys.readouterr().out
+
+
+def test_a_tuple_with_the_numbers_of_a_list_answer_agrees(capsys):
+    # learner test 25a: (1, 2, 3) against [1, 2, 3] was "不一致"
+    tc.exercises.compare_prediction((1, 2, 3), [1, 2, 3], what="x")
+    assert capsys.readouterr().out == "x：你的预测 (1, 2, 3)，实际 [1, 2, 3]。✓ 一致\n"
+    tc.exercises.compare_prediction([1, 2, 3], (1, 2, 3), what="x")
+    assert "✓ 一致" in capsys.readouterr().out
+    tc.exercises.compare_prediction((1, 2, 4), [1, 2, 3], what="x")
+    assert "不一致" in capsys.readouterr().out

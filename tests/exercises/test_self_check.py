@@ -364,10 +364,17 @@ def test_causality_probe_names_the_comparison_fault(probe, keyword, capsys):
     assert capsys.readouterr().out == ""
 
 
-@torch.no_grad()
-def greedy_cached(model, ids, n_new):
+def prefilled(model, ids, chunk):
+    """Caches holding the prompt, fed ``chunk`` tokens at a time, and the last logits."""
     caches = model.new_caches()
-    logits, _ = model(ids, caches=caches)
+    for piece in ids.split(chunk, dim=1):
+        logits, _ = model(piece, caches=caches)
+    return caches, logits
+
+
+@torch.no_grad()
+def greedy_cached(model, ids, n_new, chunk=4):
+    caches, logits = prefilled(model, ids, chunk)
     for step in range(n_new):
         nxt = logits[:, -1].argmax(-1, keepdim=True)
         ids = torch.cat([ids, nxt], dim=1)
@@ -377,11 +384,11 @@ def greedy_cached(model, ids, n_new):
 
 
 @torch.no_grad()
-def greedy_cached_tokenwise(model, ids, n_new):
-    """Another style: prefill token by token, collect new tokens in a list."""
+def greedy_cached_list(model, ids, n_new, chunk=4):
+    """Another style: index-arithmetic chunks, new tokens collected in a list."""
     caches = model.new_caches()
-    for t in range(ids.shape[1]):
-        logits, _ = model(ids[:, t : t + 1], caches=caches)
+    for start in range(0, ids.shape[1], chunk):
+        logits, _ = model(ids[:, start : start + chunk], caches=caches)
     new = [logits[:, -1].argmax(-1, keepdim=True)]
     while len(new) < n_new:
         logits, _ = model(new[-1], caches=caches)
@@ -391,11 +398,11 @@ def greedy_cached_tokenwise(model, ids, n_new):
 
 def test_greedy_with_cache(capsys):
     assert_passes(ex.check_greedy_with_cache, greedy_cached, capsys)
-    assert_passes(ex.check_greedy_with_cache, greedy_cached_tokenwise, capsys)
+    assert_passes(ex.check_greedy_with_cache, greedy_cached_list, capsys)
 
 
 @torch.no_grad()
-def greedy_refeeds_everything(model, ids, n_new):
+def greedy_refeeds_everything(model, ids, n_new, chunk=4):
     for _ in range(n_new):
         logits, _ = model(ids, caches=None)
         ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
@@ -403,9 +410,8 @@ def greedy_refeeds_everything(model, ids, n_new):
 
 
 @torch.no_grad()
-def greedy_first_position(model, ids, n_new):
-    caches = model.new_caches()
-    logits, _ = model(ids, caches=caches)
+def greedy_first_position(model, ids, n_new, chunk=4):
+    caches, logits = prefilled(model, ids, chunk)
     for _ in range(n_new):
         nxt = logits[:, 0].argmax(-1, keepdim=True)
         ids = torch.cat([ids, nxt], dim=1)
@@ -414,9 +420,9 @@ def greedy_first_position(model, ids, n_new):
 
 
 @torch.no_grad()
-def greedy_one_forward_too_many(model, ids, n_new):
-    caches = model.new_caches()
-    logits, _ = model(ids, caches=caches)
+def greedy_one_forward_too_many(model, ids, n_new, chunk=4):
+    """Learner test 25c: the last new token fed back, its logits unused."""
+    caches, logits = prefilled(model, ids, chunk)
     for _ in range(n_new):
         nxt = logits[:, -1].argmax(-1, keepdim=True)
         ids = torch.cat([ids, nxt], dim=1)
@@ -425,21 +431,72 @@ def greedy_one_forward_too_many(model, ids, n_new):
 
 
 @torch.no_grad()
-def greedy_two_forwards_too_many(model, ids, n_new):
-    ids = greedy_one_forward_too_many(model, ids, n_new)
+def greedy_two_forwards_too_many(model, ids, n_new, chunk=4):
+    ids = greedy_one_forward_too_many(model, ids, n_new, chunk)
     model(ids[:, -1:], caches=model.new_caches())
     return ids
 
 
-def test_feeding_the_last_token_back_passes_with_a_note(capsys):
-    # the right tokens, one unused forward: a note in the ✓ line, not a failure
-    assert_passes(ex.check_greedy_with_cache, greedy_one_forward_too_many, capsys)
-    ex.check_greedy_with_cache(greedy_one_forward_too_many)
-    assert "最后选出的词元又送进了模型" in capsys.readouterr().out
+@torch.no_grad()
+def greedy_chunk_ignored(model, ids, n_new, chunk=4):
+    """Learner test 25c: the whole prompt prefilled at once, ``chunk`` unused."""
+    return greedy_cached(model, ids, n_new, chunk=ids.shape[1])
 
 
 @torch.no_grad()
-def greedy_fresh_caches(model, ids, n_new):
+def greedy_tokenwise_prefill(model, ids, n_new, chunk=4):
+    """The prompt prefilled one token at a time, ``chunk`` unused."""
+    return greedy_cached(model, ids, n_new, chunk=1)
+
+
+@torch.no_grad()
+def greedy_chunk_fixed_at_4(model, ids, n_new, chunk=4):
+    """Pieces of 4 whatever ``chunk`` says: right for the default only."""
+    return greedy_cached(model, ids, n_new, chunk=4)
+
+
+@torch.no_grad()
+def greedy_first_chunk_logits(model, ids, n_new, chunk=4):
+    """Learner test 25c: the first prefill chunk's logits, not the last one's."""
+    caches = model.new_caches()
+    pieces = [model(piece, caches=caches)[0] for piece in ids.split(chunk, dim=1)]
+    logits = pieces[0]
+    for step in range(n_new):
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], dim=1)
+        if step + 1 < n_new:
+            logits, _ = model(nxt, caches=caches)
+    return ids
+
+
+def test_feeding_the_last_token_back_fails_and_counts_as_not_passed(capsys):
+    # the text forbids it: "最后选出的词元不要再送进模型"
+    from transformer_course.exercises import _protocol
+
+    message = rejection(ex.check_greedy_with_cache, greedy_one_forward_too_many)
+    assert "最后选出的词元又送进了模型" in message, message
+    _protocol.RESULTS.clear()
+    with pytest.raises(ex.ExerciseError):
+        ex.check_greedy_with_cache(greedy_one_forward_too_many, exercise="5.22")
+    capsys.readouterr()
+    ex.progress(5)
+    out = capsys.readouterr().out
+    assert "0 道通过" in out and "✗ 练习 5.22" in out, out
+    _protocol.RESULTS.clear()
+
+
+def test_greedy_with_cache_tests_chunk(capsys):
+    assert_rejects(ex.check_greedy_with_cache, greedy_chunk_ignored, "没有用 chunk 分块", capsys)
+    message = rejection(ex.check_greedy_with_cache, greedy_tokenwise_prefill)
+    assert "每次 chunk 个词元" in message and "[4, 2]" in message, message
+    message = rejection(ex.check_greedy_with_cache, greedy_chunk_fixed_at_4)
+    assert "每次 chunk 个词元" in message and "[2, 2, 1]" in message, message
+    message = rejection(ex.check_greedy_with_cache, greedy_first_chunk_logits)
+    assert "第一块提示的 logits" in message, message
+
+
+@torch.no_grad()
+def greedy_fresh_caches(model, ids, n_new, chunk=4):
     """Learner test: new caches every step, so the cache is never read."""
     inp = ids
     for _ in range(n_new):
@@ -450,7 +507,7 @@ def greedy_fresh_caches(model, ids, n_new):
 
 
 @torch.no_grad()
-def greedy_full_ids_into_cache(model, ids, n_new):
+def greedy_full_ids_into_cache(model, ids, n_new, chunk=4):
     """Learner test: the whole sequence fed into the same caches every step."""
     caches = model.new_caches()
     for _ in range(n_new):
@@ -467,15 +524,15 @@ def test_greedy_with_cache_learner_mistakes(capsys):
 
 
 @torch.no_grad()
-def greedy_new_tokens_only(model, ids, n_new):
+def greedy_new_tokens_only(model, ids, n_new, chunk=4):
     """Learner test 15 (5.21): right tokens, but the prompt left out of the result."""
-    return greedy_cached(model, ids, n_new)[:, ids.shape[1] :]
+    return greedy_cached(model, ids, n_new, chunk)[:, ids.shape[1] :]
 
 
 def test_greedy_with_cache_names_a_missing_prompt(capsys):
     message = rejection(ex.check_greedy_with_cache, greedy_new_tokens_only)
     assert "少了提示" in message, message
-    assert "(2, 12)" in message and "(2, 17)" in message, message
+    assert "(2, 12)" in message and "(2, 18)" in message, message
 
 
 def test_greedy_with_cache_mistakes(capsys):

@@ -122,6 +122,10 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 return self.norm3(x) + self.ffn(x)
             if mistake == "norm2_for_ffn":
                 return self.norm2(x + self.ffn(x))
+            if mistake == "pre_ln_ffn":  # learner test 25a, 1.3: the FFN step alone Pre-LN
+                return x + self.ffn(self.norm3(x))
+            if mistake == "norm_on_ffn":  # learner test 25a, 1.3: residual after the norm
+                return x + self.norm3(self.ffn(x))
             return self.norm3(self.ffn(x) if mistake == "no_res_ffn" else x + self.ffn(x))
 
     return Decoder
@@ -215,6 +219,8 @@ def test_decoder_layer_skeleton(capsys):
         ("cross_causal", "交叉注意力用了 is_causal=True"),
         ("cross_causal_masked", "交叉注意力不能是因果的"),
         ("cross_query_from_input_causal", "查询却仍是层输入 Y"),
+        ("pre_ln_ffn", "FFN 这一步写成了 Pre-LN"),
+        ("norm_on_ffn", "残差加在归一化之后"),
     ],
 )
 def test_decoder_layer_rejects(mistake, keyword, capsys):
@@ -229,8 +235,10 @@ def test_decoder_hints_use_the_pages_names(capsys):
     assert "cross_attn(x," not in message, message
     message = rejection(lambda c: ex.check_decoder_layer(c, exercise="2.6"), make_decoder("no_res_cross"))
     assert "b2 = norm2(b1 + cross_attn(b1," in message, message
+    # learner test 25a F3: "cross_attn(x, …)" read as the layer input, the bug of 2.6
     message = rejection(lambda c: ex.check_decoder_layer(c, exercise="1.3"), make_decoder("no_mask"))
-    assert "cross_attn(x, memory, memory, attn_mask=memory_mask)" in message, message
+    assert "cross_attn(B1, memory, memory, attn_mask=memory_mask)" in message, message
+    assert "cross_attn(x," not in message and "不是层输入" in message, message
 
 
 def test_decoder_hints_are_all_reached(capsys):
@@ -241,7 +249,7 @@ def test_decoder_hints_are_all_reached(capsys):
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1", "ffn_from_input",
         "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal", "cross_causal_masked",
-        "cross_query_from_input_causal",
+        "cross_query_from_input_causal", "pre_ln_ffn", "norm_on_ffn",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
     assert_every_hint_reached({"_DECODER_HINTS": seq2seq._DECODER_HINTS}, rejects, capsys)
@@ -461,9 +469,22 @@ def decode_skeleton(model, src, bos_id, eos_id, max_len):
     raise NotImplementedError
 
 
-@pytest.mark.parametrize("candidate", [decode_right, decode_list])
+def decode_int32(model, src, bos_id, eos_id, max_len):
+    """Learner test 25a (1.6): right ids as int32 ("词元编号" names no dtype)."""
+    return make_decode(None)(model, src, bos_id, eos_id, max_len).int()
+
+
+def decode_float(model, src, bos_id, eos_id, max_len):
+    return make_decode(None)(model, src, bos_id, eos_id, max_len).float()
+
+
+@pytest.mark.parametrize("candidate", [decode_right, decode_list, decode_int32])
 def test_greedy_decode_accepts(candidate, capsys):
     assert_passes(ex.check_greedy_decode, candidate, capsys)
+
+
+def test_greedy_decode_rejects_float_ids(capsys):
+    assert_rejects(ex.check_greedy_decode, decode_float, "应返回整数的词元编号", capsys)
 
 
 def test_greedy_decode_skeleton(capsys):

@@ -93,6 +93,16 @@ train_step_log_softmax_first = _step_with_loss(
 )
 
 
+def train_step_sum_reported_as_mean(model, optimizer, x, y):
+    """Learner test 25c (5.11): the summed loss backpropagated, its mean returned."""
+    logits = model(x)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum")
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item() / y.numel()
+
+
 def train_step_skeleton(model, optimizer, x, y):
     pass
 
@@ -135,6 +145,7 @@ TRAIN_STEP_REJECTS = [
         ex.check_train_step, make_train_step(order=("zero_grad", "step", "backward")), "之前", id="step before backward"
     ),
     pytest.param(ex.check_train_step, make_train_step(reduction="sum"), "求和", id="summed loss"),
+    pytest.param(ex.check_train_step, train_step_sum_reported_as_mean, "N·T = 15 倍", id="sum, mean returned"),
     pytest.param(ex.check_train_step, make_train_step(ret="tensor"), "loss.item()", id="returns a tensor"),
     pytest.param(ex.check_train_step, make_train_step(ret="after"), "更新之前", id="loss after the update"),
     pytest.param(ex.check_train_step, make_train_step(shift=True), "不要再移位", id="shifted once more"),

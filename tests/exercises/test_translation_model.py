@@ -2,6 +2,7 @@
 ``MyTransformer`` skeleton (its ``__init__`` given), correct ``forward``s written in
 several styles, and hand-written mistakes, each with the hint that names it."""
 
+import functools
 import math
 
 import pytest
@@ -121,6 +122,16 @@ def test_transformer_accepts(capsys):
         assert_passes(ex.check_transformer, cls, capsys)
     assert_passes(ex.check_transformer, SolutionTransformer, capsys, solution=True)
     assert_skeleton(ex.check_transformer, MyTransformer, capsys)
+
+
+def test_transformer_accepts_a_bound_decoder_layer(capsys):
+    # learner test 25a, 1.18: the learner's decoder layer swapped in by functools.partial
+    bound = functools.partial(SolutionTransformer, decoder_layer=PageDecoderLayer)
+    assert_passes(ex.check_transformer, bound, capsys)
+    ex.check_transformer(bound)
+    assert "SolutionTransformer" in capsys.readouterr().out
+    with pytest.raises(ex.ExerciseError, match="实例"):  # an instance is still no class
+        ex.check_transformer(functools.partial(len, []))
 
 
 def test_the_passed_weights_match_a_trained_model():

@@ -61,6 +61,8 @@ def random_mask(g: torch.Generator, *shape: int) -> Tensor:
 
 
 def name_of(candidate: object) -> str:
+    if isinstance(candidate, functools.partial):  # partial(MyModel, option=...)
+        return name_of(candidate.func)
     return getattr(candidate, "__name__", None) or type(candidate).__name__
 
 
@@ -153,7 +155,11 @@ def _not_code(title: str, candidate: object, wants_class: bool) -> str | None:
             f"{type(candidate).__name__}（{candidate!r:.60}）。"
             "把函数/类本身传进来，不要先调用它。"
         )
-    if wants_class and not isinstance(candidate, type):
+    # a class with some constructor arguments bound (functools.partial) builds the
+    # same modules: the checker only calls it with the remaining arguments
+    partial = isinstance(candidate, functools.partial)
+    bound = partial and isinstance(candidate.func, type)  # type: ignore[union-attr]
+    if wants_class and not (isinstance(candidate, type) or bound):
         return (
             f"{title}：要检查的是类本身（如 MyMultiHeadAttention），得到的是"
             f"一个 {type(candidate).__name__} 实例：去掉类名后面的括号和参数，"

@@ -176,6 +176,18 @@ _MISTAKES = [
         "分数用 q @ Kᵀ，加权求和用 V。",
         "kv_swapped",
     ),
+    (
+        "掩码方向反了：上三角 .triu(S − T) 让查询 i 看得见它自己和它之后的键"
+        "（未来），逐个送词元时新词元只看得见它自己。True = 可以看的是下三角："
+        "tc.causal_mask(T, S)，即 ones(T, S).tril(S − T)。",
+        "mask_triu",
+    ),
+    (
+        "掩码把对角线也遮住了：.tril(S − T − 1) 让每个查询看不见它自己的键，"
+        "提示的第一个位置什么也看不见（整行 −inf，softmax 得 NaN）。查询 i 对应"
+        "第 S − T + i 个键，包括它自己：tc.causal_mask(T, S)，即 tril(S − T)。",
+        "mask_no_diagonal",
+    ),
 ]
 
 
@@ -245,12 +257,21 @@ def _cached_attention(
     mask = causal_mask(T, S)
     if mistake == "top_left":
         mask = torch.arange(S) <= torch.arange(T)[:, None]  # query i: keys 0..i
+    if mistake in ("mask_triu", "mask_no_diagonal"):  # learner test 25c, 5.23 "fixes"
+        ones = torch.ones(T, S, dtype=torch.bool)
+        mask = ones.triu(S - T) if mistake == "mask_triu" else ones.tril(S - T - 1)
     if mistake != "no_mask":
         scores = scores.masked_fill(~mask, float("-inf"))
     o = torch.softmax(scores, dim=-1) @ V  # (N, H, T, D)
     if mistake not in ("heads_no_transpose", "merge_no_transpose"):
         o = o.transpose(1, 2)
     return attn.out_proj(o.reshape(N, T, -1))
+
+
+def _same_or_both_nan(got: Tensor, ref: Tensor) -> bool:
+    """:func:`close`, with NaN where the mistake gives NaN (a fully masked row)."""
+    nan = ref.isnan()
+    return bool((got.isnan() == nan).all()) and close(got[~nan], ref[~nan])
 
 
 def _replay(
@@ -330,8 +351,9 @@ def check_cached_forward(fn: object, exercise: str | None = None) -> str:
             ref = full[:, done : done + T]
             if not close(got, ref):
                 hint = first_reproduced(
-                    got, hints, functools.partial(_replay, model, chunks, step)
-                )
+                    got, hints, functools.partial(_replay, model, chunks, step),
+                    same=_same_or_both_nan,
+                )  # fmt: skip
                 fail(
                     f"{name} 的 logits 与整段一次前向的不一致（{case}；"
                     f"{where_differs(got, ref)}）。"

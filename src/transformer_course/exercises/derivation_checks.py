@@ -82,6 +82,14 @@ def check_padding_mask(fn: Callable, exercise: str | None = None) -> str:
                 f"(N, {H}, {L}, {S_}) 的分数广播，应为 (N, 1, 1, {S_}) = "
                 f"{tuple(ref.shape)}，在末尾加 [:, None, None, :]。"
             )
+        if tuple(out.shape) == (len(lens), 1, S, 1):
+            fail(
+                f"{name} 的形状是 {tuple(out.shape)}（{case}）：句子的位置放在了"
+                f"查询那一维（{L}）：这屏蔽的是填充位置发出的查询，"
+                "其余查询照样看得见填充的键。"
+                f"填充掩码沿键那一维（{S_}）：应为 (N, 1, 1, {S_})，"
+                "即 [:, None, None, :]。"
+            )
         check_shape(out, ref.shape, name, case)
         if out.dtype != torch.bool:
             why = (

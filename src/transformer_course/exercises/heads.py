@@ -447,6 +447,8 @@ def _contributions(
     D = E // H
     if mistake == "rows":  # W^O_h taken as rows hD .. (h+1)D - 1
         return [out @ W[heads(h, D)] for h, out in enumerate(outputs)]
+    if mistake == "cols_reshaped":  # the (E, D) column slice reshaped to (D, E)
+        return [out @ W[:, heads(h, D)].reshape(D, E) for h, out in enumerate(outputs)]
     if mistake == "w_o_next_head":  # head h times the columns of head h + 1
         return [out @ W[:, heads((h + 1) % H, D)].T for h, out in enumerate(outputs)]
     parts = [out @ W[:, heads(h, D)].T for h, out in enumerate(outputs)]
@@ -459,6 +461,12 @@ HEAD_HINTS = [
         "(out, in)），W^O_h 是第 hD 到 (h+1)D−1 列的转置："
         "out_proj.weight[:, h * D : (h + 1) * D].T，形状 (D, E)。",
         "rows",
+    ),
+    (
+        "列切片 out_proj.weight[:, h * D : (h + 1) * D] 是 (E, D)，你用 reshape（或 "
+        "view）把它变成了 (D, E)：reshape 只按内存顺序重排，不是转置，元素放错了"
+        "位置。要转置：out_proj.weight[:, h * D : (h + 1) * D].T。",
+        "cols_reshaped",
     ),
     (
         "各头的贡献里加了 out_proj.bias：偏置不属于任何一个头，"

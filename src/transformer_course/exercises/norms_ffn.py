@@ -85,6 +85,7 @@ def _ln_variant(
         y = (x - mean) / torch.sqrt(var + eps)
     affine = {"no_affine": lambda: y, "swapped": lambda: y * b + w}
     affine["no_bias"] = lambda: y * w
+    affine["no_weight"] = lambda: y + b
     affine["shift_then_scale"] = lambda: (y + b) * w
     return affine.get(mistake, lambda: y * w + b)()
 
@@ -138,6 +139,7 @@ LAYER_NORM_HINTS = [
     ),
     ("没有用上 γ 和 β：标准化之后要 * weight + bias。", "no_affine"),
     ("乘了 γ，却漏了 + β：应为 x̂ * weight + bias。", "no_bias"),
+    ("加了 β，却漏了 * γ（weight）：应为 x̂ * weight + bias。", "no_weight"),
     ("weight 和 bias 用反了：应为 x̂ * weight + bias。", "swapped"),
     ("先加 β 再乘 γ 了：应先乘再加，x̂ * weight + bias。", "shift_then_scale"),
     (

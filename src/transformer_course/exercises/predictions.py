@@ -140,7 +140,10 @@ def _digits(rel_tol: float) -> int:
 
 def _agrees(prediction: object, answer: object, exact: int | None, tol: float) -> bool:
     """Whether ``prediction`` is ``answer`` (a number within ``tol``, or the exact
-    integer ``exact``; anything else, an option included, equal)."""
+    integer ``exact``; a list or tuple, equal element by element; anything else, an
+    option included, equal)."""
+    if isinstance(prediction, (list, tuple)) and isinstance(answer, (list, tuple)):
+        return list(prediction) == list(answer)
     if not (_is_number(answer) and _is_number(prediction)):
         return bool(prediction == answer)
     if exact is not None:

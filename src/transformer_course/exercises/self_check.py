@@ -539,12 +539,12 @@ def check_greedy_with_cache(fn: object) -> str:
     """Grade ``fn(model, input_ids, max_new_tokens)``: greedy decoding of a
     :class:`MiniGPT` through ``model.new_caches()`` and ``model(ids, caches=...)``; it
     must equal ``model.generate(..., greedy=True, use_cache=False)`` and feed the model
-    the prompt once, then one token per step, ``T0 + n - 1`` positions in all. Feeding
-    the last new token back too (``T0 + n``) passes with a note in the ``✓`` line."""
+    the prompt in pieces of ``chunk`` tokens (the default 4, and 2), then one token per
+    step, ``T0 + n - 1`` positions in all: the last new token is not fed back."""
     name = name_of(fn)
     g = seeded_generator(43)
-    first, fed_last = True, False
-    for V, n_new in ((19, 12), (23, 20)):
+    first = True
+    for V, t0, n_new, chunk in ((19, 6, 12, None), (23, 5, 20, 2)):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(torch.randint(0, 10**6, (1,), generator=g)))
             model = MiniGPT(
@@ -556,17 +556,18 @@ def check_greedy_with_cache(fn: object) -> str:
                     num_layers=2,
                 )
             ).eval()
-        prompt = torch.randint(0, V, (2, 5), generator=g)
+        prompt = torch.randint(0, V, (2, t0), generator=g)
         seen: list[int] = []
         hook = model.tok_emb.register_forward_hook(functools.partial(_record, seen))
         made: list[int] = []  # one entry per model.new_caches() call of the learner
         model.new_caches = functools.partial(_counted, model.new_caches, made)
-        case = f"词表 {V}，提示 5 个词元，生成 {n_new} 个"
+        case = f"词表 {V}，提示 {t0} 个词元，生成 {n_new} 个，chunk={chunk or 4}"
+        given = {} if chunk is None else {"chunk": chunk}  # None: the default, 4
         try:
             with torch.no_grad():
                 out = run_learner(
                     fn, model, prompt, n_new, what=name, case=case, first=first,
-                    causes=GREEDY_CACHE_CRASHES,
+                    causes=GREEDY_CACHE_CRASHES, **given,
                 )  # fmt: skip
         finally:
             hook.remove()
@@ -575,17 +576,26 @@ def check_greedy_with_cache(fn: object) -> str:
         got = as_tensor(out, f"{name} 的返回值", case)
         if tuple(got.shape) == (2, n_new):
             fail(
-                f"{name} 返回的形状是 {tuple(got.shape)}，应为 (2, {5 + n_new})"
+                f"{name} 返回的形状是 {tuple(got.shape)}，应为 (2, {t0 + n_new})"
                 f"（{case}）：只有新生成的 {n_new} 个词元，少了提示。返回值要像 "
-                "model.generate 那样包括提示：前 5 个是提示，后面是新词元。"
+                f"model.generate 那样包括提示：前 {t0} 个是提示，后面是新词元。"
             )
-        check_shape(got, (2, 5 + n_new), f"{name} 的返回值", case)
+        check_shape(got, (2, t0 + n_new), f"{name} 的返回值", case)
         ref = model.generate(prompt, n_new, greedy=True, use_cache=False)
-        if not torch.equal(got, ref) and len(made) > 1:
+        if len(made) >= n_new or (len(made) > 1 and not torch.equal(got, ref)):
             fail(
-                f"{name} 的结果与不用缓存的贪心生成不同（{case}）：model.new_caches() "
-                f"调用了 {len(made)} 次——每一步都换了一组空缓存，前面的位置就丢了，"
+                f"{name} 调用了 {len(made)} 次 model.new_caches()（{case}）"
+                "——每一步都换了一组空缓存，前面的位置就丢了，"
                 "新词元只看得见它自己。缓存在循环之前建一次，之后每步传同一个 caches。"
+            )
+        with torch.no_grad():
+            first_piece = model(prompt[:, : chunk or 4])[0][:, -1].argmax(-1)
+        new = got[:, t0]
+        if not torch.equal(new, ref[:, t0]) and torch.equal(new, first_piece):
+            fail(
+                f"{name} 生成的第一个新词元来自第一块提示的 logits（{case}）："
+                "它只看到了提示的前几个词元。要用最后一块的 logits："
+                "最后一块的最后一个位置才看过整段提示。"
             )
         if not torch.equal(got, ref):
             fail(
@@ -593,23 +603,29 @@ def check_greedy_with_cache(fn: object) -> str:
                 "每一步只把新词元送进 model(next_id, caches=caches)，"
                 "取最后一个位置的 argmax。"
             )
-        if max(seen[1:], default=1) != 1:
+        pieces = [min(chunk or 4, t0 - start) for start in range(0, t0, chunk or 4)]
+        after = seen[len(pieces) :] if seen[: len(pieces)] == pieces else seen[1:]
+        if max(after, default=1) != 1:
             fail(
                 f"{name} 在预填充之后仍把多个词元送进模型（每次的长度 {seen}）："
                 "用了缓存就只送新词元。"
             )
-        if sum(seen) == 5 + n_new:  # the right tokens; the last one fed back, unused
-            fed_last = True
-        elif sum(seen) != 5 + n_new - 1:
+        if seen[: len(pieces)] != pieces:
             fail(
-                f"{name} 让模型处理了 {sum(seen)} 个位置，应为 5 + {n_new} − 1 = "
-                f"{5 + n_new - 1}（{case}）：最后一个新词元已经选出，"
-                "不必再送进模型。"
+                f"{name} 预填充时每次送进模型的长度是 {seen[: len(pieces)]}，"
+                f"chunk={chunk or 4} 时应为 {pieces}（{case}）："
+                + (
+                    "整段提示一次送完了，没有用 chunk 分块。"
+                    if seen[0] == t0
+                    else "提示要每次 chunk 个词元送进缓存，最后一块可以短一些。"
+                )
             )
-    if fed_last:
-        return (
-            "两个模型，与不用缓存的贪心生成逐词元相同；但最后选出的词元又送进了模型，"
-            "共处理 T₀ + n 个位置：它的输出没人用，循环里先判断是否已够 n 个再调用"
-            "模型，就只处理 T₀ + n − 1 个"
-        )
+        if sum(seen) != t0 + n_new - 1:
+            fed_back = sum(seen) == t0 + n_new
+            again = "最后选出的词元又送进了模型，它的输出没人用；" if fed_back else ""
+            fail(
+                f"{name} 让模型处理了 {sum(seen)} 个位置，应为 {t0} + {n_new} − 1 = "
+                f"{t0 + n_new - 1}（{case}）：{again}最后一个新词元已经选出，"
+                "不必再送进模型。循环里先判断是否已够 n 个，再调用模型。"
+            )
     return "两个模型，与不用缓存的贪心生成逐词元相同，共处理 T₀ + n − 1 个位置"

@@ -138,7 +138,11 @@ def _decoder_variant(
     res = {m: mistake != f"no_res_{m}" for m in ("self", "cross", "ffn")}
     x = n1((x if res["self"] else 0) + self_attn(x))
     x = n2((x if res["cross"] else 0) + cross_attn(x))
-    return n3((x if res["ffn"] else 0) + layer.ffn(x))
+    last = {  # the FFN step alone wired wrong, or right
+        "pre_ln_ffn": lambda: x + layer.ffn(n3(x)),
+        "norm_on_ffn": lambda: x + n3(layer.ffn(x)),
+    }
+    return last.get(mistake, lambda: n3((x if res["ffn"] else 0) + layer.ffn(x)))()
 
 
 _DECODER_HINTS = [
@@ -237,6 +241,16 @@ _DECODER_HINTS = [
         "no_res_cross",
     ),
     ("少了 FFN 的残差连接：{ffn_step}。", "no_res_ffn"),
+    (
+        "FFN 这一步写成了 Pre-LN：x + ffn(norm3(x))，前两个子层却是 Post-LN。"
+        "本章的模型三步都是先相加、再归一化：{ffn_step}。",
+        "pre_ln_ffn",
+    ),
+    (
+        "FFN 这一步把 norm3 用在了 FFN 的输出上、残差加在归一化之后："
+        "x + norm3(ffn(x))，残差绕过了归一化。Post-LN 是先相加再归一化：{ffn_step}。",
+        "norm_on_ffn",
+    ),
     ("norm1 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms_swapped"),
     ("norm1 与 norm2 用反了：子层按顺序用 norm1、norm2、norm3。", "norms12_swapped"),
     ("norm2 与 norm3 用反了：子层按顺序用 norm1、norm2、norm3。", "norms23_swapped"),
@@ -256,11 +270,16 @@ _DECODER_HINTS = [
 
 # the decoder layer's names as each page writes them: chapter 2 (the paper's
 # equations) names the sublayers' outputs B1 and B2, so x stays the layer input Y;
-# chapter 1 carries x through the three sublayers
+# chapter 1 carries x through the three sublayers (the cross-attention's query is
+# still named B1, as in the hints shared by both chapters: a bare x reads as the
+# layer's input, the bug of exercise 2.6)
 _RUNNING_X = {
     "q": "x",
     "f": "x",
-    "cross": "cross_attn(x, memory, memory, attn_mask=memory_mask)",
+    "cross": (
+        "cross_attn(B1, memory, memory, attn_mask=memory_mask)，查询 B1 是第一个子层"
+        "的输出 norm1(x + self_attn(x))，不是层输入"
+    ),
     "cross_step": "x = norm2(x + cross_attn(x, memory, memory, attn_mask=memory_mask))",
     "ffn_step": "x = norm3(x + ffn(x))",
 }
@@ -761,8 +780,11 @@ def check_greedy_decode(fn: Callable) -> str:
                     f"（{case}）：ys 从 torch.tensor([[bos_id]]) 开始，"
                     "用 torch.cat(…, dim=1) 接长。"
                 )
-            if out.dtype != torch.long:
-                fail(f"{name} 应返回 int64 的词元编号，得到 dtype {out.dtype}。")
+            # any integer dtype is a row of token ids ("词元编号"): the page only
+            # decodes it with tgt_tok.decode, which reads each id as an int
+            if out.is_floating_point() or out.is_complex() or out.dtype == torch.bool:
+                fail(f"{name} 应返回整数的词元编号，得到 dtype {out.dtype}。")
+            out = out.long()
             ref = _greedy_reference(model, src, _BOS, eos_arg, max_len)[0].tolist()
             got = out[0].tolist()
             if got == ref:

@@ -58,6 +58,17 @@ def _params_close(a: nn.Module, b: nn.Module) -> bool:
     )
 
 
+def _update_scaled(before: nn.Module, after: nn.Module, ref_after: nn.Module, k: int):
+    """Whether ``before`` -> ``after`` is ``k`` times the update ``before`` ->
+    ``ref_after`` (same start): a summed loss makes SGD steps ``N·T`` times too big."""
+    return all(
+        close(p1 - p0, k * (r1 - p0), 1e-2, 1e-6)  # float32 differences
+        for p0, p1, r1 in zip(
+            before.parameters(), after.parameters(), ref_after.parameters(), strict=True
+        )
+    )
+
+
 def _lm_loss(model: nn.Module, x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
     logits = model(x)
     return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction=reduction)
@@ -216,6 +227,13 @@ def check_train_step(fn: Callable) -> str:
         if _params_close(model, reference):
             continue
         hint = step_order_hint(events)
+        summed = step == 0 and _update_scaled(before, model, reference, N * T)
+        if hint is None and summed:
+            hint = (
+                f"参数的更新恰好是参考的 N·T = {N * T} 倍：反向传播的是"
+                "所有位置损失的和（reduction='sum'）。损失要对所有位置求平均"
+                "（默认的 reduction='mean'），再 backward。"
+            )
         if hint is None and step == 1 and "zero_grad" not in events:
             hint = (
                 "第二步的参数不对：梯度在两步之间累积了——忘了 optimizer.zero_grad()"

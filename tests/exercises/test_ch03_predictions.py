@@ -1,0 +1,67 @@
+"""Chapter 3's entropy-slope check (ch03-ex-10), read from the page and run here with
+hand-written slopes: a formula off by a power of ν passes at ν = 1 only, so the cell
+compares at a second ν and names the slip there."""
+
+import contextlib
+import io
+from pathlib import Path
+
+import jupytext
+import pytest
+import torch
+
+import transformer_course as tc
+
+PAGE = Path(__file__).resolve().parents[2] / "book" / "ch03_math_essence_minigpt.md"
+MARKER = "mine = my_entropy_slope(z_ex, nu)"
+
+
+@pytest.fixture(scope="module")
+def cell():
+    code = [c.source for c in jupytext.read(PAGE).cells if c.cell_type == "code"]
+    hits = [src for src in code if MARKER in src]
+    assert len(hits) == 1, f"the page has {len(hits)} cells with {MARKER!r}"
+    return hits[0]
+
+
+def variance(z, nu):
+    p = (nu * z).softmax(-1)
+    return (p * z**2).sum() - ((p * z).sum()) ** 2
+
+
+def printed(cell, slope):
+    """What the cell prints for the learner's ``slope(z, nu)``, on fixed logits."""
+    logits = torch.randn(1, 3, 11, generator=torch.Generator().manual_seed(0))
+    ns = {
+        "torch": torch,
+        "tc": tc,
+        "model": lambda x: (logits,),
+        "xv": torch.zeros(1, 3, dtype=torch.long),
+        "my_entropy_slope": slope,
+        "my_entropy_at_infinity": None,
+    }
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(cell, "<ch03: entropy slope>", "exec"), ns)  # noqa: S102
+    return out.getvalue()
+
+
+def test_the_right_slope_passes_at_both_nu(cell):
+    out = printed(cell, lambda z, nu: -nu * variance(z, nu))
+    assert out.count("✓") == 2, out
+
+
+@pytest.mark.parametrize(
+    ("slope", "hint"),
+    [
+        (lambda z, nu: -variance(z, nu), "少了因子 ν"),
+        (lambda z, nu: -(nu**2) * variance(z, nu), "多乘了一个 ν"),
+        (lambda z, nu: -variance(z, nu) / nu, "多除了 ν²"),
+    ],
+    ids=["nu dropped", "nu squared", "divided by nu"],
+)
+def test_a_wrong_power_of_nu_is_named_at_the_second_nu(cell, slope, hint):
+    out = printed(cell, slope)
+    first, second = out.splitlines()[:2]
+    assert first.startswith("ν = 1 处") and "✓" in first, out  # ν = 1 cannot tell
+    assert second.startswith("ν = 0.5 处") and hint in second, out
