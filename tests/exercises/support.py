@@ -1,7 +1,11 @@
 """Assertions shared by the checker tests, and the hint-coverage check."""
 
+import contextlib
+import io
 import re
+from pathlib import Path
 
+import jupytext
 import pytest
 
 import transformer_course as tc
@@ -66,3 +70,25 @@ class GeluFeedForward(tc.FeedForward):
 
     def __init__(self, d_model, d_ff):
         super().__init__(d_model, d_ff, activation="gelu")
+
+
+BOOK = Path(__file__).resolve().parents[2] / "book"
+
+
+def page_cells(page, markers):
+    """{key: source} of the code cells of ``book/page`` that hold each marker, one each."""
+    code = [c.source for c in jupytext.read(BOOK / page).cells if c.cell_type == "code"]
+    found = {}
+    for key, marker in markers.items():
+        hits = [src for src in code if marker in src]
+        assert len(hits) == 1, f"{page} has {len(hits)} cells with {marker!r}"
+        found[key] = hits[0]
+    return found
+
+
+def run_cell(ns, source, name):
+    """Execute a page cell's ``source`` in ``ns``; what it prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(source, f"<{name}>", "exec"), ns)  # noqa: S102
+    return out.getvalue()

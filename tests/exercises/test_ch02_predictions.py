@@ -1,14 +1,10 @@
 """Chapter 2's graded predictions with a listed mistake, read from the page and run
 here with hand-written predictions: the typical wrong answer gets its own hint."""
 
-import contextlib
-import io
-from pathlib import Path
-
-import jupytext
 import pytest
 
-PAGE = Path(__file__).resolve().parents[2] / "book" / "ch02_formula_derivations.md"
+from .support import page_cells, run_cell
+
 MARKERS = {
     "imports": "def count_flops(fn):",
     "performer": "e_small, e_large = rel_error(64), rel_error(1024)",
@@ -18,24 +14,15 @@ MARKERS = {
 
 @pytest.fixture(scope="module")
 def cells():
-    code = [c.source for c in jupytext.read(PAGE).cells if c.cell_type == "code"]
-    found = {}
-    for key, marker in MARKERS.items():
-        hits = [src for src in code if marker in src]
-        assert len(hits) == 1, f"the page has {len(hits)} cells with {marker!r}"
-        found[key] = hits[0]
-    return found
+    return page_cells("ch02_formula_derivations.md", MARKERS)
 
 
 def printed(cells, key, prediction):
     """What the page's cell ``key`` prints after ``my_prediction = prediction``."""
     ns: dict = {}
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(cells["imports"], "<ch02: imports>", "exec"), ns)  # noqa: S102
-        ns["my_prediction"] = prediction
-        exec(compile(cells[key], f"<ch02: {key}>", "exec"), ns)  # noqa: S102
-    return out.getvalue()
+    run_cell(ns, cells["imports"], "ch02: imports")
+    ns["my_prediction"] = prediction
+    return run_cell(ns, cells[key], f"ch02: {key}")
 
 
 @pytest.mark.parametrize(

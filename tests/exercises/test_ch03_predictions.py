@@ -2,26 +2,19 @@
 hand-written slopes: a formula off by a power of ν passes at ν = 1 only, so the cell
 compares at a second ν and names the slip there."""
 
-import contextlib
-import io
-from pathlib import Path
-
-import jupytext
 import pytest
 import torch
 
 import transformer_course as tc
 
-PAGE = Path(__file__).resolve().parents[2] / "book" / "ch03_math_essence_minigpt.md"
+from .support import page_cells, run_cell
+
 MARKER = "mine = my_entropy_slope(z_ex, nu)"
 
 
 @pytest.fixture(scope="module")
 def cell():
-    code = [c.source for c in jupytext.read(PAGE).cells if c.cell_type == "code"]
-    hits = [src for src in code if MARKER in src]
-    assert len(hits) == 1, f"the page has {len(hits)} cells with {MARKER!r}"
-    return hits[0]
+    return page_cells("ch03_math_essence_minigpt.md", {"slope": MARKER})["slope"]
 
 
 def variance(z, nu):
@@ -40,10 +33,7 @@ def printed(cell, slope):
         "my_entropy_slope": slope,
         "my_entropy_at_infinity": None,
     }
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(cell, "<ch03: entropy slope>", "exec"), ns)  # noqa: S102
-    return out.getvalue()
+    return run_cell(ns, cell, "ch03: entropy slope")
 
 
 def test_the_right_slope_passes_at_both_nu(cell):

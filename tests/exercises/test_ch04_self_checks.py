@@ -4,18 +4,15 @@ on hand-written answers: each typical wrong answer the learner tests found gets 
 hint that names it. Untrained models stand in for 4.3's trained pair (the grader
 compares with weights read from whichever model it is given)."""
 
-import contextlib
-import io
 import math
-from pathlib import Path
 
-import jupytext
 import pytest
 import torch
 
 import transformer_course as tc
 
-PAGE = Path(__file__).resolve().parents[2] / "book" / "ch04_design_deep_dive.md"
+from .support import page_cells, run_cell
+
 # one marker per code cell the graders need (definitions and cheap set-up only)
 MARKERS = {
     "imports": "import transformer_course as tc",
@@ -41,21 +38,11 @@ MARKERS = {
 
 @pytest.fixture(scope="module")
 def cells():
-    code = [c.source for c in jupytext.read(PAGE).cells if c.cell_type == "code"]
-    found = {}
-    for key, marker in MARKERS.items():
-        hits = [src for src in code if marker in src]
-        assert len(hits) == 1, f"the page has {len(hits)} cells with {marker!r}"
-        found[key] = hits[0]
-    return found
+    return page_cells("ch04_design_deep_dive.md", MARKERS)
 
 
 def run(ns, source, name):
-    """Execute one cell's ``source`` in ``ns``; what it prints."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(source, f"<ch04: {name}>", "exec"), ns)  # noqa: S102
-    return out.getvalue()
+    return run_cell(ns, source, f"ch04: {name}")
 
 
 @pytest.fixture(scope="module")
