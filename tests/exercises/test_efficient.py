@@ -836,12 +836,13 @@ def streaming_no_max(Q, blocks):  # exp of the raw scores: overflows for large s
 
 
 def _streaming_with(Q, blocks, *, rescale_ell=True, rescale_o=True, inverted=False,
-                    scale=True):  # fmt: skip
+                    scale=True, by_block=False, use_mask=True):  # fmt: skip
     c = torch.full(Q.shape[:-1] + (1,), -math.inf)
     ell, o = torch.zeros_like(c), 0
     for K, V, mask in blocks:
-        s = Q @ K.mT / (math.sqrt(Q.size(-1)) if scale else 1)
-        s = s.masked_fill(mask if inverted else ~mask, -math.inf)
+        s = Q @ K.mT / (math.sqrt(K.size(-2) if by_block else Q.size(-1)) if scale else 1)
+        if use_mask:
+            s = s.masked_fill(mask if inverted else ~mask, -math.inf)
         c_new = torch.maximum(c, s.amax(-1, keepdim=True))
         c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
         fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
@@ -865,6 +866,14 @@ def streaming_inverted(Q, blocks):
 
 def streaming_unscaled(Q, blocks):
     return _streaming_with(Q, blocks, scale=False)
+
+
+def streaming_scale_by_block(Q, blocks):  # learner test 25b: √(block size) where √D belongs
+    return _streaming_with(Q, blocks, by_block=True)
+
+
+def streaming_mask_ignored(Q, blocks):  # learner test 25b: mask_j never used
+    return _streaming_with(Q, blocks, use_mask=False)
 
 
 def streaming_mask_after_exp(Q, blocks):  # learner test: the running max includes masked scores
@@ -1094,6 +1103,10 @@ STREAMING_REJECTS = [
     pytest.param(ex.check_streaming_attention, streaming_mask_added, "把布尔掩码直接加到了分数上",
                  id="mask_added"),
     pytest.param(ex.check_streaming_attention, streaming_unscaled, "√D", id="unscaled"),
+    pytest.param(ex.check_streaming_attention, streaming_scale_by_block, "用的是 √b",
+                 id="scale_block"),
+    pytest.param(ex.check_streaming_attention, streaming_mask_ignored, "mask_j 没有用上",
+                 id="mask_ignored"),
     pytest.param(ex.check_streaming_attention, streaming_len, "迭代器", id="len"),
     pytest.param(ex.check_streaming_attention, streaming_mask_after_exp, "先屏蔽再取最大值",
                  id="mask_after_exp"),
@@ -1162,3 +1175,9 @@ def test_sparsemax_tau_over_n_named_in_the_bug_hunt(capsys):
     # is named, not sent to the support test (which is right)
     message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.6"), sparsemax_tau_over_length)
     assert "应除以支撑集的大小 k(z)" in message and "支撑集的判据" not in message, message
+
+
+def test_streaming_attention_scale_by_block_caught_in_the_first_case(capsys):
+    # learner test 25b: with b = D in the first case, √b passed it
+    message = rejection(ex.check_streaming_attention, streaming_scale_by_block)
+    assert "用的是 √b" in message and "Q (2, 3, 8)" in message, message

@@ -98,6 +98,8 @@ def _mask_scores(s: Tensor, mask: Tensor, mistake: str) -> Tensor:
         return s * mask
     if mistake == "mask_added":  # the bool mask added: +1 / +0, nothing masked
         return s + mask
+    if mistake == "mask_ignored":
+        return s
     return s.masked_fill(~mask, -math.inf)
 
 
@@ -110,6 +112,8 @@ def _streaming_variant(
     scale = 1.0 if mistake == "noscale" else 1 / math.sqrt(D)
     if mistake == "scale_dv":
         scale = 1 / math.sqrt(v.size(-1))
+    if mistake == "scale_block":
+        scale = 1 / math.sqrt(b)
     if mistake == "inverted":
         mask = ~mask
     if mistake == "block_softmax_mean":  # each block's own softmax, averaged
@@ -171,6 +175,11 @@ _STREAMING_MISTAKES = [
         "mask_added",
     ),
     (
+        "mask_j 没有用上：被屏蔽的键也分到了权重。每块的分数先 "
+        "s.masked_fill(~mask_j, −∞)，再取最大值和 exp。",
+        "mask_ignored",
+    ),
+    (
         "最大值变大时忘了校正旧的累计量：ℓ 和 o 都要先乘 exp(c_旧 − c_新)，"
         "再加上新块的贡献。",
         "no_rescale",
@@ -226,6 +235,11 @@ _STREAMING_MISTAKES = [
         "缩放因子用的是 √D_v（V 的最后一维）：应除以 √D，D 是 Q 和 K 的最后一维，"
         "这里 D ≠ D_v。",
         "scale_dv",
+    ),
+    (
+        "缩放因子用的是 √b（块的大小）：应除以 √D，D 是 Q 和 K 的最后一维；"
+        "缩放只看向量的维度，与怎样分块无关。",
+        "scale_block",
     ),
     (
         "第 1 块没有算进结果：先用 next(blocks) 取出的那一块也要参与更新 (c, ℓ, o)，"
@@ -299,8 +313,8 @@ def check_streaming_attention(fn) -> str:
     g = seeded_generator(47)
     # (description, batch shape, L, D, D_v, S, b, mask kind, score scale)
     cases = [
-        ("Q (2, 3, 4)，S=256 个键，每块 4 个；随机掩码 (L, S)",
-         (2,), 3, 4, 4, 256, 4, "random", 1.0),
+        ("Q (2, 3, 8)，S=256 个键，每块 4 个；随机掩码 (L, S)",
+         (2,), 3, 8, 8, 256, 4, "random", 1.0),
         ("左侧填充：第 2 个序列的前 40 个键（前 10 块）全被屏蔽，掩码 (N, 1, S)",
          (2,), 3, 4, 4, 256, 4, "left_pad", 1.0),
         ("分数很大（q、k 放大 10 倍）：不减去最大值，exp 会溢出",
