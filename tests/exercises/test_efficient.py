@@ -703,6 +703,15 @@ def test_prefix_lm_mask_accepts(fn, capsys):
     assert_passes(ex.check_prefix_lm_mask, fn, capsys)
 
 
+def prefix_additive(L, prefix):  # learner test 25b: 0 / −∞ instead of True / False
+    return torch.zeros(L, L).masked_fill(~prefix_columns(L, prefix), -math.inf)
+
+
+def prefix_suffix_blind(L, prefix):  # learner test 25b: the suffix cannot see the prefix
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    return ((i < prefix) & (j < prefix)) | ((i >= prefix) & (j >= prefix) & (j <= i))
+
+
 def test_prefix_lm_mask_skeleton(capsys):
     assert_skeleton(ex.check_prefix_lm_mask, prefix_skeleton, capsys)
 
@@ -713,6 +722,8 @@ def test_prefix_lm_mask_skeleton(capsys):
         (prefix_rows, "整行"),
         (prefix_inverted, "方向反了"),
         (prefix_float, "布尔"),
+        (prefix_additive, "你返回的是加性掩码"),
+        (prefix_suffix_blind, "前缀之后的位置看不到前缀了"),
         (prefix_off_by_one, "多开了一列"),
         (prefix_plain_causal, "普通的因果掩码"),
         (prefix_transposed, "掩码转置了"),

@@ -1113,6 +1113,9 @@ def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
         mask[:, :prefix] = True
     elif mistake == "zero_means_all" and prefix == 0:  # e.g. mask[:prefix or L, ...]
         mask[:] = True
+    elif mistake == "suffix_blind":  # the prefix block, then causal among the rest only
+        mask[:prefix, :prefix] = True
+        mask[prefix:, :prefix] = False
     else:
         mask[:, :prefix] = True
     if mistake == "inverted":
@@ -1147,6 +1150,11 @@ _PREFIX_MISTAKES = [
         "序列都打开了（例如 prefix or L 这样的写法）。",
         "zero_means_all",
     ),
+    (
+        "前缀之后的位置看不到前缀了：它们仍是因果的，j ≤ i 包括前缀里的全部位置；"
+        "只在因果掩码上再打开前缀块（或前 prefix 列），不要关掉别的。",
+        "suffix_blind",
+    ),
 ]
 
 
@@ -1162,9 +1170,12 @@ def check_prefix_lm_mask(fn) -> str:
         out = as_tensor(out, f"{name} 的输出", case)
         check_shape(out, (L, L), f"{name} 的输出", case)
         if out.dtype != torch.bool:
+            additive = out.is_floating_point() and bool(torch.isinf(out).any())
             fail(
                 f"{name} 的输出应是布尔张量，得到 dtype {out.dtype}（{case}）："
-                "本书的掩码约定 True = 可以关注，可用 tc.causal_mask(L) 起步。"
+                + ("你返回的是加性掩码（可见处 0、屏蔽处 −∞），这里要布尔掩码。"
+                   if additive else "")
+                + "本书的掩码约定 True = 可以关注，可用 tc.causal_mask(L) 起步。"
             )
         want = _prefix_variant(L, prefix, "ok")
         if torch.equal(out, want):
