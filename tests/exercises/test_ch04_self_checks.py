@@ -331,7 +331,7 @@ def online_softmax(mistake):
         ell = torch.zeros_like(c)
         o = torch.zeros(q.shape[:-1] + (v.size(-1),))
         for start in range(0, k.size(-2), block):
-            s = q @ k[..., start : start + block, :].mT / math.sqrt(q.size(-1))
+            s = q @ k[..., start : start + block, :].mT / (1 if mistake == "unscaled" else math.sqrt(q.size(-1)))
             c_new = torch.maximum(c, s.amax(-1, keepdim=True))
             fix = torch.exp(c_new - c) if mistake == "inverted" else torch.exp(c - c_new)
             p = torch.exp(s - c_new)
@@ -342,6 +342,9 @@ def online_softmax(mistake):
             elif mistake == "ell_fixed_after_add":  # learner test 25b: inf, not nan
                 ell = (ell + p.sum(-1, keepdim=True)) * fix
                 o = o * fix + pv
+            elif mistake == "neither_rescaled":  # learner test 25b
+                ell = ell + p.sum(-1, keepdim=True)
+                o = o + pv
             else:
                 ell = ell * fix + p.sum(-1, keepdim=True)
                 o = (o if mistake == "o_not_rescaled" else o * fix) + pv
@@ -358,6 +361,8 @@ def online_softmax(mistake):
         ("o_not_rescaled", "分子 o 里旧块的项没有按新的最大值缩小"),  # learner test 22b
         ("fix_after_add", "校正放在了加法之后"),
         ("ell_fixed_after_add", "校正放在了加法之后"),
+        ("unscaled", "分数没有除以 √D"),  # learner test 25b: was "缩放与最后的 o / ℓ"
+        ("neither_rescaled", "ℓ 和 o 都没有乘校正因子"),
     ],
 )
 def test_4_21_hints(page, mistake, keyword):
