@@ -245,8 +245,7 @@ def gqa_skeleton(q, k, v, mask):
 
 @pytest.mark.parametrize(
     "fn",
-    [gqa_merged_rows, gqa_mask_tiled, gqa_einsum, gqa_loop_views, gqa_fold_then_sdpa,
-     gqa_permuted_both_ways],
+    [gqa_merged_rows, gqa_mask_tiled, gqa_einsum, gqa_loop_views, gqa_fold_then_sdpa, gqa_permuted_both_ways],
 )
 def test_grouped_attention_accepts(fn, capsys):
     assert_passes(ex.check_grouped_attention, fn, capsys)

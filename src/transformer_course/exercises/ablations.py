@@ -167,6 +167,17 @@ def _truth_value(verdict: object) -> object:
     return verdict
 
 
+def _losses_mistake(losses: object, want: dict) -> str | None:
+    """What is wrong with the learner's ``losses`` (``None``: nothing)."""
+    if not isinstance(losses, dict):
+        return _HINT["losses_type"].format(kind=type(losses).__name__)
+    if set(losses) != set(want):
+        return _HINT["losses_keys"].format(keys=list(losses))
+    if any([float(x) for x in losses[a]] != want[a] for a in want):
+        return _HINT["losses"]
+    return None
+
+
 @checker("成对的多种子对照实验")
 def check_paired_ablation(fn) -> str:
     """Grade ``fn(run, arms, seeds, margin) -> (losses, holds)`` (see the module)."""
@@ -189,14 +200,7 @@ def check_paired_ablation(fn) -> str:
             fail(f"{what} 应返回 (losses, holds) 两个值，得到 {out!r:.80}。")
         losses, verdict = out
         want = {arms[0]: loss0, arms[1]: loss1}
-        if not isinstance(losses, dict):
-            why = _HINT["losses_type"].format(kind=type(losses).__name__)
-        elif set(losses) != set(arms):
-            why = _HINT["losses_keys"].format(keys=list(losses))
-        elif any([float(x) for x in losses[a]] != want[a] for a in arms):
-            why = _HINT["losses"]
-        else:
-            why = None
+        why = _losses_mistake(losses, want)
         if why is not None:
             fail(
                 f"{what} 返回的 losses 是 {losses!r:.120}，应是 {want}（{case}）。\n"

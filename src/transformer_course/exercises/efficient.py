@@ -108,12 +108,8 @@ def _streaming_variant(
 ) -> Tensor:
     """Block-wise attention with one typical mistake (for diagnosis); no NaN from
     fully masked leading blocks, so the mistake is not confused with that one."""
-    D = q.size(-1)
-    scale = 1.0 if mistake == "noscale" else 1 / math.sqrt(D)
-    if mistake == "scale_dv":
-        scale = 1 / math.sqrt(v.size(-1))
-    if mistake == "scale_block":
-        scale = 1 / math.sqrt(b)
+    scales = {"noscale": 1.0, "scale_dv": v.size(-1) ** -0.5, "scale_block": b**-0.5}
+    scale = scales.get(mistake, q.size(-1) ** -0.5)
     if mistake == "inverted":
         mask = ~mask
     if mistake == "block_softmax_mean":  # each block's own softmax, averaged
@@ -476,22 +472,20 @@ class _CopyFinder(TorchDispatchMode):
 
 def _gqa_masked(s: Tensor, mask: Tensor, G: int, mistake: str) -> Tensor:
     """Scores ``s`` (N, H, L, S) with the (L, S) ``mask``, as right or as a masking
-    mistake applies it. ``mask_interleaved``: the mask made (G·L, S) for the grouped rows
-    with ``repeat_interleave`` (row r of a group gets mask row r // G), not ``repeat``."""
+    mistake applies it. ``mask_interleaved``: the mask made (G·L, S) for the grouped
+    rows with ``repeat_interleave`` (row r of a group gets mask row r // G)."""
     if mistake == "mask_ignored":
         return s
     if mistake == "mask_multiplied":
         return s * mask
     if mistake == "mask_interleaved":
         L = mask.size(0)
-        rows = mask.repeat_interleave(G, 0).view(G, L, -1)  # (G, L, S): group row g·L + l
+        rows = mask.repeat_interleave(G, 0).view(G, L, -1)  # (G, L, S): row g·L + l
         mask = rows.repeat(s.size(1) // G, 1, 1)  # query head h = kv·G + g
     return s.masked_fill(~mask, -math.inf)
 
 
-def _gqa_variant(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, mistake: str
-) -> Tensor:
+def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, mistake: str) -> Tensor:
     """Grouped attention with one typical mistake (for diagnosis); the layout mistakes
     (rows regrouped) are told apart on the cases without masked keys, where the mask
     changes nothing, so they leave it out."""
@@ -572,7 +566,8 @@ _GQA_MISTAKES = [
     ),
     (
         "掩码的行排错了：(N, H_kv, G·L, S) 的一组行是组内序号在前、位置在后 (G, L)，"
-        "第 g·L + l 行要用 mask[l]；mask.repeat_interleave(G, 0) 给的是 mask[(g·L + l) // G]。"
+        "第 g·L + l 行要用 mask[l]；mask.repeat_interleave(G, 0) 给的是 "
+        "mask[(g·L + l) // G]。"
         "把分数 view 成 (N, H_kv, G, L, S)，(L, S) 的 mask 直接广播；或用 "
         "mask.repeat(G, 1)。",
         "mask_interleaved",
@@ -615,7 +610,8 @@ GQA_CRASHES = [
     (
         r"must match the size of tensor b|shape mismatch|cannot be broadcast",
         "mask 是 (L, S)，分组后的分数是 (N, H_kv, G·L, S)，G > 1 时两者对不上："
-        "把分数 view 成 (N, H_kv, G, L, S)，mask 就能直接广播（每个查询头用同一个 mask）。",
+        "把分数 view 成 (N, H_kv, G, L, S)，mask 就能直接广播"
+        "（每个查询头用同一个 mask）。",
     ),
 ]
 
@@ -623,7 +619,7 @@ GQA_CRASHES = [
 def _gqa_mask(kind: str, L: int, S: int) -> Tensor:
     """The case's bool (L, S) mask, True = may attend; no row fully masked."""
     mask = torch.ones(L, S, dtype=torch.bool)
-    if kind == "prefill":  # the last L of S positions, causal: query i sees j ≤ S − L + i
+    if kind == "prefill":  # the last L of S positions: query i sees j ≤ S − L + i
         mask = mask.tril(S - L)
     elif kind == "padding":  # the first 3 keys are padding
         mask[:, :3] = False
@@ -649,7 +645,8 @@ def check_grouped_attention(fn) -> str:
     cases = [
         ("N=2, H=6, H_kv=2（每组 3 个查询头），L=5, S=7, D=4，mask 全 True",
          2, 6, 2, 5, 7, 4, "none"),
-        ("N=1, H=8, H_kv=1（MQA），L=3, S=9, D=6，mask 全 True", 1, 8, 1, 3, 9, 6, "none"),
+        ("N=1, H=8, H_kv=1（MQA），L=3, S=9, D=6，mask 全 True",
+         1, 8, 1, 3, 9, 6, "none"),
         ("N=2, H=4, H_kv=4（普通多头，G=1），L=6, S=6, D=5，因果 mask",
          2, 4, 4, 6, 6, 5, "prefill"),
         ("N=3, H=4, H_kv=2，解码一步 L=1, S=11, D=8，前 3 个键是填充",
@@ -1251,8 +1248,11 @@ def check_prefix_lm_mask(fn) -> str:
             additive = out.is_floating_point() and bool(torch.isinf(out).any())
             fail(
                 f"{name} 的输出应是布尔张量，得到 dtype {out.dtype}（{case}）："
-                + ("你返回的是加性掩码（可见处 0、屏蔽处 −∞），这里要布尔掩码。"
-                   if additive else "")
+                + (
+                    "你返回的是加性掩码（可见处 0、屏蔽处 −∞），这里要布尔掩码。"
+                    if additive
+                    else ""
+                )
                 + "本书的掩码约定 True = 可以关注，可用 tc.causal_mask(L) 起步。"
             )
         want = _prefix_variant(L, prefix, "ok")

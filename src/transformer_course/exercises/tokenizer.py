@@ -241,9 +241,7 @@ def _merge_variants(ids: list[int], pair: tuple[int, int], new_id: int) -> dict:
             "[7, 7, 7] 最后一个 7 前面也是 (7, 7)，被当成已合并丢掉了，得到 [new_id]，"
             "应为 [new_id, 7]。"
         ): _look_behind(ids, pair, new_id, behind_first=True),
-        _TEXT_REPLACE: (
-            _replace_in_text(ids, pair, new_id)
-        ),
+        _TEXT_REPLACE: (_replace_in_text(ids, pair, new_id)),
         "没有做任何替换：比较的是相邻的两个元素 (ids[i], ids[i + 1]) 与 pair，"
         "注意 pair 是元组，列表切片 ids[i:i + 2] 要先转成元组再比较。": list(ids),
     }
