@@ -86,7 +86,21 @@ def any_seed(run, arms, seeds, margin):
     return losses, any(y > (1 + margin) * x for x, y in zip(*losses.values(), strict=True))
 
 
+def pairs_list(run, arms, seeds, margin):  # learner test 25b: a list of (loss_0, loss_1) pairs
+    losses = _paired(run, arms, seeds)
+    pairs = [list(p) for p in zip(*losses.values(), strict=True)]
+    return pairs, all(y > (1 + margin) * x for x, y in pairs)
+
+
+def keyed_by_seed(run, arms, seeds, margin):  # one entry per seed, not per arm
+    losses = _paired(run, arms, seeds)
+    by_seed = {s: (x, y) for s, x, y in zip(seeds, *losses.values(), strict=True)}
+    return by_seed, all(y > (1 + margin) * x for x, y in by_seed.values())
+
+
 REJECTS = [
+    pytest.param(ex.check_paired_ablation, pairs_list, "你返回的是 list", id="pairs_list"),
+    pytest.param(ex.check_paired_ablation, keyed_by_seed, "你的键是 [7, 3, 11]", id="keyed_by_seed"),
     pytest.param(ex.check_paired_ablation, additive_margin, "不是绝对的差", id="absolute"),
     pytest.param(ex.check_paired_ablation, at_least, "你用的是 >=", id="ge"),
     pytest.param(ex.check_paired_ablation, any_seed, "用了 any", id="any"),

@@ -4,6 +4,7 @@ on hand-written answers: each typical wrong answer the learner tests found gets 
 hint that names it. Untrained models stand in for 4.3's trained pair (the grader
 compares with weights read from whichever model it is given)."""
 
+import copy
 import math
 
 import pytest
@@ -26,6 +27,9 @@ MARKERS = {
     "4.3": "def check_weight_on_next",
     "4.1": "my_bytes_answer, (2, 8)",
     "4.10": "my_g_min, 0.5 * math.log(9 * 99)",
+    "4.11": "def slope_at_zero",
+    "4.15 skeleton": "def my_receptive_field",
+    "4.15": "def check_receptive_field",
     "4.13": "acc_2 = acc_h[(2, 2)]",
     "4.17": "DECAY_EXACT, DECAY_LINEAR =",
     "4.16": "my_base, (8 / (2 * math.pi)) ** 8",
@@ -80,6 +84,13 @@ def rejected(fn, *args):
         ("7.75", "这是因果均匀"),  # learner test 24b: three answers got the generic line
         ("16", "L/2 大约是一端的查询"),
         ("10.7", "只是位数不够"),
+        # learner test 25b: four answers got the generic line
+        ("10.65", "很接近"),  # truncated, not rounded
+        ("31 / 3", "(L − 1)/3 也是近似"),
+        ("(31**2 - 1) / (3 * 31)", "代入的 L 错了"),
+        ("16.5", "因果均匀的有效键数"),
+        ("32", "双向均匀的有效键数"),
+        ("15.5", "(L − 1)/2 是第 0 个查询"),
     ],
 )
 def test_4_2_names_the_large_L_limit_and_the_missing_diagonal(page, cells, prediction, verdict):
@@ -113,6 +124,8 @@ def self_check_message(page, cells, key, name, answer):
         (math.log(9 * 99), "大了一倍"),
         (0.5 * math.log(9 * 100), "不是 S 个"),
         (0.5 * math.log(99 / 9), "不等式解反了"),
+        (0.5 * math.log10(891), "以 10 为底"),  # learner test 25b
+        (0.5 * math.log2(891), "以 2 为底"),
         (1.0, "令 e^{2g}/(e^{2g}+S−1) = 0.9，解出 g"),
     ],
 )
@@ -143,6 +156,12 @@ def test_4_10_accepts_four_digits(page, cells, answer):
         ((8, 2), "顺序反了"),  # learner test 24b: same slip as 4.11
         ((4, 4), "只算了分数矩阵"),
         ((2, 1 / 8), "倍数倒过来了"),
+        # learner test 25b: these three got the generic accounting line
+        ((2, 16), "倍数却取了 L/D"),
+        ((1, 16), "两边按一样多的矩阵算了"),
+        ((4 / 3, 32 / 3), "不是同一笔账算出来的"),
+        ((3, 4), "不是同一笔账算出来的"),
+        ((3, 16 / 3), "两个 L×L 矩阵各 4L² 字节"),  # consistent but wrong: the general line
     ],
 )
 def test_4_1_hints(page, cells, answer, keyword):
@@ -156,6 +175,8 @@ def test_4_1_hints(page, cells, answer, keyword):
         (3.15, "不是 1/4"),  # the 1/4-guess formula, rounded
         (3.0, "只是有效数字不够"),
         (2.5, "由 acc = (k + (4 − k)/8)/4 解出 k"),
+        (0.84, "这是准确率本身"),  # learner test 25b
+        (2.4, "这是 H = 1 的 4·acc"),
     ],
 )
 def test_4_13_names_the_listed_mistakes_before_the_digits(page, cells, answer, keyword):
@@ -189,6 +210,7 @@ def test_4_17_hints(page, cells, answer, keyword):
         (8.0**8, "漏了 2π"),
         ((2 * math.pi / 8) ** 8, "解反了"),
         (5.0, "令它等于 8 解出 b"),
+        (8 / (2 * math.pi), "还要把两边取 8 次方"),  # learner test 25b
     ],
 )
 def test_4_16_hints(page, cells, answer, keyword):
@@ -198,10 +220,18 @@ def test_4_16_hints(page, cells, answer, keyword):
 # ---- 4.3: weight on the next position ---------------------------------------------------
 
 
-def weights(model, x):
+def attention(model, x):
     with torch.no_grad(), tc.notebook.record_attention(model) as maps:
         model(x)
-    return maps[model.layers[0].self_attn].diagonal(offset=1, dim1=-2, dim2=-1)  # (N, H, L-1)
+    return maps[model.layers[0].self_attn]  # (N, H, L, L)
+
+
+def diagonal(model, x, offset):
+    return attention(model, x).diagonal(offset=offset, dim1=-2, dim2=-1)
+
+
+def weights(model, x):
+    return diagonal(model, x, 1)  # (N, H, L-1)
 
 
 @pytest.mark.parametrize(
@@ -212,6 +242,10 @@ def weights(model, x):
         (lambda m, x: weights(m, x).sum(-1).mean(0) / x.size(1), "除以了 L"),
         (lambda m, x: weights(m, x).mean().expand(weights(m, x).size(1)), "你对头也求了平均"),
         (lambda m, x: weights(m, x).sum(-1).mean(0), "对查询位置 i 求了和"),
+        # learner test 25b: these three got the generic recipe
+        (lambda m, x: diagonal(m, x, 0).mean(dim=(0, 2)), "放给自己（键 i）"),
+        (lambda m, x: attention(m, x).triu(1).sum(-1)[..., :-1].mean(dim=(0, 2)), "所有后面的键"),
+        (lambda m, x: diagonal(m, x, 1)[0].mean(-1), "只用了第一个样本"),
         # learner test 24b: a list or an ndarray was a raw TypeError from torch.stack
         (lambda m, x: weights(m, x).mean(dim=(0, 2)).tolist(), "应返回 torch.Tensor，收到 list"),
         (lambda m, x: weights(m, x).mean(dim=(0, 2)).numpy(), "应返回 torch.Tensor，收到 ndarray"),
@@ -247,6 +281,27 @@ def test_4_19_hints(page):
     assert "新的一条不对" in rejected(page["check_add_memory"], add_memory(scale=2.0))
 
 
+def test_4_19_names_the_activation_and_a_replaced_memory(page):
+    """learner test 25b: a GELU activation got the hint about old memories"""
+    right = add_memory()
+
+    def gelu(ffn, k_new, v_new, tau):
+        grown = right(ffn, k_new, v_new, tau)
+        other = tc.FeedForward(grown.w1.in_features, grown.w1.out_features, "gelu", bias=False)
+        other.load_state_dict(grown.state_dict())
+        return other
+
+    def replace_last(ffn, k_new, v_new, tau):
+        new = copy.deepcopy(ffn)
+        with torch.no_grad():
+            new.w1.weight[-1] = torch.cat([k_new[0], -tau * torch.ones(1)])
+            new.w2.weight[:, -1] = v_new[0] / (1 - tau)
+        return new
+
+    assert "激活函数是 gelu" in rejected(page["check_add_memory"], gelu)
+    assert "要新加一个神经元" in rejected(page["check_add_memory"], replace_last)
+
+
 def test_4_19_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_ffn(page):
     """learner test 25b: zeroing w2 in place was accepted, and changing ffn in place broke
     the next (correct) attempt with a raw RuntimeError"""
@@ -276,7 +331,7 @@ def online_softmax(mistake):
         ell = torch.zeros_like(c)
         o = torch.zeros(q.shape[:-1] + (v.size(-1),))
         for start in range(0, k.size(-2), block):
-            s = q @ k[..., start : start + block, :].mT / math.sqrt(q.size(-1))
+            s = q @ k[..., start : start + block, :].mT / (1 if mistake == "unscaled" else math.sqrt(q.size(-1)))
             c_new = torch.maximum(c, s.amax(-1, keepdim=True))
             fix = torch.exp(c_new - c) if mistake == "inverted" else torch.exp(c - c_new)
             p = torch.exp(s - c_new)
@@ -287,6 +342,9 @@ def online_softmax(mistake):
             elif mistake == "ell_fixed_after_add":  # learner test 25b: inf, not nan
                 ell = (ell + p.sum(-1, keepdim=True)) * fix
                 o = o * fix + pv
+            elif mistake == "neither_rescaled":  # learner test 25b
+                ell = ell + p.sum(-1, keepdim=True)
+                o = o + pv
             else:
                 ell = ell * fix + p.sum(-1, keepdim=True)
                 o = (o if mistake == "o_not_rescaled" else o * fix) + pv
@@ -303,6 +361,8 @@ def online_softmax(mistake):
         ("o_not_rescaled", "分子 o 里旧块的项没有按新的最大值缩小"),  # learner test 22b
         ("fix_after_add", "校正放在了加法之后"),
         ("ell_fixed_after_add", "校正放在了加法之后"),
+        ("unscaled", "分数没有除以 √D"),  # learner test 25b: was "缩放与最后的 o / ℓ"
+        ("neither_rescaled", "ℓ 和 o 都没有乘校正因子"),
     ],
 )
 def test_4_21_hints(page, mistake, keyword):
@@ -318,3 +378,32 @@ def test_the_stand_in_models_differ_as_the_trained_ones_do(page):
     masked, unmasked = (page["causal_runs"][n][0] for n in ("有掩码", "无掩码"))
     assert torch.equal(weights(masked, x), torch.zeros_like(weights(masked, x)))
     assert weights(unmasked, x).abs().max() > 0
+
+
+# ---- 4.11 and 4.15: learner test 25b found one generic line in each ------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "keyword"),
+    [
+        ((0.0, 0.25), "sparsemax 在 t = 0 附近不是平的"),
+        ((0.5, 0.5), "σ(0) 本身，不是斜率"),
+        ((0.25, 0.5), "顺序反了"),
+    ],
+)
+def test_4_11_hints(page, cells, answer, keyword):
+    assert keyword in self_check_message(page, cells, "4.11", "my_slopes", answer)
+
+
+def test_4_15_names_the_sum_over_all_rows(page, cells):
+    for key in ("4.15 skeleton", "4.15"):
+        run(page, cells[key], key)
+
+    def all_rows(L, n_w, layers):
+        band = tc.causal_mask(L, window=n_w + 1).float()
+        reach = torch.eye(L)
+        for _ in range(layers):
+            reach = ((band @ reach) > 0).float()
+        return int(reach.sum())
+
+    assert "所有位置的感受野之和" in rejected(page["check_receptive_field"], all_rows)

@@ -25,7 +25,7 @@ from .support import (
 # ---------------------------------------------------------------------------
 
 
-def gqa_five_dims(q, k, v):
+def gqa_five_dims(q, k, v, mask):
     N, H, L, D = q.shape
     Hkv = k.size(1)
     qg = q.view(N, Hkv, H // Hkv, L, D)
@@ -33,29 +33,60 @@ def gqa_five_dims(q, k, v):
     return (w @ v.unsqueeze(2)).reshape(N, H, L, D)
 
 
-def gqa_merged_rows(q, k, v):
+def gqa_merged_rows(q, k, v, mask):
     N, H, L, D = q.shape
     Hkv = k.size(1)
     qg = q.reshape(N, Hkv, (H // Hkv) * L, D)  # G·L query rows per key-value head
-    out = torch.softmax(qg @ k.transpose(-2, -1) * D**-0.5, dim=-1) @ v
-    return out.view(N, H, L, D)
+    s = (qg @ k.transpose(-2, -1) * D**-0.5).view(N, Hkv, H // Hkv, L, -1)
+    s = s.masked_fill(~mask, -math.inf).flatten(2, 3)  # (L, S) broadcast over (G, L)
+    return (torch.softmax(s, dim=-1) @ v).view(N, H, L, D)
 
 
-def gqa_einsum(q, k, v):
+def gqa_mask_tiled(q, k, v, mask):  # the mask repeated G times along the rows: right
+    N, H, L, D = q.shape
+    G = H // k.size(1)
+    s = q.reshape(N, k.size(1), G * L, D) @ k.mT / math.sqrt(D)
+    s = s.masked_fill(~mask.repeat(G, 1), -math.inf)
+    return (s.softmax(-1) @ v).view(N, H, L, D)
+
+
+def gqa_mask_interleaved(q, k, v, mask):  # repeat_interleave where repeat was meant
+    N, H, L, D = q.shape
+    G = H // k.size(1)
+    s = q.reshape(N, k.size(1), G * L, D) @ k.mT / math.sqrt(D)
+    s = s.masked_fill(~mask.repeat_interleave(G, 0), -math.inf)
+    return (s.softmax(-1) @ v).view(N, H, L, D)
+
+
+def gqa_mask_multiplied(q, k, v, mask):
+    N, H, L, D = q.shape
+    G = H // k.size(1)
+    s = (q.reshape(N, k.size(1), G * L, D) @ k.mT / math.sqrt(D)).view(N, -1, G, L, k.size(2))
+    return ((s * mask).flatten(2, 3).softmax(-1) @ v).view(N, H, L, D)
+
+
+def gqa_mask_as_is(q, k, v, mask):  # the (L, S) mask on the (N, H_kv, G·L, S) scores
+    N, H, L, D = q.shape
+    s = q.reshape(N, k.size(1), H // k.size(1) * L, D) @ k.mT / math.sqrt(D)
+    return (s.masked_fill(~mask, -math.inf).softmax(-1) @ v).view(N, H, L, D)
+
+
+def gqa_einsum(q, k, v, mask):
     N, H, L, D = q.shape
     Hkv = k.size(1)
     qg = q.unflatten(1, (Hkv, H // Hkv))
     s = torch.einsum("nhgld,nhsd->nhgls", qg, k) / math.sqrt(D)
+    s = s.masked_fill(~mask, -math.inf)
     return torch.einsum("nhgls,nhsd->nhgld", s.softmax(-1), v).flatten(1, 2)
 
 
-def gqa_repeat_interleave(q, k, v):
+def gqa_repeat_interleave(q, k, v, mask):
     G = q.size(1) // k.size(1)
     k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
     return torch.softmax(q @ k.mT / math.sqrt(q.size(-1)), -1) @ v
 
 
-def gqa_expand_reshape(q, k, v):  # copies through expand + reshape
+def gqa_expand_reshape(q, k, v, mask):  # copies through expand + reshape
     N, H, L, D = q.shape
     Hkv, S = k.size(1), k.size(2)
     k = k[:, :, None].expand(N, Hkv, H // Hkv, S, D).reshape(N, H, S, D)
@@ -63,7 +94,7 @@ def gqa_expand_reshape(q, k, v):  # copies through expand + reshape
     return torch.softmax(q @ k.mT / math.sqrt(D), -1) @ v
 
 
-def gqa_modulo(q, k, v):  # groups interleaved: head h uses key-value head h % H_kv
+def gqa_modulo(q, k, v, mask):  # groups interleaved: head h uses key-value head h % H_kv
     N, H, L, D = q.shape
     Hkv = k.size(1)
     qg = q.view(N, H // Hkv, Hkv, L, D).transpose(1, 2)
@@ -71,7 +102,7 @@ def gqa_modulo(q, k, v):  # groups interleaved: head h uses key-value head h % H
     return (w @ v.unsqueeze(2)).transpose(1, 2).reshape(N, H, L, D)
 
 
-def gqa_unscaled(q, k, v):
+def gqa_unscaled(q, k, v, mask):
     N, H, L, D = q.shape
     Hkv = k.size(1)
     qg = q.view(N, Hkv, H // Hkv, L, D)
@@ -79,7 +110,7 @@ def gqa_unscaled(q, k, v):
     return (w @ v.unsqueeze(2)).reshape(N, H, L, D)
 
 
-def gqa_grouped_shape(q, k, v):  # forgets to merge the groups back
+def gqa_grouped_shape(q, k, v, mask):  # forgets to merge the groups back
     N, H, L, D = q.shape
     Hkv = k.size(1)
     qg = q.view(N, Hkv, H // Hkv, L, D)
@@ -87,22 +118,24 @@ def gqa_grouped_shape(q, k, v):  # forgets to merge the groups back
     return w @ v.unsqueeze(2)
 
 
-def gqa_loop_views(q, k, v):  # learner test: one head at a time, k[:, h // G] is a view
+def gqa_loop_views(q, k, v, mask):  # learner test: one head at a time, k[:, h // G] is a view
     G = q.size(1) // k.size(1)
     heads = []
     for h in range(q.size(1)):
-        w = torch.softmax(q[:, h] @ k[:, h // G].mT * q.size(-1) ** -0.5, -1)
+        s = (q[:, h] @ k[:, h // G].mT * q.size(-1) ** -0.5).masked_fill(~mask, -math.inf)
+        w = torch.softmax(s, -1)
         heads.append(w @ v[:, h // G])
     return torch.stack(heads, 1)
 
 
-def gqa_fold_then_sdpa(q, k, v):  # learner test: the grouping by hand, then PyTorch's kernel
+def gqa_fold_then_sdpa(q, k, v, mask):  # learner test: the grouping by hand, then PyTorch's kernel
     N, H, L, D = q.shape
     qf = q.reshape(N, k.size(1), (H // k.size(1)) * L, D)
-    return F.scaled_dot_product_attention(qf, k, v).view(N, H, L, D)
+    rows = mask.repeat(H // k.size(1), 1)  # (G·L, S)
+    return F.scaled_dot_product_attention(qf, k, v, attn_mask=rows).view(N, H, L, D)
 
 
-def gqa_expand_views(q, k, v):  # learner test: expand is a view, but matmul then copies it
+def gqa_expand_views(q, k, v, mask):  # learner test: expand is a view, but matmul then copies it
     N, H, L, D = q.shape
     Hkv = k.size(1)
     ke = k[:, :, None].expand(N, Hkv, H // Hkv, *k.shape[2:])
@@ -111,7 +144,7 @@ def gqa_expand_views(q, k, v):  # learner test: expand is a view, but matmul the
     return (w @ ve).view(N, H, L, D)
 
 
-def gqa_reference_call(q, k, v):  # learner test: the checker's reference itself
+def gqa_reference_call(q, k, v, mask):  # learner test: the checker's reference itself
     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
 
@@ -122,35 +155,35 @@ def _gqa_folded(q, k, v, scale):
     return torch.softmax(qg @ k.mT / scale, dim=-1) @ v, (N, Hkv, H // Hkv, L, D)
 
 
-def gqa_scale_by_keys(q, k, v):  # learner test: √S instead of √D
+def gqa_scale_by_keys(q, k, v, mask):  # learner test: √S instead of √D
     out, _ = _gqa_folded(q, k, v, math.sqrt(k.size(2)))
     return out.view(q.shape)
 
 
-def gqa_scale_by_group(q, k, v):
+def gqa_scale_by_group(q, k, v, mask):
     out, _ = _gqa_folded(q, k, v, math.sqrt(q.size(-1) * q.size(1) // k.size(1)))
     return out.view(q.shape)
 
 
-def gqa_softmax_over_queries(q, k, v):  # the output check comes before the copy check
+def gqa_softmax_over_queries(q, k, v, mask):  # the output check comes before the copy check
     N, H, L, D = q.shape
     Hkv = k.size(1)
     w = torch.softmax(q.view(N, Hkv, H // Hkv, L, D) @ k.unsqueeze(2).mT / math.sqrt(D), dim=-2)
     return (w @ v.unsqueeze(2)).reshape(N, H, L, D)
 
 
-def gqa_softmax_over_group_rows(q, k, v):  # learner test 6b, 4.5: dim=-2 on (N, H_kv, G·L, S)
+def gqa_softmax_over_group_rows(q, k, v, mask):  # learner test 6b, 4.5: dim=-2 on (N, H_kv, G·L, S)
     N, H, L, D = q.shape
     qg = q.reshape(N, k.size(1), H // k.size(1) * L, D)
     return (torch.softmax(qg @ k.mT / math.sqrt(D), dim=-2) @ v).view(N, H, L, D)
 
 
-def gqa_groups_transposed(q, k, v):  # learner test: transpose(2, 3) before the final reshape
+def gqa_groups_transposed(q, k, v, mask):  # learner test: transpose(2, 3) before the final reshape
     out, (N, Hkv, G, L, D) = _gqa_folded(q, k, v, math.sqrt(q.size(-1)))
     return out.view(N, Hkv, G, L, D).transpose(2, 3).reshape(N, G * Hkv, L, D)
 
 
-def gqa_groups_as_l_g(q, k, v):  # learner test 7b, 4.5: the folded rows read as (L, G)
+def gqa_groups_as_l_g(q, k, v, mask):  # learner test 7b, 4.5: the folded rows read as (L, G)
     out, (N, Hkv, G, L, D) = _gqa_folded(q, k, v, math.sqrt(q.size(-1)))
     return out.view(N, Hkv, L, G, D).transpose(2, 3).reshape(N, G * Hkv, L, D)
 
@@ -159,7 +192,7 @@ def gqa_q_transposed(back):
     """Learner test: q.transpose(1, 2) before the reshape into groups (rows of other
     groups' heads mixed in); ``back``: the output transposed back the same way."""
 
-    def gqa(q, k, v):
+    def gqa(q, k, v, mask):
         N, H, L, D = q.shape
         Hkv = k.size(1)
         rows = q.transpose(1, 2).reshape(N, Hkv, H // Hkv * L, D)
@@ -170,14 +203,14 @@ def gqa_q_transposed(back):
     return gqa
 
 
-def gqa_split_order(q, k, v):  # learner test 21b, 4.5: the G·L rows made in (L, G) order
+def gqa_split_order(q, k, v, mask):  # learner test 21b, 4.5: the G·L rows made in (L, G) order
     N, H, L, D = q.shape
     Hkv = k.size(1)
     rows = q.view(N, Hkv, H // Hkv, L, D).permute(0, 1, 3, 2, 4).reshape(N, Hkv, -1, D)
     return (torch.softmax(rows @ k.mT / math.sqrt(D), -1) @ v).reshape(N, H, L, D)
 
 
-def gqa_split_order_manual_softmax(q, k, v):  # the same, softmax by hand: step unknown
+def gqa_split_order_manual_softmax(q, k, v, mask):  # the same, softmax by hand: step unknown
     N, H, L, D = q.shape
     Hkv = k.size(1)
     rows = q.transpose(1, 2).reshape(N, L, Hkv, H // Hkv, D).transpose(1, 2).reshape(N, Hkv, -1, D)
@@ -185,26 +218,34 @@ def gqa_split_order_manual_softmax(q, k, v):  # the same, softmax by hand: step 
     return (e / e.sum(-1, keepdim=True) @ v).reshape(N, H, L, D)
 
 
-def gqa_permuted_both_ways(q, k, v):  # rows in (L, G) order, merged back the same way: right
+def gqa_permuted_both_ways(q, k, v, mask):  # rows in (L, G) order, merged back the same way: right
     N, H, L, D = q.shape
     Hkv, G = k.size(1), H // k.size(1)
     rows = q.movedim(2, 1).reshape(N, L, Hkv, G, D).permute(0, 2, 1, 3, 4).reshape(N, Hkv, L * G, D)
-    out = torch.softmax(rows @ k.mT / math.sqrt(D), -1) @ v
+    s = (rows @ k.mT / math.sqrt(D)).masked_fill(~mask.repeat_interleave(G, 0), -math.inf)
+    out = torch.softmax(s, -1) @ v
     return out.view(N, Hkv, L, G, D).permute(0, 1, 3, 2, 4).reshape(N, H, L, D)
 
 
-def gqa_repeat_tiled(q, k, v):  # learner mistake: repeat where repeat_interleave was meant
+def gqa_repeat_tiled(q, k, v, mask):  # learner mistake: repeat where repeat_interleave was meant
     G = q.size(1) // k.size(1)
     kk, vv = k.repeat(1, G, 1, 1), v.repeat(1, G, 1, 1)
     return torch.softmax(q @ kk.mT / math.sqrt(q.size(-1)), -1) @ vv
 
 
-def gqa_skeleton(q, k, v):
+def gqa_ignores_mask(q, k, v, mask):  # the grouping right, the mask left out
+    N, H, L, D = q.shape
+    qg = q.reshape(N, k.size(1), H // k.size(1) * L, D)
+    return (torch.softmax(qg @ k.mT / math.sqrt(D), -1) @ v).view(N, H, L, D)
+
+
+def gqa_skeleton(q, k, v, mask):
     pass
 
 
 @pytest.mark.parametrize(
-    "fn", [gqa_merged_rows, gqa_einsum, gqa_loop_views, gqa_fold_then_sdpa, gqa_permuted_both_ways]
+    "fn",
+    [gqa_merged_rows, gqa_mask_tiled, gqa_einsum, gqa_loop_views, gqa_fold_then_sdpa, gqa_permuted_both_ways],
 )
 def test_grouped_attention_accepts(fn, capsys):
     assert_passes(ex.check_grouped_attention, fn, capsys)
@@ -235,6 +276,11 @@ def test_grouped_attention_skeleton(capsys):
         (gqa_split_order, "拆分 q 时 G·L 这一维的顺序错了"),
         (gqa_split_order_manual_softmax, "拆分 q 与合并输出时 G·L 这一维的顺序不一致"),
         (gqa_repeat_tiled, "k.repeat(1, G, 1, 1) 把整组键值头重复 G 遍"),
+        # the causal prefill after a cache (the review of ch04, round 21)
+        (gqa_ignores_mask, "mask 没有用上"),
+        (gqa_mask_interleaved, "mask.repeat_interleave(G, 0) 给的是"),
+        (gqa_mask_multiplied, "分数乘了掩码"),
+        (gqa_mask_as_is, "view 成 (N, H_kv, G, L, S)，mask 就能直接广播"),
     ],
 )
 def test_grouped_attention_rejects(fn, keyword, capsys):
@@ -246,7 +292,8 @@ GQA_REJECTS = [
     for fn in (gqa_modulo, gqa_unscaled, gqa_scale_by_group, gqa_softmax_over_queries,
                gqa_scale_by_keys, gqa_groups_transposed, gqa_groups_as_l_g, gqa_q_transposed(back=True),
                gqa_q_transposed(back=False), gqa_split_order, gqa_split_order_manual_softmax,
-               gqa_repeat_tiled)
+               gqa_repeat_tiled, gqa_ignores_mask, gqa_mask_interleaved, gqa_mask_multiplied,
+               gqa_mask_as_is)
 ]  # fmt: skip
 
 
@@ -257,6 +304,7 @@ def test_grouped_attention_hints_all_reached(capsys):
         "_GQA_MISTAKES": efficient._GQA_MISTAKES,
         "_REGROUP_HINTS": [(hint, step) for step, hint in efficient._REGROUP_HINTS.items()],
         "_REPEAT_NOTE": [(efficient._REPEAT_NOTE, "repeat")],
+        "GQA_CRASHES": efficient.GQA_CRASHES,
     }
     assert_every_hint_reached(tables, GQA_REJECTS, capsys)
 
@@ -703,6 +751,15 @@ def test_prefix_lm_mask_accepts(fn, capsys):
     assert_passes(ex.check_prefix_lm_mask, fn, capsys)
 
 
+def prefix_additive(L, prefix):  # learner test 25b: 0 / −∞ instead of True / False
+    return torch.zeros(L, L).masked_fill(~prefix_columns(L, prefix), -math.inf)
+
+
+def prefix_suffix_blind(L, prefix):  # learner test 25b: the suffix cannot see the prefix
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    return ((i < prefix) & (j < prefix)) | ((i >= prefix) & (j >= prefix) & (j <= i))
+
+
 def test_prefix_lm_mask_skeleton(capsys):
     assert_skeleton(ex.check_prefix_lm_mask, prefix_skeleton, capsys)
 
@@ -713,6 +770,8 @@ def test_prefix_lm_mask_skeleton(capsys):
         (prefix_rows, "整行"),
         (prefix_inverted, "方向反了"),
         (prefix_float, "布尔"),
+        (prefix_additive, "你返回的是加性掩码"),
+        (prefix_suffix_blind, "前缀之后的位置看不到前缀了"),
         (prefix_off_by_one, "多开了一列"),
         (prefix_plain_causal, "普通的因果掩码"),
         (prefix_transposed, "掩码转置了"),
@@ -836,12 +895,13 @@ def streaming_no_max(Q, blocks):  # exp of the raw scores: overflows for large s
 
 
 def _streaming_with(Q, blocks, *, rescale_ell=True, rescale_o=True, inverted=False,
-                    scale=True):  # fmt: skip
+                    scale=True, by_block=False, use_mask=True):  # fmt: skip
     c = torch.full(Q.shape[:-1] + (1,), -math.inf)
     ell, o = torch.zeros_like(c), 0
     for K, V, mask in blocks:
-        s = Q @ K.mT / (math.sqrt(Q.size(-1)) if scale else 1)
-        s = s.masked_fill(mask if inverted else ~mask, -math.inf)
+        s = Q @ K.mT / (math.sqrt(K.size(-2) if by_block else Q.size(-1)) if scale else 1)
+        if use_mask:
+            s = s.masked_fill(mask if inverted else ~mask, -math.inf)
         c_new = torch.maximum(c, s.amax(-1, keepdim=True))
         c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
         fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
@@ -865,6 +925,14 @@ def streaming_inverted(Q, blocks):
 
 def streaming_unscaled(Q, blocks):
     return _streaming_with(Q, blocks, scale=False)
+
+
+def streaming_scale_by_block(Q, blocks):  # learner test 25b: √(block size) where √D belongs
+    return _streaming_with(Q, blocks, by_block=True)
+
+
+def streaming_mask_ignored(Q, blocks):  # learner test 25b: mask_j never used
+    return _streaming_with(Q, blocks, use_mask=False)
 
 
 def streaming_mask_after_exp(Q, blocks):  # learner test: the running max includes masked scores
@@ -1094,6 +1162,10 @@ STREAMING_REJECTS = [
     pytest.param(ex.check_streaming_attention, streaming_mask_added, "把布尔掩码直接加到了分数上",
                  id="mask_added"),
     pytest.param(ex.check_streaming_attention, streaming_unscaled, "√D", id="unscaled"),
+    pytest.param(ex.check_streaming_attention, streaming_scale_by_block, "用的是 √b",
+                 id="scale_block"),
+    pytest.param(ex.check_streaming_attention, streaming_mask_ignored, "mask_j 没有用上",
+                 id="mask_ignored"),
     pytest.param(ex.check_streaming_attention, streaming_len, "迭代器", id="len"),
     pytest.param(ex.check_streaming_attention, streaming_mask_after_exp, "先屏蔽再取最大值",
                  id="mask_after_exp"),
@@ -1162,3 +1234,9 @@ def test_sparsemax_tau_over_n_named_in_the_bug_hunt(capsys):
     # is named, not sent to the support test (which is right)
     message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.6"), sparsemax_tau_over_length)
     assert "应除以支撑集的大小 k(z)" in message and "支撑集的判据" not in message, message
+
+
+def test_streaming_attention_scale_by_block_caught_in_the_first_case(capsys):
+    # learner test 25b: with b = D in the first case, √b passed it
+    message = rejection(ex.check_streaming_attention, streaming_scale_by_block)
+    assert "用的是 √b" in message and "Q (2, 3, 8)" in message, message

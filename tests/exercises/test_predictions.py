@@ -336,3 +336,17 @@ def test_a_tuple_with_the_numbers_of_a_list_answer_agrees(capsys):
     assert "✓ 一致" in capsys.readouterr().out
     tc.exercises.compare_prediction((1, 2, 4), [1, 2, 3], what="x")
     assert "不一致" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("prediction", "rel_tol", "close"),
+    [
+        (10.65, 5e-4, True),  # learner test 25b: 10.656 truncated, not rounded
+        (10.5, 5e-4, False),  # 1.5% off: a reasoning slip, not a rounding one
+        (10.5, None, False),  # within the default 10%: agrees, nothing to name
+        (9.0, None, False),  # a loose tolerance never calls a miss a rounding slip
+    ],
+)
+def test_a_near_miss_of_a_tight_answer_is_called_a_rounding_slip(capsys, prediction, rel_tol, close):
+    tc.exercises.compare_prediction(prediction, 1023 / 96, what="x", rel_tol=rel_tol)
+    assert ("很接近" in capsys.readouterr().out) == close

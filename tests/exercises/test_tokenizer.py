@@ -295,6 +295,11 @@ def merge_tail_twice(ids, pair, new_id):  # a skip flag, then ids[-1] appended u
     return out + ids[-1:]
 
 
+def merge_by_padded_string_replace(ids, pair, new_id):  # learner test 25b: a trailing space
+    text = " ".join(map(str, ids)) + " "
+    return [int(t) for t in text.replace(f"{pair[0]} {pair[1]} ", f"{new_id} ").split()]
+
+
 def merge_returns_string(ids, pair, new_id):
     return " ".join(map(str, merge_while(ids, pair, new_id)))
 
@@ -311,6 +316,7 @@ def merge_returns_string(ids, pair, new_id):
         (merge_returns_string, "应返回一个列表"),
         (merge_same_list_when_absent, "返回的就是传进来的 ids 这个列表本身"),
         (merge_by_string_replace, "拼成字符串再 replace"),
+        (merge_by_padded_string_replace, "既不是原来的 id，也不是 new_id：把 id 用空格拼成字符串"),
         (merge_misses_final_pair, "漏了结尾的那一对"),
         (merge_look_behind, r"得到 \[new_id, new_id\]"),
         (merge_look_behind_first, r"得到 \[new_id\]，"),
@@ -367,6 +373,7 @@ def test_bpe_tie_hint_names_the_one_liner_only_when_it_is_the_code(capsys):
     largest = rejection(bx.check_bpe_merge, step_largest_of_ties)
     first = rejection(bx.check_bpe_merge, step_first_of_ties)
     assert "并列时约定取最小的一对" in largest and "最先出现" not in largest, largest
+    assert "你在并列时取了最大的一对" in largest, largest  # learner test 25b
     assert "最先出现的一对" in first, first
 
 

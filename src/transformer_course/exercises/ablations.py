@@ -42,6 +42,16 @@ ABLATION_HINTS = [
         "losses",
     ),
     (
+        "losses 应是一个字典，键是方案、值是各种子的损失列表；你返回的是 {kind}。例如 "
+        "{{arm: [run(arm, s) for s in seeds] for arm in arms}}。",
+        "losses_type",
+    ),
+    (
+        "losses 的键应是两个方案 arms[0]、arms[1]，你的键是 {keys}：每个方案一个"
+        "列表，列表里按 seeds 的顺序放各种子的损失。",
+        "losses_keys",
+    ),
+    (
         "判定要逐个种子比较：均值差得再多，只要有一个种子上结论不成立，"
         "holds 就是 False。",
         "mean",
@@ -157,6 +167,17 @@ def _truth_value(verdict: object) -> object:
     return verdict
 
 
+def _losses_mistake(losses: object, want: dict) -> str | None:
+    """What is wrong with the learner's ``losses`` (``None``: nothing)."""
+    if not isinstance(losses, dict):
+        return _HINT["losses_type"].format(kind=type(losses).__name__)
+    if set(losses) != set(want):
+        return _HINT["losses_keys"].format(keys=list(losses))
+    if any([float(x) for x in losses[a]] != want[a] for a in want):
+        return _HINT["losses"]
+    return None
+
+
 @checker("成对的多种子对照实验")
 def check_paired_ablation(fn) -> str:
     """Grade ``fn(run, arms, seeds, margin) -> (losses, holds)`` (see the module)."""
@@ -179,14 +200,11 @@ def check_paired_ablation(fn) -> str:
             fail(f"{what} 应返回 (losses, holds) 两个值，得到 {out!r:.80}。")
         losses, verdict = out
         want = {arms[0]: loss0, arms[1]: loss1}
-        if (
-            not isinstance(losses, dict)
-            or set(losses) != set(arms)
-            or any([float(x) for x in losses[a]] != want[a] for a in arms)
-        ):
+        why = _losses_mistake(losses, want)
+        if why is not None:
             fail(
                 f"{what} 返回的 losses 是 {losses!r:.120}，应是 {want}（{case}）。\n"
-                f"可能的原因：{_HINT['losses']}"
+                f"可能的原因：{why}"
             )
         verdict = _truth_value(verdict)
         if not isinstance(verdict, bool):

@@ -98,6 +98,8 @@ def _mask_scores(s: Tensor, mask: Tensor, mistake: str) -> Tensor:
         return s * mask
     if mistake == "mask_added":  # the bool mask added: +1 / +0, nothing masked
         return s + mask
+    if mistake == "mask_ignored":
+        return s
     return s.masked_fill(~mask, -math.inf)
 
 
@@ -106,10 +108,8 @@ def _streaming_variant(
 ) -> Tensor:
     """Block-wise attention with one typical mistake (for diagnosis); no NaN from
     fully masked leading blocks, so the mistake is not confused with that one."""
-    D = q.size(-1)
-    scale = 1.0 if mistake == "noscale" else 1 / math.sqrt(D)
-    if mistake == "scale_dv":
-        scale = 1 / math.sqrt(v.size(-1))
+    scales = {"noscale": 1.0, "scale_dv": v.size(-1) ** -0.5, "scale_block": b**-0.5}
+    scale = scales.get(mistake, q.size(-1) ** -0.5)
     if mistake == "inverted":
         mask = ~mask
     if mistake == "block_softmax_mean":  # each block's own softmax, averaged
@@ -171,6 +171,11 @@ _STREAMING_MISTAKES = [
         "mask_added",
     ),
     (
+        "mask_j 没有用上：被屏蔽的键也分到了权重。每块的分数先 "
+        "s.masked_fill(~mask_j, −∞)，再取最大值和 exp。",
+        "mask_ignored",
+    ),
+    (
         "最大值变大时忘了校正旧的累计量：ℓ 和 o 都要先乘 exp(c_旧 − c_新)，"
         "再加上新块的贡献。",
         "no_rescale",
@@ -226,6 +231,11 @@ _STREAMING_MISTAKES = [
         "缩放因子用的是 √D_v（V 的最后一维）：应除以 √D，D 是 Q 和 K 的最后一维，"
         "这里 D ≠ D_v。",
         "scale_dv",
+    ),
+    (
+        "缩放因子用的是 √b（块的大小）：应除以 √D，D 是 Q 和 K 的最后一维；"
+        "缩放只看向量的维度，与怎样分块无关。",
+        "scale_block",
     ),
     (
         "第 1 块没有算进结果：先用 next(blocks) 取出的那一块也要参与更新 (c, ℓ, o)，"
@@ -299,8 +309,8 @@ def check_streaming_attention(fn) -> str:
     g = seeded_generator(47)
     # (description, batch shape, L, D, D_v, S, b, mask kind, score scale)
     cases = [
-        ("Q (2, 3, 4)，S=256 个键，每块 4 个；随机掩码 (L, S)",
-         (2,), 3, 4, 4, 256, 4, "random", 1.0),
+        ("Q (2, 3, 8)，S=256 个键，每块 4 个；随机掩码 (L, S)",
+         (2,), 3, 8, 8, 256, 4, "random", 1.0),
         ("左侧填充：第 2 个序列的前 40 个键（前 10 块）全被屏蔽，掩码 (N, 1, S)",
          (2,), 3, 4, 4, 256, 4, "left_pad", 1.0),
         ("分数很大（q、k 放大 10 倍）：不减去最大值，exp 会溢出",
@@ -404,6 +414,13 @@ class _CopyWatch(TorchFunctionMode):
         self.current = ""  # the learner's torch call now running
         self.ops: list[str] = []  # the learner's torch calls, in order
 
+    def _is_kv(self, t: object) -> bool:
+        """Whether ``t`` holds key or value rows (a mask, also repeated, does not)."""
+        return isinstance(t, Tensor) and tuple(t.shape[-2:]) in (
+            (self.S, self.D),
+            (self.D, self.S),
+        )
+
     def merged_by_transpose(self) -> bool | None:
         """Whether an axis swap follows the last softmax (the merge step swapped
         axes); ``None`` without a softmax call (nothing to tell the steps apart)."""
@@ -414,7 +431,7 @@ class _CopyWatch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", str(func))
-        if name in _COPYING:
+        if name in _COPYING and self._is_kv(args[0] if args else None):
             self.calls.append(name)
         if name == "scaled_dot_product_attention" and (kwargs or {}).get("enable_gqa"):
             self.reference = True
@@ -453,8 +470,25 @@ class _CopyFinder(TorchDispatchMode):
         return out
 
 
-def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
-    """Grouped attention with one typical mistake (for diagnosis)."""
+def _gqa_masked(s: Tensor, mask: Tensor, G: int, mistake: str) -> Tensor:
+    """Scores ``s`` (N, H, L, S) with the (L, S) ``mask``, as right or as a masking
+    mistake applies it. ``mask_interleaved``: the mask made (G·L, S) for the grouped
+    rows with ``repeat_interleave`` (row r of a group gets mask row r // G)."""
+    if mistake == "mask_ignored":
+        return s
+    if mistake == "mask_multiplied":
+        return s * mask
+    if mistake == "mask_interleaved":
+        L = mask.size(0)
+        rows = mask.repeat_interleave(G, 0).view(G, L, -1)  # (G, L, S): row g·L + l
+        mask = rows.repeat(s.size(1) // G, 1, 1)  # query head h = kv·G + g
+    return s.masked_fill(~mask, -math.inf)
+
+
+def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, mistake: str) -> Tensor:
+    """Grouped attention with one typical mistake (for diagnosis); the layout mistakes
+    (rows regrouped) are told apart on the cases without masked keys, where the mask
+    changes nothing, so they leave it out."""
     N, H, L, D = q.shape
     Hkv = k.size(1)
     G = H // Hkv
@@ -479,6 +513,7 @@ def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mistake: str) -> Tensor:
         "groupscale": s / math.sqrt(D * G),
         "scale_s": s / math.sqrt(k.size(2)),
     }.get(mistake, s / math.sqrt(D))
+    s = _gqa_masked(s, mask, G, mistake)
     w = torch.softmax(s, dim=-2 if mistake == "dim" else -1)
     out = w @ v
     if (
@@ -519,6 +554,24 @@ _GQA_MISTAKES = [
         for mistake in ("dim", "dim_grouped_rows")
     ),
     ("分数除以的是 √S（键的个数）：应除以 √D，D 是每个头的维度。", "scale_s"),
+    (
+        "mask 没有用上：被屏蔽的键也分到了权重。softmax 之前把 mask 为 False 的分数"
+        "填成 −∞。",
+        "mask_ignored",
+    ),
+    (
+        "分数乘了掩码：被屏蔽的分数成了 0，不是 −∞，exp 之后仍有权重。"
+        "用 masked_fill(~mask, −∞)。",
+        "mask_multiplied",
+    ),
+    (
+        "掩码的行排错了：(N, H_kv, G·L, S) 的一组行是组内序号在前、位置在后 (G, L)，"
+        "第 g·L + l 行要用 mask[l]；mask.repeat_interleave(G, 0) 给的是 "
+        "mask[(g·L + l) // G]。"
+        "把分数 view 成 (N, H_kv, G, L, S)，(L, S) 的 mask 直接广播；或用 "
+        "mask.repeat(G, 1)。",
+        "mask_interleaved",
+    ),
     # the G·L rows made in (L, G) order and merged as (G, L), or the other way round:
     # the same output, so the learner's calls tell which step swapped the axes
     ("{regroup}", "groups_transposed"),
@@ -552,32 +605,68 @@ _REGROUP_HINTS = {
 }
 
 
+# the (L, S) mask put on the (N, H_kv, G·L, S) scores as it is
+GQA_CRASHES = [
+    (
+        r"must match the size of tensor b|shape mismatch|cannot be broadcast",
+        "mask 是 (L, S)，分组后的分数是 (N, H_kv, G·L, S)，G > 1 时两者对不上："
+        "把分数 view 成 (N, H_kv, G, L, S)，mask 就能直接广播"
+        "（每个查询头用同一个 mask）。",
+    ),
+]
+
+
+def _gqa_mask(kind: str, L: int, S: int) -> Tensor:
+    """The case's bool (L, S) mask, True = may attend; no row fully masked."""
+    mask = torch.ones(L, S, dtype=torch.bool)
+    if kind == "prefill":  # the last L of S positions: query i sees j ≤ S − L + i
+        mask = mask.tril(S - L)
+    elif kind == "padding":  # the first 3 keys are padding
+        mask[:, :3] = False
+    return mask
+
+
 @checker("分组查询注意力")
 def check_grouped_attention(fn) -> str:
-    """Grade ``fn(q, k, v)``: q ``(N, H, L, D)``, k and v ``(N, H_kv, S, D)`` with
-    ``H`` a multiple of ``H_kv``; returns ``(N, H, L, D)``, query head ``h`` attending
-    with key-value head ``h // (H // H_kv)``, scaled by ``1/√D``, no mask. Compared with
+    """Grade ``fn(q, k, v, mask)``: q ``(N, H, L, D)``, k and v ``(N, H_kv, S, D)``
+    with ``H`` a multiple of ``H_kv``, mask bool ``(L, S)`` (True = may attend, the
+    same for every head); returns ``(N, H, L, D)``, query head ``h`` attending with
+    key-value head ``h // (H // H_kv)``, scaled by ``1/√D``. The first cases mask no
+    key (the grouping is graded there), the later ones are a causal prefill after a
+    cache (the mask on the grouped rows). Compared with
     ``F.scaled_dot_product_attention(..., enable_gqa=True)``; calling that reference, a
-    call of ``repeat_interleave``/``repeat``/``tile``, or any new tensor holding more
-    than ``H_kv`` copies of the keys or values (also one made inside a broadcasting
+    ``repeat_interleave``/``repeat``/``tile`` of the keys or values, or any new tensor
+    holding more than ``H_kv`` copies of them (also one made inside a broadcasting
     ``matmul``) fails."""
     name = name_of(fn)
     g = seeded_generator(41)
-    # (description, N, H, H_kv, L, S, D): L, S, D distinct so a copy is recognisable
+    # (description, N, H, H_kv, L, S, D, mask): L, S, D distinct so a copy is
+    # recognisable
     cases = [
-        ("N=2, H=6, H_kv=2（每组 3 个查询头），L=5, S=7, D=4", 2, 6, 2, 5, 7, 4),
-        ("N=1, H=8, H_kv=1（MQA），L=3, S=9, D=6", 1, 8, 1, 3, 9, 6),
-        ("N=2, H=4, H_kv=4（普通多头，G=1），L=6, S=6, D=5", 2, 4, 4, 6, 6, 5),
-        ("N=3, H=4, H_kv=2，解码一步 L=1, S=11, D=8", 3, 4, 2, 1, 11, 8),
-    ]
-    for i, (case, N, H, Hkv, L, S, D) in enumerate(cases):
+        ("N=2, H=6, H_kv=2（每组 3 个查询头），L=5, S=7, D=4，mask 全 True",
+         2, 6, 2, 5, 7, 4, "none"),
+        ("N=1, H=8, H_kv=1（MQA），L=3, S=9, D=6，mask 全 True",
+         1, 8, 1, 3, 9, 6, "none"),
+        ("N=2, H=4, H_kv=4（普通多头，G=1），L=6, S=6, D=5，因果 mask",
+         2, 4, 4, 6, 6, 5, "prefill"),
+        ("N=3, H=4, H_kv=2，解码一步 L=1, S=11, D=8，前 3 个键是填充",
+         3, 4, 2, 1, 11, 8, "padding"),
+        ("N=2, H=6, H_kv=2，缓存 6 个位置后预填充 L=4 个（S=10），D=5，"
+         "因果 mask：查询 i 看键 j ≤ 6 + i", 2, 6, 2, 4, 10, 5, "prefill"),
+        ("N=1, H=8, H_kv=1（MQA），缓存 3 个位置后预填充 L=4 个（S=7），D=3，因果 mask",
+         1, 8, 1, 4, 7, 3, "prefill"),
+    ]  # fmt: skip
+    for i, (case, N, H, Hkv, L, S, D, kind) in enumerate(cases):
         q, k, v = randn(g, N, H, L, D), randn(g, N, Hkv, S, D), randn(g, N, Hkv, S, D)
+        mask = _gqa_mask(kind, L, S)
         watch = _CopyWatch(k.numel(), S, D) if Hkv < H else None
+        run = functools.partial(run_learner, fn, q, k, v, mask, what=name, case=case,
+                                first=i == 0, causes=GQA_CRASHES)  # fmt: skip
         if watch is None:
-            out = run_learner(fn, q, k, v, what=name, case=case, first=i == 0)
+            out = run()
         else:
             with watch, _CopyFinder(watch):
-                out = run_learner(fn, q, k, v, what=name, case=case, first=i == 0)
+                out = run()
             if watch.reference:
                 fail(
                     f"{name} 调用了 F.scaled_dot_product_attention(..., "
@@ -596,12 +685,12 @@ def check_grouped_attention(fn) -> str:
         )
         check_float(out, f"{name} 的输出")
         check_finite(out, f"{name} 的输出", case)
-        ref = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         if not close(out, ref):
             hint = first_reproduced(
                 out,
                 _GQA_MISTAKES,
-                functools.partial(_gqa_variant, q, k, v),
+                functools.partial(_gqa_variant, q, k, v, mask),
                 regroup=_REGROUP_HINTS[watch.merged_by_transpose() if watch else None],
             )
             if hint == _GQA_MISTAKES[0][0] and watch and "repeat" in watch.calls:
@@ -626,7 +715,7 @@ def check_grouped_attention(fn) -> str:
                 "@ k.mT，再乘 v，最后 reshape 回 (N, H, L, D)；k、v 不加维度，也就"
                 "不用广播。"
             )
-    return f"{len(cases)} 种形状，含 MQA 与 G=1，未复制键值头"
+    return f"{len(cases)} 种形状，含 MQA、G=1 与缓存之后的因果预填充，未复制键值头"
 
 
 # ---------------------------------------------------------------------------
@@ -1099,6 +1188,9 @@ def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
         mask[:, :prefix] = True
     elif mistake == "zero_means_all" and prefix == 0:  # e.g. mask[:prefix or L, ...]
         mask[:] = True
+    elif mistake == "suffix_blind":  # the prefix block, then causal among the rest only
+        mask[:prefix, :prefix] = True
+        mask[prefix:, :prefix] = False
     else:
         mask[:, :prefix] = True
     if mistake == "inverted":
@@ -1133,6 +1225,11 @@ _PREFIX_MISTAKES = [
         "序列都打开了（例如 prefix or L 这样的写法）。",
         "zero_means_all",
     ),
+    (
+        "前缀之后的位置看不到前缀了：它们仍是因果的，j ≤ i 包括前缀里的全部位置；"
+        "只在因果掩码上再打开前缀块（或前 prefix 列），不要关掉别的。",
+        "suffix_blind",
+    ),
 ]
 
 
@@ -1148,9 +1245,15 @@ def check_prefix_lm_mask(fn) -> str:
         out = as_tensor(out, f"{name} 的输出", case)
         check_shape(out, (L, L), f"{name} 的输出", case)
         if out.dtype != torch.bool:
+            additive = out.is_floating_point() and bool(torch.isinf(out).any())
             fail(
                 f"{name} 的输出应是布尔张量，得到 dtype {out.dtype}（{case}）："
-                "本书的掩码约定 True = 可以关注，可用 tc.causal_mask(L) 起步。"
+                + (
+                    "你返回的是加性掩码（可见处 0、屏蔽处 −∞），这里要布尔掩码。"
+                    if additive
+                    else ""
+                )
+                + "本书的掩码约定 True = 可以关注，可用 tc.causal_mask(L) 起步。"
             )
         want = _prefix_variant(L, prefix, "ok")
         if torch.equal(out, want):

@@ -18,6 +18,7 @@ import numpy as np
 __all__ = ["compare_prediction"]
 
 _DEFAULT_REL_TOL = 0.1
+_NEAR = 0.01  # a wrong number this close to a tightly graded answer is a rounding slip
 _NO_QUOTES = "，不加引号"
 # a float answer this close to an integer (a ratio of counts, d_model / 2 summed in
 # float64) is an exact integer answer, not a measurement
@@ -184,10 +185,15 @@ def _verdict(
     side = "偏大" if prediction > actual else "偏小"  # type: ignore[operator]
     if why is None and exact is None and _rounded_from(prediction, actual):
         why = "实际值舍入到你写的位数正是你的预测：推理多半对了，只是位数不够，多写几位"
+    err = abs(float(prediction) - actual) / max(abs(actual), 1e-12)  # type: ignore
+    if why is None and exact is None and tol < _NEAR and err <= _NEAR:
+        why = (
+            f"很接近（相差不到 {_NEAR:.0%}）：推导多半对了，是截断、舍入或算术出了错；"
+            "四舍五入到要求的位数，或直接填算式让 Python 去算"
+        )
     why = why or "对照解答里的推理，看看哪一步想得不一样"
     if exact is not None:
         return f"{side}：答案是一个整数，要完全一致；{why}"
-    err = abs(float(prediction) - actual) / max(abs(actual), 1e-12)  # type: ignore
     note = _fraction_note(prediction, actual)  # type: ignore[arg-type]
     return f"相差 {_gap(err, tol, False)}，{side}：{why}{note}"
 

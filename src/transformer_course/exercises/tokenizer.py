@@ -208,6 +208,12 @@ _LOOK_BEHIND = (
 )
 
 
+_TEXT_REPLACE = (
+    "把 id 用空格拼成字符串再 replace：多位数的 id 会被从中间拆开（'11 2' 里也有 "
+    "'1 2'）。直接在列表上比较相邻的两个元素 (ids[i], ids[i + 1])。"
+)
+
+
 def _merge_variants(ids: list[int], pair: tuple[int, int], new_id: int) -> dict:
     """Results of the usual wrong merges, with the hint for each."""
     end = _first_end(ids, pair)
@@ -235,10 +241,7 @@ def _merge_variants(ids: list[int], pair: tuple[int, int], new_id: int) -> dict:
             "[7, 7, 7] 最后一个 7 前面也是 (7, 7)，被当成已合并丢掉了，得到 [new_id]，"
             "应为 [new_id, 7]。"
         ): _look_behind(ids, pair, new_id, behind_first=True),
-        "把 id 用空格拼成字符串再 replace：多位数的 id 会被从中间拆开（'11 2' 里也有 "
-        "'1 2'）。直接在列表上比较相邻的两个元素 (ids[i], ids[i + 1])。": (
-            _replace_in_text(ids, pair, new_id)
-        ),
+        _TEXT_REPLACE: (_replace_in_text(ids, pair, new_id)),
         "没有做任何替换：比较的是相邻的两个元素 (ids[i], ids[i + 1]) 与 pair，"
         "注意 pair 是元组，列表切片 ids[i:i + 2] 要先转成元组再比较。": list(ids),
     }
@@ -300,6 +303,13 @@ def check_merge_pair(fn: Callable) -> str:
                 "一起改掉。pair 不出现时也要新建：return list(ids) 或 ids[:]。"
             )
         runs.append(((ids, pair, _NEW), _as_list(name, out)))
+    for (ids, pair, _), out in runs:
+        alien = [x for x in out if x not in ids and x != _NEW]
+        if alien:  # a number that is neither an old id nor the new one: text surgery
+            fail(
+                f"{name}({ids}, {pair}, {_NEW}) 得到 {out}，其中 {alien[0]!r} 既不是"
+                f"原来的 id，也不是 new_id：{_TEXT_REPLACE}"
+            )
     _explain(name, runs, merge_pair, _merge_variants, _MERGE_RULE)
     return (
         f"{len(cases)} 个序列：多次出现、重叠的 [7, 7, 7]、末尾、不出现、空序列、"
@@ -372,6 +382,9 @@ def _diagnose_choices(name: str, picks: list[tuple[list[int], tuple]]) -> None:
             + (
                 "max(counts, key=counts.get) 在并列时取的是最先出现的一对。"
                 if first_seen
+                else "你在并列时取了最大的一对：key 里带上 p 时，max 在次数相同的对里"
+                "选的是最大的。"
+                if all(p == _largest(count_pairs(i)) for i, p in picks)
                 else ""
             )
         )
