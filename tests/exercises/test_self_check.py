@@ -346,6 +346,31 @@ def probe_comparing(same):
     return probe
 
 
+def probe_row_0_only(model, ids, t):
+    """Learner test 27c (5.21): the tokens from t on changed in every row, but only
+    batch row 0 compared."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
+    return torch.allclose(model(ids)[0][0, :t], model(changed)[0][0, :t], atol=1e-5)
+
+
+def probe_changes_row_0_only(model, ids, t):
+    """The tokens from t on changed in batch row 0 alone; every row compared."""
+    changed = ids.clone()
+    changed[0, t:] = (changed[0, t:] + 1) % model.cfg.vocab_size
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("probe", "keyword"),
+    [(probe_row_0_only, "只比较了第 0 行"), (probe_changes_row_0_only, "只改了第 0 行的词元")],
+)
+def test_causality_probe_catches_a_leak_in_one_batch_row(probe, keyword, capsys):
+    message = rejection(ex.check_causality_probe, probe)
+    assert "只在批里第 1 行" in message and keyword in message, message
+    assert capsys.readouterr().out == ""
+
+
 # learner test 15 (5.20): compared with atol=1.0, or only the argmax compared
 probe_loose_tolerance = probe_comparing(lambda a, b: torch.allclose(a, b, atol=1.0))
 probe_argmax_only = probe_comparing(lambda a, b: torch.equal(a.argmax(-1), b.argmax(-1)))

@@ -199,30 +199,49 @@ class _LeakyGPT(MiniGPT):
     """A MiniGPT whose attention sees the future: in the blocks ``leaky`` (indices;
     None: every block) without the causal mask, or with ``allowed(T)``, a bool
     ``(T, T)`` mask of the keys each position may attend to; the other blocks stay
-    causal."""
+    causal. ``rows``: the leak is only in the batch rows from ``rows`` on (the rows
+    before stay causal)."""
 
     def __init__(
         self,
         cfg: GPTConfig,
         allowed: Callable[[int], Tensor] | None = None,
         leaky: tuple[int, ...] | None = None,
+        rows: int = 0,
     ) -> None:
         super().__init__(cfg)
+        if rows and allowed is None:
+            allowed = _sees_all
         for i, block in enumerate(self.blocks):
             if leaky is not None and i not in leaky:
                 continue
             block.causal = False
             if allowed is not None:
                 block.register_forward_pre_hook(
-                    functools.partial(_leak_mask, allowed), with_kwargs=True
+                    functools.partial(_leak_mask, allowed, rows), with_kwargs=True
                 )
 
 
 def _leak_mask(
-    allowed: Callable[[int], Tensor], module: object, args: tuple, kwargs: dict
+    allowed: Callable[[int], Tensor],
+    rows: int,
+    module: object,
+    args: tuple,
+    kwargs: dict,
 ) -> tuple:
-    """Forward pre-hook of a block: attend where ``allowed(T)`` is True."""
-    return args, {**kwargs, "attn_mask": allowed(args[0].size(1))}
+    """Forward pre-hook of a block: attend where ``allowed(T)`` is True, in the batch
+    rows from ``rows`` on; causally in the rows before."""
+    N, T = args[0].shape[:2]
+    mask = allowed(T)
+    if rows:
+        leaks = (torch.arange(N) >= rows)[:, None, None, None]
+        mask = torch.where(leaks, mask, torch.ones(T, T, dtype=torch.bool).tril())
+    return args, {**kwargs, "attn_mask": mask}
+
+
+def _sees_all(T: int) -> Tensor:
+    """No mask: every position sees every position."""
+    return torch.ones(T, T, dtype=torch.bool)
 
 
 def _one_ahead(T: int) -> Tensor:
@@ -287,6 +306,12 @@ def check_causality_probe(fn: object) -> str:
                 "只在最后一层多看一个未来位置的模型",
                 "last_one_ahead",
             ),
+            (
+                _LeakyGPT(cfg, rows=1).eval(),
+                False,
+                "只在批里第 1 行（第二条序列）去掉了掩码的模型",
+                "later_rows",
+            ),
         ]
     ids = torch.randint(0, 17, (2, 12), generator=g)
     ids[:, 7] = 0  # at t = 7, "ids2[:, t:] = 0" leaves position t as it was
@@ -331,7 +356,7 @@ def check_causality_probe(fn: object) -> str:
                     fn, model, fed, ids, t
                 )
                 fail(f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：{why}")
-    return "因果的模型与五种泄漏未来的模型、三个 t，判断都对"
+    return "因果的模型与六种泄漏未来的模型、三个 t，判断都对"
 
 
 def _keep_input(fed: list[Tensor], module: object, args: tuple, kwargs: dict) -> None:
@@ -382,6 +407,8 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
             "“别的词元”，也就是每个位置都与原来不同，例如 ids2[:, t:] = "
             "(input_ids[:, t:] + 1) % vocab_size。"
         )
+    if leak == "later_rows":
+        return _rows_missed(fed, ids, t)
     where = "、".join(str(p) for p in changed)
     if leak == "one_ahead" and t not in changed:
         return (
@@ -406,6 +433,22 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
             "把位置 t 及以后全部换掉（ids2[:, t:] = …）。"
         )
     return ""
+
+
+def _rows_missed(fed: list[Tensor], ids: Tensor, t: int) -> str:
+    """The hint for a probe that calls the model leaking only in batch row 1 causal:
+    it changed, or compared, batch row 0 alone."""
+    changed_rows = [x[1:, t:] != ids[1:, t:] for x in fed if x.shape == ids.shape]
+    what = (
+        "只改了第 0 行的词元，第 1 行送进模型的还是原来的"
+        if not any(bool(c.any()) for c in changed_rows)
+        else "多半只比较了第 0 行（logits[0, :t]）"
+    )
+    return (
+        f"这个模型的第 0 行是因果的，只有第 1 行看得见未来：你的探针{what}。"
+        "批里每一行都是一条独立的序列，泄漏可能只出现在某几行：每一行都要改"
+        "（ids2[:, t:] = …），比较整块 logits[:, :t]。"
+    )
 
 
 def _unchanged_fill(fed: list[Tensor], ids: Tensor, t: int) -> int | None:
