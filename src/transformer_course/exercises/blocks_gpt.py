@@ -266,6 +266,7 @@ _RESIDUAL_MISTAKES = (
     "no_res",
     "res_from_norm",
     "res_from_norm1",
+    "res_from_norm2",
     "parallel",
     "ffn_from_h",
     "ffn_from_h_no_norm2",
@@ -291,9 +292,9 @@ def _residual_variant(
         return ffn(norm2(x + attn(norm1(x))))
     if mistake == "no_res":
         return ffn(norm2(attn(norm1(x))))
-    if mistake in ("res_from_norm", "res_from_norm1"):
+    if mistake in ("res_from_norm", "res_from_norm1", "res_from_norm2"):
         h = norm1(x)
-        x = h + attn(h)
+        x = x + attn(h) if mistake == "res_from_norm2" else h + attn(h)
         if mistake == "res_from_norm1":  # only the attention sublayer's residual
             return x + ffn(norm2(x))
         h = norm2(x)
@@ -356,6 +357,11 @@ BLOCK_HINTS = [
         "self_attn(h)。残差要加在归一化之前的 x 上：x = x + self_attn(norm1(x))"
         "（FFN 子层你写对了）。",
         "res_from_norm1",
+    ),
+    (
+        "FFN 子层的残差加在了 norm2(x) 上：你写的是 h = norm2(x)，x = h + ffn(h)。"
+        "残差要加在归一化之前的 x 上：x = x + ffn(norm2(x))（注意力子层你写对了）。",
+        "res_from_norm2",
     ),
     (
         "两个子层是串行的：FFN 的输入是加过注意力残差之后的 x，"
@@ -551,6 +557,10 @@ def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
             h = _block_variant(block, h, "no_causal")
         else:
             h = block(x if mistake == "same_input" else h)
+        if mistake == "norm_f_per_block":  # norm_f after every block
+            h = ref.norm_f(h)
+    if mistake == "norm_f_per_block":
+        return ref.lm_head(h)
     if mistake == "pos_after_blocks":
         h = h + ref.pos_emb.embedding.weight[: idx.size(1)]
     if mistake not in ("no_norm_f", "norm_f_first"):
@@ -609,6 +619,12 @@ GPT_HINTS = [
         "norm_f 用在了进入块之前：最后的归一化在所有块之后、lm_head 之前，"
         "lm_head(norm_f(x))。",
         "norm_f_first",
+    ),
+    (
+        "norm_f 用在了每个块之后（循环里 x = norm_f(block(x))）：块与块之间不再"
+        "归一化（各块自己的 norm1、norm2 已经做了），norm_f 只在所有块之后用一次，"
+        "for block in self.blocks: x = block(x)，然后 lm_head(norm_f(x))。",
+        "norm_f_per_block",
     ),
     (
         "块的顺序反了：按 self.blocks 的顺序逐个过，for block in self.blocks。",
