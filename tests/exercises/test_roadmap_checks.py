@@ -203,8 +203,17 @@ def escape_missing_in_numerator(counts, history, c, vocab_size):  # count(h c) /
     return p
 
 
+def back_off_relative_frequency(counts, history, c, vocab_size):  # learner test 27c, 5.9
+    for k in range(len(counts) - 1, -1, -1):
+        h = history[len(history) - k :] if k <= len(history) else None
+        if h in counts[k] and counts[k][h][c] > 0:
+            return counts[k][h][c] / sum(counts[k][h].values())
+    return 1 / vocab_size
+
+
 def test_mistakes_get_their_hint(capsys):
     assert_rejects(ex.check_witten_bell, back_off, "这是回退（back-off），不是插值", capsys)
+    assert_rejects(ex.check_witten_bell, back_off_relative_frequency, "这是回退（back-off），不是插值", capsys)
     assert_rejects(ex.check_witten_bell, escape_mass_vocab_size, "u(h) 写成了词表大小", capsys)
     assert_rejects(ex.check_witten_bell, unigram_skipped, "跳过了 k = 0 这一阶", capsys)
     assert_rejects(ex.check_witten_bell, no_uniform_base, "均匀分布", capsys)

@@ -189,14 +189,19 @@ _WITTEN_BELL_HINTS = [
 
 
 def _backoff(
-    counts: list[dict[str, Counter]], history: str, c: str, vocab_size: int
+    counts: list[dict[str, Counter]],
+    history: str,
+    c: str,
+    vocab_size: int,
+    relative: bool = False,
 ) -> float:
     """Back-off instead of interpolation: the longest history after which ``c`` was
-    seen alone decides, ``count(h c) / (count(h) + u(h))``; else ``1/vocab_size``."""
+    seen alone decides, ``count(h c) / (count(h) + u(h))`` (``relative``: the relative
+    frequency ``count(h c) / count(h)``); else ``1/vocab_size``."""
     for k in range(min(len(counts), len(history) + 1) - 1, -1, -1):
         after = counts[k].get(history[len(history) - k :])
         if after and after[c] > 0:
-            return after[c] / (sum(after.values()) + len(after))
+            return after[c] / (sum(after.values()) + (0 if relative else len(after)))
     return 1.0 / vocab_size
 
 
@@ -238,9 +243,10 @@ def _not_a_distribution_hint(
     not sum to 1: back-off, a typical mistake in one order's formula, or the
     formula."""
     got = torch.tensor(probs, dtype=torch.float64)
-    backoff = [_backoff(counts, h, c, len(vocab)) for c in vocab]
-    if torch.allclose(got, torch.tensor(backoff, dtype=torch.float64), 1e-9, 0.0):
-        return _BACKOFF_HINT
+    for relative in (False, True):
+        backoff = [_backoff(counts, h, c, len(vocab), relative) for c in vocab]
+        if torch.allclose(got, torch.tensor(backoff, dtype=torch.float64), 1e-9, 0.0):
+            return _BACKOFF_HINT
     return first_reproduced(
         got,
         _NOT_A_DISTRIBUTION_HINTS,
