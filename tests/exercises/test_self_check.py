@@ -107,6 +107,11 @@ def test_softmax_jacobian(capsys):
         (lambda p: torch.diag_embed(p) - p.unsqueeze(-2) * p.unsqueeze(-2), "不是外积 p pᵀ"),
         (lambda p: torch.diag_embed(p) - 0.5 * p.unsqueeze(-1) * p.unsqueeze(-2), "δ_ij"),
         (jacobian_flattened_outer, "一维的 p 对了，批量的错了"),
+        # learner test 27c, 5.20: -p pᵀ alone, δ_ij − p_j without p_i, + p pᵀ
+        (lambda p: -p.unsqueeze(-1) * p.unsqueeze(-2), "漏了 diag(p)"),
+        (lambda p: torch.eye(p.shape[-1], dtype=p.dtype) - p.unsqueeze(-2), "漏了前面的因子 p_i"),
+        (lambda p: torch.eye(p.shape[-1], dtype=p.dtype) - p.unsqueeze(-1), "漏了前面的因子 p_i"),
+        (lambda p: torch.diag_embed(p) + p.unsqueeze(-1) * p.unsqueeze(-2), "写成了 +p pᵀ"),
     ],
 )
 def test_softmax_jacobian_mistakes(wrong, keyword, capsys):

@@ -137,6 +137,61 @@ SOFTMAX_JACOBIAN_CRASHES = [
 ]
 
 
+def _outer(p: Tensor) -> Tensor:
+    """p pᵀ for each row: (..., L) -> (..., L, L)."""
+    return p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+def _diag_minus_square(p: Tensor, dim: int) -> Tensor:
+    """diag(p) minus the elementwise square p², broadcast along ``dim``."""
+    return torch.diag_embed(p) - (p * p).unsqueeze(dim)
+
+
+def _eye_minus(p: Tensor, dim: int) -> Tensor:
+    """δ_ij − p_j (``dim=-2``) or δ_ij − p_i (``dim=-1``), (..., L, L)."""
+    eye = torch.eye(p.shape[-1], dtype=p.dtype)
+    return eye - p.unsqueeze(dim)
+
+
+# (hint, what the mistake computes from p), tried in this order
+JACOBIAN_MISTAKES: list[tuple[str, Callable[[Tensor], Tensor]]] = [
+    ("只有 diag(p)，漏了 −p pᵀ（p_i 变大时其余的 p_j 要变小）。", torch.diag_embed),
+    (
+        "只减了对角线上的 p_i²：−p pᵀ 是整个外积 p_i p_j。",
+        lambda p: torch.diag_embed(p - p * p),
+    ),
+    *(
+        (  # p.unsqueeze(-1) * p.unsqueeze(-1): (…, L, 1), p_i² per row
+            "减去的是逐元素平方 p²，不是外积 p pᵀ：p.unsqueeze(-1) * "
+            "p.unsqueeze(-1) 的形状是 (…, L, 1)，元素是 p_i²，广播后第 i 行"
+            "处处减同一个 p_i²。外积要一列乘一行："
+            "p.unsqueeze(-1) * p.unsqueeze(-2)，第 (i, j) 个元素是 p_i p_j。",
+            functools.partial(_diag_minus_square, dim=d),
+        )
+        for d in (-1, -2)
+    ),
+    ("符号反了：应是 diag(p) − p pᵀ。", lambda p: _outer(p) - torch.diag_embed(p)),
+    (
+        "−p pᵀ 写成了 +p pᵀ：p_j 变大时 p_i 要变小（概率之和固定为 1），非对角元"
+        "是 −p_i p_j。应是 diag(p) − p pᵀ。",
+        lambda p: torch.diag_embed(p) + _outer(p),
+    ),
+    (
+        "漏了 diag(p)：只有 −p pᵀ，对角线上就只剩 −p_i²。对角线上 ∂p_i/∂z_i = "
+        "p_i(1 − p_i) = p_i − p_i²：完整的是 diag(p) − p pᵀ。",
+        lambda p: -_outer(p),
+    ),
+    *(
+        (
+            "漏了前面的因子 p_i：∂p_i/∂z_j = p_i(δ_ij − p_j)，你算的只是括号里的 "
+            "δ_ij − p_j（单位矩阵减去 p）。每一行 i 再乘 p_i，就是 diag(p) − p pᵀ。",
+            functools.partial(_eye_minus, dim=d),
+        )
+        for d in (-2, -1)
+    ),
+]
+
+
 @checker("检验标准 3：softmax 的雅可比矩阵")
 def check_softmax_jacobian(fn: object) -> str:
     """Grade ``fn(p)``: for probabilities ``p`` of shape ``(..., L)`` (rows summing to
@@ -165,28 +220,17 @@ def check_softmax_jacobian(fn: object) -> str:
         ref = _softmax_jacobian_autograd(z)
         check_shape(got, (*shape, shape[-1]), f"{name} 的返回值", case)
         if not close(got, ref):
-            if close(got, torch.diag_embed(p)):
-                hint = "只有 diag(p)，漏了 −p pᵀ（p_i 变大时其余的 p_j 要变小）。"
-            elif close(got, torch.diag_embed(p - p * p)):
-                hint = "只减了对角线上的 p_i²：−p pᵀ 是整个外积 p_i p_j。"
-            elif any(  # p.unsqueeze(-1) * p.unsqueeze(-1): (…, L, 1), p_i² per row
-                close(got, torch.diag_embed(p) - (p * p).unsqueeze(d)) for d in (-1, -2)
-            ):
-                hint = (
-                    "减去的是逐元素平方 p²，不是外积 p pᵀ：p.unsqueeze(-1) * "
-                    "p.unsqueeze(-1) 的形状是 (…, L, 1)，元素是 p_i²，广播后第 i 行"
-                    "处处减同一个 p_i²。外积要一列乘一行："
-                    "p.unsqueeze(-1) * p.unsqueeze(-2)，第 (i, j) 个元素是 p_i p_j。"
-                )
-            elif close(got, p[..., :, None] * p[..., None, :] - torch.diag_embed(p)):
-                hint = "符号反了：应是 diag(p) − p pᵀ。"
-            elif p.dim() > 1:  # the 1-D p (the first case) passed
+            hint = next(
+                (hint for hint, wrong in JACOBIAN_MISTAKES if close(got, wrong(p))),
+                None,
+            )
+            if hint is None and p.dim() > 1:  # the 1-D p (the first case) passed
                 hint = (
                     "一维的 p 对了，批量的错了：每一行要用它自己的外积 "
                     "p.unsqueeze(-1) * p.unsqueeze(-2)（形状 (…, L, L)）；torch.outer "
                     "只接受一维，把批量拉平后再做外积会把不同行的 p 乘在一起。"
                 )
-            else:
+            elif hint is None:
                 hint = "∂p_i/∂z_j = p_i(δ_ij − p_j)，写成矩阵是 diag(p) − p pᵀ。"
             fail(
                 f"{name} 与自动求导的雅可比不一致（{case}；"
