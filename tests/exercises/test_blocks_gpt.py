@@ -147,6 +147,12 @@ class ResidualFromNorm2Only(Block):  # learner test 27c: the FFN residual adds n
         return h + self.ffn(h)
 
 
+class SequentialFFN(Block):  # learner test 27c, 5.6: right maths, parameters ffn.0/ffn.2
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.ffn = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+
 class Parallel(Block):
     def forward(self, x):
         return x + self.attn(self.norm1(x)) + self.ffn(self.norm2(x))
@@ -311,6 +317,7 @@ BLOCK_REJECTS = [
     block_check(ResidualFromNorm1Only, "注意力子层的残差加在了 norm1(x) 上", "residual adds norm1(x)"),
     block_check(ResidualFromNorm2Only, "FFN 子层的残差加在了 norm2(x) 上", "residual adds norm2(x)"),
     block_check(Parallel, "串行", "parallel sublayers"),
+    block_check(SequentialFFN, "ffn 是 nn.Sequential", "ffn as an nn.Sequential"),
     block_check(FFNFromNormedInput, "FFN 的输入用了注意力之前的 h", "FFN fed norm2(h)"),
     block_check(FFNFromH, "FFN 的输入用了注意力之前的 h", "FFN fed h"),
     block_check(KeysValuesFromX, "键和值用的是原来的 x", "keys and values from x"),

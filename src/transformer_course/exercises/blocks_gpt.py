@@ -131,6 +131,14 @@ def _missing_parameter(learner: nn.Module, name: str, what: str) -> None:
                 "里面的层没有注册为子模块：它们的参数对 parameters()、state_dict() "
                 "和优化器都不可见。改用 nn.ModuleList([...])。"
             )
+        if isinstance(obj, nn.Sequential) and not hasattr(obj, part):
+            # ffn = nn.Sequential(Linear, GELU, Linear): numbered, not named
+            fail(
+                f"{what}.{'.'.join(path[:-1])} 是 nn.Sequential：它的参数叫 "
+                f"{'.'.join(path[:-1])}.0.weight、….2.weight 这样的编号，检查器和后面"
+                f"的单元格按名字 {name} 复制权重。用 (a) 的 MyFeedForward（属性 w1、"
+                "w2）：self.ffn = MyFeedForward(d_model, 4 * d_model)。"
+            )
         obj = getattr(obj, part, None)
         if obj is None:
             break
