@@ -259,6 +259,8 @@ def make_sample_probs(mistake):
                     if mistake == "first_row_threshold":  # row 0's k-th value for all rows
                         kth = kth[:1]
                     probs = torch.where(probs < kth, torch.zeros_like(probs), probs)
+                    if mistake == "softmax_again":  # learner test 27c, 5.13: "renormalised" by softmax
+                        probs = probs.softmax(-1)
                 nxt = torch.multinomial(probs, 1, generator=generator)
             idx = torch.cat([idx, nxt], dim=1)
         return idx
@@ -324,6 +326,9 @@ GENERATE_REJECTS = [
     ),
     pytest.param(
         ex.check_generate, make_sample_probs("first_row_threshold"), "每一行各自", id="row 0's threshold for all"
+    ),
+    pytest.param(
+        ex.check_generate, make_sample_probs("softmax_again"), "又做了一次 softmax", id="zeroed probabilities softmaxed"
     ),
     pytest.param(ex.check_generate, make_sample_probs("batch_dim"), "torch.topk(…, dim=0)", id="top-k over the batch"),
     pytest.param(ex.check_generate, generate_topk_positions, "映射回词表", id="top-k index not mapped back"),

@@ -110,14 +110,26 @@ def _generate_reference(
     return idx
 
 
-# mistakes that draw a rank among the top k and do not map it back (right)
-_RANK_MISTAKES = ("topk_positions", "row0_indices", "sorted_ranks", "rank_offset")
+# mistakes in a top-k draw: a rank among the top k not mapped back (right), or the
+# probabilities outside the top k zeroed and put through softmax again
+_TOP_K_DRAW_MISTAKES = (
+    "topk_positions",
+    "row0_indices",
+    "sorted_ranks",
+    "rank_offset",
+    "zeroed_probs_softmax",
+)
 
 
-def _draw_by_rank(
+def _draw_top_k(
     logits: Tensor, top_k: int, generator: torch.Generator, mistake: str
 ) -> Tensor:
-    """One draw ``(N, 1)`` with one of :data:`_RANK_MISTAKES`."""
+    """One draw ``(N, 1)`` with one of :data:`_TOP_K_DRAW_MISTAKES`."""
+    if mistake == "zeroed_probs_softmax":
+        probs = torch.softmax(logits, -1)
+        kth = torch.topk(probs, min(top_k, probs.size(-1))).values[:, -1:]
+        probs = torch.softmax(probs.masked_fill(probs < kth, 0.0), -1)
+        return torch.multinomial(probs, 1, generator=generator)
     if mistake == "sorted_ranks":
         # sorted values masked by rank: the rank drawn is kept as the token
         ranked = torch.sort(logits, dim=-1, descending=True).values
@@ -150,8 +162,8 @@ def _generate_mistake(
         logits = model.logits(ctx)[:, 0 if mistake == "pos0" else -1]
         if generator is None or mistake == "greedy":
             nxt = logits.argmax(-1, keepdim=True)
-        elif mistake in _RANK_MISTAKES and top_k is not None:
-            nxt = _draw_by_rank(logits, top_k, generator, mistake)
+        elif mistake in _TOP_K_DRAW_MISTAKES and top_k is not None:
+            nxt = _draw_top_k(logits, top_k, generator, mistake)
         else:
             off = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
             k = None if top_k is None else top_k + off
@@ -245,6 +257,13 @@ GENERATE_HINTS = [
         "softmax 做了两次：对已经是概率的 probs 再做 softmax 会把分布压平；"
         "只对 logits 做一次 softmax。",
         "double_softmax",
+    ),
+    (
+        "把 top-k 以外的概率设成 0 之后又做了一次 softmax：softmax 的输入应是 logits，"
+        "概率 0 经过 softmax 得到 exp(0) = 1 的权重，top-k 以外的词元还会被抽到，留下的"
+        "也被压平了。要么在 logits 上把其余的设为 -inf 再 softmax，要么把概率置 0 后"
+        "除以行和重新归一化（probs / probs.sum(-1, keepdim=True)）。",
+        "zeroed_probs_softmax",
     ),
     (
         "top-k 把其余的 logits 设成了 0，不是 -inf：softmax 之后 exp(0) 仍有权重，"
