@@ -277,7 +277,9 @@ def _row_hint(logits: Tensor, ref_kept: Tensor, kept: Tensor, p: float) -> str:
 def check_top_p_filter(fn: Callable) -> str:
     """Grade ``fn(logits, p)`` on ``(..., V)`` logits: the same kept set and the same
     ``softmax`` as :func:`transformer_course.top_p_filter` (see the module docstring),
-    written by hand (calling ``tc.top_p_filter`` or ``tc.sample_next_token`` fails)."""
+    written by hand (calling ``tc.top_p_filter`` or ``tc.sample_next_token`` fails),
+    leaving the caller's ``logits`` as they were (the page filters the same logits
+    twice)."""
     name = name_of(fn)
     refused = (
         f"{name} 调用了 tc.top_p_filter（或 tc.sample_next_token）：这道练习要自己写出"
