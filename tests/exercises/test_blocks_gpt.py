@@ -140,6 +140,19 @@ class ResidualFromNorm1Only(Block):  # learner test: the attention residual adds
         return self.ffn(self.norm2(x)) + x
 
 
+class ResidualFromNorm2Only(Block):  # learner test 27c: the FFN residual adds norm2(x)
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        h = self.norm2(x)
+        return h + self.ffn(h)
+
+
+class SequentialFFN(Block):  # learner test 27c, 5.6: right maths, parameters ffn.0/ffn.2
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.ffn = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+
 class Parallel(Block):
     def forward(self, x):
         return x + self.attn(self.norm1(x)) + self.ffn(self.norm2(x))
@@ -302,7 +315,9 @@ BLOCK_REJECTS = [
     block_check(TriuMask, "块里建的掩码是上三角（.triu()）", "triu mask built in the block"),
     block_check(ResidualFromNorm, "归一化之前的 x", "residual from the normalised x"),
     block_check(ResidualFromNorm1Only, "注意力子层的残差加在了 norm1(x) 上", "residual adds norm1(x)"),
+    block_check(ResidualFromNorm2Only, "FFN 子层的残差加在了 norm2(x) 上", "residual adds norm2(x)"),
     block_check(Parallel, "串行", "parallel sublayers"),
+    block_check(SequentialFFN, "ffn 是 nn.Sequential", "ffn as an nn.Sequential"),
     block_check(FFNFromNormedInput, "FFN 的输入用了注意力之前的 h", "FFN fed norm2(h)"),
     block_check(FFNFromH, "FFN 的输入用了注意力之前的 h", "FFN fed h"),
     block_check(KeysValuesFromX, "键和值用的是原来的 x", "keys and values from x"),
@@ -478,6 +493,14 @@ class FinalNormFirst(GPT):
         return self.lm_head(x)
 
 
+class FinalNormAfterEveryBlock(GPT):  # learner test 27c (5.8)
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = self.norm_f(block(x))
+        return self.lm_head(x)
+
+
 class BlocksReversed(GPT):
     def forward(self, input_ids):
         x = self.embed(input_ids)
@@ -623,6 +646,7 @@ GPT_REJECTS = [
     gpt_check(NoFinalNorm, "norm_f", "no final norm"),
     gpt_check(PositionsAfterBlocks, "位置嵌入加晚了", "positions added after the blocks"),
     gpt_check(FinalNormFirst, "norm_f 用在了进入块之前", "final norm before the blocks"),
+    gpt_check(FinalNormAfterEveryBlock, "norm_f 用在了每个块之后", "final norm after every block"),
     gpt_check(BlocksReversed, "块的顺序反了", "blocks in reverse order"),
     gpt_check(FirstBlockOnly, "只用了第一个块", "blocks[0] only"),
     gpt_check(Probabilities, "未经 softmax", "returns probabilities"),

@@ -13,7 +13,7 @@ import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course.exercises import cached_generation
 
-from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton, rejection
 
 
 class ListCache:
@@ -37,6 +37,8 @@ def make_forward(mistake=None):
         N, T = input_ids.shape
         shift = {"positions_minus_1": -1, "positions_plus_1": 1}.get(mistake, 0)
         start = 0 if mistake == "positions_from_zero" else max(len(caches[0]) + shift, 0)
+        if mistake == "positions_plus_1_cached" and start:  # learner test 27c, 5.17
+            start += 1
         x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(start, start + T))
         for i, block in enumerate(model.blocks):
             if mistake == "one_cache":
@@ -66,9 +68,11 @@ def make_forward(mistake=None):
                 S = K.shape[-2]
                 keep = torch.ones(T, S, dtype=torch.bool).triu(S - T)
                 scores = scores.masked_fill(~keep, float("-inf"))
-            elif mistake == "mask_no_diagonal":  # learner test 25c, 5.23: a query cannot see itself
+            elif mistake in ("mask_no_diagonal", "mask_no_diagonal_key_0"):  # learner tests 25c, 27c, 5.23
                 S = K.shape[-2]
                 keep = torch.ones(T, S, dtype=torch.bool).tril(S - T - 1)
+                if mistake == "mask_no_diagonal_key_0":  # no row left empty
+                    keep[:, 0] = True
                 scores = scores.masked_fill(~keep, float("-inf"))
             elif mistake != "no_mask":
                 scores = scores.masked_fill(~tc.causal_mask(T, K.shape[-2]), float("-inf"))
@@ -148,6 +152,7 @@ NAMED_MISTAKES = [
     ("positions_from_zero", "位置编号从 0 开始"),
     ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b, 5.23
     ("positions_plus_1", "新词元的位置多算了 1"),
+    ("positions_plus_1_cached", "缓存不空时新词元的位置多算了 1"),
     ("no_mask", "因果掩码"),
     ("no_scale", "√D"),
     ("no_norm_f", "norm_f"),
@@ -167,6 +172,7 @@ NAMED_MISTAKES = [
     ("kv_swapped", "键和值弄反了"),
     ("mask_triu", "掩码方向反了"),
     ("mask_no_diagonal", "掩码把对角线也遮住了"),
+    ("mask_no_diagonal_key_0", "每一行都看得见第 0 个键"),
 ]
 
 
@@ -262,3 +268,28 @@ def test_every_hint_is_reached(capsys):
 def test_wrong_mask_fixes_of_the_bug_hunt_are_named(mistake, keyword, capsys):
     # learner test 25c, 5.23: "fixes" of the top-left mask got the generic checklist
     assert_rejects(lambda fn: ex.check_cached_forward(fn, exercise="5.23"), make_forward(mistake), keyword, capsys)
+
+
+@torch.no_grad()
+def positions_fixed_mask_left(model, input_ids, caches, num_heads):
+    """Learner test 27c, 5.23: the "fix" moved the positions back by one and left the
+    page's top-left mask in: two mistakes at once."""
+    N, T = input_ids.shape
+    start = max(0, len(caches[0]) - 1)
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(start, start + T))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        attn = block.self_attn
+        h = block.norm1(x)
+        q, k, v = (p(h).view(N, T, num_heads, -1).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+        K, V = cache.update(k, v)
+        keep = torch.ones(T, K.shape[-2], dtype=torch.bool).tril()
+        o, _ = tc.scaled_dot_product_attention(q, K, V, attn_mask=keep)
+        x = x + attn.out_proj(o.transpose(1, 2).reshape(N, T, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+def test_two_mistakes_at_once_are_both_named(capsys):
+    message = rejection(lambda fn: ex.check_cached_forward(fn, exercise="5.23"), positions_fixed_mask_left)
+    assert "有两处错" in message and "位置少算了 1" in message and "看注意力的掩码那一行" in message, message
+    assert "逐层对照" not in message, message

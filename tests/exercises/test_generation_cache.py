@@ -162,6 +162,47 @@ def fixed_with_row0_indices(model, idx, max_new_tokens, context_length, top_k=No
     return idx
 
 
+@torch.no_grad()
+def fixed_with_rank_offset(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """Learner test 27c (5.14): the sampled rank added to the best token's id."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -context_length:])[:, -1]
+        if generator is None:
+            nxt = logits.argmax(dim=-1, keepdim=True)
+        elif top_k is None:
+            nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+        else:
+            vals, where = torch.topk(logits, top_k, dim=-1)
+            nxt = where[:, :1] + torch.multinomial(torch.softmax(vals, -1), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+@torch.no_grad()
+def generate_by_inverse_cdf(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
+    """Learner test 27c (5.13): the right distribution, drawn by inverse CDF with
+    torch.rand rather than torch.multinomial."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -context_length:])[:, -1]
+        if generator is None:
+            nxt = logits.argmax(-1, keepdim=True)
+        else:
+            if top_k is not None:
+                v, _ = logits.topk(top_k)
+                logits = logits.masked_fill(logits < v[:, [-1]], float("-inf"))
+            u = torch.rand(logits.shape[0], 1, generator=generator)
+            cdf = logits.softmax(-1).cumsum(-1)
+            nxt = (cdf < u).sum(-1, keepdim=True).clamp(max=logits.shape[-1] - 1)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+def test_inverse_cdf_hint_does_not_blame_the_distribution(capsys):
+    message = rejection(ex.check_generate, generate_by_inverse_cdf)
+    assert "可能的原因：用 torch.multinomial(probs, 1, generator=generator)" in message, message
+    assert "分布不对" not in message, message
+
+
 def generate_topk_positions(model, idx, max_new_tokens, context_length, top_k=None, generator=None):
     """Learner test (5.14): sampled among torch.topk's values, the place in that list
     (0..k-1) kept as the token, never mapped back through the indices."""
@@ -218,6 +259,8 @@ def make_sample_probs(mistake):
                     if mistake == "first_row_threshold":  # row 0's k-th value for all rows
                         kth = kth[:1]
                     probs = torch.where(probs < kth, torch.zeros_like(probs), probs)
+                    if mistake == "softmax_again":  # learner test 27c, 5.13: "renormalised" by softmax
+                        probs = probs.softmax(-1)
                 nxt = torch.multinomial(probs, 1, generator=generator)
             idx = torch.cat([idx, nxt], dim=1)
         return idx
@@ -284,6 +327,9 @@ GENERATE_REJECTS = [
     pytest.param(
         ex.check_generate, make_sample_probs("first_row_threshold"), "每一行各自", id="row 0's threshold for all"
     ),
+    pytest.param(
+        ex.check_generate, make_sample_probs("softmax_again"), "又做了一次 softmax", id="zeroed probabilities softmaxed"
+    ),
     pytest.param(ex.check_generate, make_sample_probs("batch_dim"), "torch.topk(…, dim=0)", id="top-k over the batch"),
     pytest.param(ex.check_generate, generate_topk_positions, "映射回词表", id="top-k index not mapped back"),
     pytest.param(
@@ -294,6 +340,8 @@ GENERATE_REJECTS = [
         ex.check_generate, generate_from_clamped_logits, "直接当成了抽样权重", id="multinomial on clamped logits"
     ),
     pytest.param(ex.check_generate, generate_keeping_smallest, "最小的 k 个", id="top-k keeping the smallest"),
+    pytest.param(ex.check_generate, fixed_with_rank_offset, "idx[:, :1] + pos", id="rank added to the best id"),
+    pytest.param(ex.check_generate, generate_by_inverse_cdf, "没有调用 torch.multinomial", id="inverse-CDF draw"),
     pytest.param(
         ex.check_generate,
         make_shared_threshold(lambda logits, k: torch.topk(logits.flatten(), k).values[-1]),

@@ -26,6 +26,16 @@ from .support import (
 # ---------------------------------------------------------------------------
 
 
+class EpsHardCoded(nn.Module):  # learner test 27c, 5.5: eps written into forward
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-6)
+
+
 def make_ln(mistake=None, names=("weight", "bias"), init=(1.0, 0.0), parameter=True):
     class Candidate(nn.Module):
         def __init__(self, d_model, eps=1e-5):
@@ -111,6 +121,7 @@ LAYER_NORM_REJECTS = [
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_weight"), "漏了 * γ", id="gamma missing"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="swapped"), "用反了", id="gamma and beta swapped"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="eps_ignored"), "构造函数传入的 eps", id="eps argument ignored"),
+    pytest.param(ex.check_layer_norm, EpsHardCoded, "用的 eps 是 1e-06，这里应为 1e-05", id="eps 1e-6 hard-coded"),
     pytest.param(ex.check_layer_norm, make_ln(parameter=False), "nn.Parameter", id="plain tensors"),
     pytest.param(ex.check_layer_norm, make_ln(init=(0.0, 0.0)), "初始值", id="gamma initialised to 0"),
     pytest.param(ex.check_layer_norm, make_ln(names=("scale", "shift")), "缺少可学习参数", id="other names"),

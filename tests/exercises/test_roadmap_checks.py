@@ -183,12 +183,44 @@ def back_off(counts, history, c, vocab_size):  # learner test 6b, 5.10: the long
     return 1 / vocab_size
 
 
+def types_twice_in_denominator(counts, history, c, vocab_size):  # learner test 27c, 5.9: u(h) + u(h)
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        p = (after.get(c, 0) + len(after) * p) / (len(after) + len(after))
+    return p
+
+
+def escape_missing_in_numerator(counts, history, c, vocab_size):  # count(h c) / (count(h) + u(h)) only
+    p = 1 / vocab_size
+    for k in range(min(len(counts), len(history) + 1)):
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        p = after[c] / (sum(after.values()) + len(after))
+    return p
+
+
+def back_off_relative_frequency(counts, history, c, vocab_size):  # learner test 27c, 5.9
+    for k in range(len(counts) - 1, -1, -1):
+        h = history[len(history) - k :] if k <= len(history) else None
+        if h in counts[k] and counts[k][h][c] > 0:
+            return counts[k][h][c] / sum(counts[k][h].values())
+    return 1 / vocab_size
+
+
 def test_mistakes_get_their_hint(capsys):
     assert_rejects(ex.check_witten_bell, back_off, "这是回退（back-off），不是插值", capsys)
+    assert_rejects(ex.check_witten_bell, back_off_relative_frequency, "这是回退（back-off），不是插值", capsys)
     assert_rejects(ex.check_witten_bell, escape_mass_vocab_size, "u(h) 写成了词表大小", capsys)
     assert_rejects(ex.check_witten_bell, unigram_skipped, "跳过了 k = 0 这一阶", capsys)
     assert_rejects(ex.check_witten_bell, no_uniform_base, "均匀分布", capsys)
-    assert_rejects(ex.check_witten_bell, escape_missing_in_denominator, "分母", capsys)
+    assert_rejects(ex.check_witten_bell, escape_missing_in_denominator, "分母里少了 u(h)", capsys)
+    assert_rejects(ex.check_witten_bell, types_twice_in_denominator, "分母写成了 u(h) + u(h)", capsys)
+    assert_rejects(ex.check_witten_bell, escape_missing_in_numerator, "分子里少了 u(h)·p_短", capsys)
+    assert_rejects(ex.check_witten_bell, escape_missing_in_numerator, "插值的起点 p 写成了 0", capsys)
     assert_rejects(ex.check_witten_bell, escape_mass_from_token_count, "不同字符的个数", capsys)
     assert_rejects(ex.check_witten_bell, unseen_history_not_skipped, "没见过的历史", capsys)
     assert_rejects(ex.check_witten_bell, only_longest_history, "交叉熵", capsys)
@@ -218,10 +250,12 @@ def test_witten_bell_hints_all_reached(capsys):
         escape_mass_vocab_size, unigram_skipped, escape_mass_from_token_count, first_k_characters,
         last_k_by_negative_index,
         add_one_escape, escape_to_uniform, unseen_history_not_skipped, indexes,
+        escape_missing_in_denominator, types_twice_in_denominator,
     )  # fmt: skip
     rejects = [pytest.param(ex.check_witten_bell, fn, None) for fn in mutants]
     tables = {
         "_WITTEN_BELL_HINTS": roadmap_checks._WITTEN_BELL_HINTS,
+        "_NOT_A_DISTRIBUTION_HINTS": roadmap_checks._NOT_A_DISTRIBUTION_HINTS,
         "WITTEN_BELL_CRASHES": roadmap_checks.WITTEN_BELL_CRASHES,
     }
     assert_every_hint_reached(tables, rejects, capsys)

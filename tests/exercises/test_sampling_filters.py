@@ -228,7 +228,41 @@ def one_threshold_for_the_batch(logits, p):  # the smallest kept probability of 
     return logits.masked_fill(probs < smallest, float("-inf"))
 
 
+def filtered_in_place(logits, p):  # learner test 27c, F1: the nanoGPT idiom edits the caller's logits
+    sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    remove_sorted = (probs.cumsum(-1) - probs) >= p
+    logits[remove_sorted.scatter(-1, idx, remove_sorted)] = float("-inf")
+    return logits
+
+
+def masked_fill_underscore(logits, p):  # the same with masked_fill_
+    sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, idx, probs.cumsum(-1) - probs < p)
+    return logits.masked_fill_(~keep, float("-inf"))
+
+
+def everything_along_dim_1(logits, p):  # learner test 27c: right on (N, V), wrong on (N, T, V)
+    sorted_logits, idx = torch.sort(logits, dim=1, descending=True)
+    probs = sorted_logits.softmax(1)
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(1, idx, (probs.cumsum(1) - probs) < p)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def shifted_left(logits, p):  # learner test 27c: the classic shift, written the wrong way round
+    sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
+    remove = sorted_logits.softmax(-1).cumsum(-1) > p
+    remove[..., :-1] = remove[..., 1:].clone()
+    remove[..., 0] = False
+    return logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+
+
 REJECTS = [
+    pytest.param(check, filtered_in_place, "原地改动了传进来的 logits", id="index-assign-in-place"),
+    pytest.param(check, masked_fill_underscore, "不带下划线的 logits.masked_fill", id="masked-fill-in-place"),
+    pytest.param(check, everything_along_dim_1, "第 1 维却是位置 T", id="everything-along-dim-1"),
+    pytest.param(check, shifted_left, "移反了方向", id="shifted-left"),
     pytest.param(check, softmax_over_the_batch, "softmax 沿第 0 维", id="softmax-dim-0"),
     pytest.param(check, cumsum_over_the_batch, "累加沿错了维", id="cumsum-dim-0"),
     pytest.param(check, one_count_for_the_batch, "每一行单独送进来时保留的词元都对", id="one-k-for-the-batch"),
@@ -279,3 +313,13 @@ def test_an_empty_row_does_not_claim_the_top_token_exceeds_p(capsys):
     # its top probability (0.15) is below p, the message must not say it exceeds p
     message = rejection(check, keep_above_one_minus_p)
     assert "一个词元也没留下" in message and "已经超过 p" not in message, message
+
+
+def test_a_copy_edited_in_place_is_accepted(capsys):
+    """Cloning first, then editing the clone in place, leaves the caller's logits alone."""
+
+    def clone_then_edit(logits, p):
+        logits = logits.clone()
+        return masked_fill_underscore(logits, p)
+
+    assert_passes(check, clone_then_edit, capsys)

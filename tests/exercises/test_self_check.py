@@ -107,6 +107,11 @@ def test_softmax_jacobian(capsys):
         (lambda p: torch.diag_embed(p) - p.unsqueeze(-2) * p.unsqueeze(-2), "不是外积 p pᵀ"),
         (lambda p: torch.diag_embed(p) - 0.5 * p.unsqueeze(-1) * p.unsqueeze(-2), "δ_ij"),
         (jacobian_flattened_outer, "一维的 p 对了，批量的错了"),
+        # learner test 27c, 5.20: -p pᵀ alone, δ_ij − p_j without p_i, + p pᵀ
+        (lambda p: -p.unsqueeze(-1) * p.unsqueeze(-2), "漏了 diag(p)"),
+        (lambda p: torch.eye(p.shape[-1], dtype=p.dtype) - p.unsqueeze(-2), "漏了前面的因子 p_i"),
+        (lambda p: torch.eye(p.shape[-1], dtype=p.dtype) - p.unsqueeze(-1), "漏了前面的因子 p_i"),
+        (lambda p: torch.diag_embed(p) + p.unsqueeze(-1) * p.unsqueeze(-2), "写成了 +p pᵀ"),
     ],
 )
 def test_softmax_jacobian_mistakes(wrong, keyword, capsys):
@@ -344,6 +349,31 @@ def probe_comparing(same):
         return same(model(ids)[0][:, :t], model(changed)[0][:, :t])
 
     return probe
+
+
+def probe_row_0_only(model, ids, t):
+    """Learner test 27c (5.21): the tokens from t on changed in every row, but only
+    batch row 0 compared."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
+    return torch.allclose(model(ids)[0][0, :t], model(changed)[0][0, :t], atol=1e-5)
+
+
+def probe_changes_row_0_only(model, ids, t):
+    """The tokens from t on changed in batch row 0 alone; every row compared."""
+    changed = ids.clone()
+    changed[0, t:] = (changed[0, t:] + 1) % model.cfg.vocab_size
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("probe", "keyword"),
+    [(probe_row_0_only, "只比较了第 0 行"), (probe_changes_row_0_only, "只改了第 0 行的词元")],
+)
+def test_causality_probe_catches_a_leak_in_one_batch_row(probe, keyword, capsys):
+    message = rejection(ex.check_causality_probe, probe)
+    assert "只在批里第 1 行" in message and keyword in message, message
+    assert capsys.readouterr().out == ""
 
 
 # learner test 15 (5.20): compared with atol=1.0, or only the argmax compared

@@ -81,6 +81,10 @@ train_step_targets_transposed = _step_with_loss(
 
 # learner test 5.11: only the last position scored
 train_step_last_position = _step_with_loss(lambda logits, y: F.cross_entropy(logits[:, -1], y[:, -1]))
+# learner test 27c, 5.11: token 0 taken for padding
+train_step_ignore_index_0 = _step_with_loss(
+    lambda logits, y: F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=0)
+)
 
 
 # learner test 15 (5.11): probabilities into F.cross_entropy
@@ -123,6 +127,7 @@ TRAIN_STEP_REJECTS = [
     pytest.param(ex.check_train_step, train_step_targets_transposed, "目标 y 转置了", id="y.t()"),
     pytest.param(ex.check_train_step, train_step_softmax_first, "logits 先过了 softmax", id="softmax first"),
     pytest.param(ex.check_train_step, train_step_last_position, "损失只用了最后一个位置", id="last position only"),
+    pytest.param(ex.check_train_step, train_step_ignore_index_0, "ignore_index=0", id="ignore_index=0"),
     pytest.param(
         ex.check_train_step,
         make_train_step(order=("backward", "step")),

@@ -563,6 +563,13 @@ def _leak_hint(
             "输出上、返回的却是另算的未屏蔽权重。先屏蔽再 softmax，并返回与 V "
             "相乘的那个权重：softmax(scores.masked_fill(~attn_mask, -inf), dim=-1)。"
         )
+    if close(weights.double(), torch.softmax(scores + mask.double(), dim=-1)):
+        return (
+            "把布尔掩码转成 0/1 的浮点数加到了分数上（scores + attn_mask.float()）："
+            "可以看的位置加 1、要屏蔽的位置加 0，什么也没有屏蔽。加性掩码要用 0 和 "
+            "-inf（可以看处 0、屏蔽处 -inf）；布尔掩码直接 "
+            "scores.masked_fill(~attn_mask, float('-inf'))。"
+        )
     fill = _finite_fill(weights, Q, K, mask, idx)
     if fill is not None and abs(fill) > 0.5:
         return (

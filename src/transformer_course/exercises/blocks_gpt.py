@@ -131,6 +131,14 @@ def _missing_parameter(learner: nn.Module, name: str, what: str) -> None:
                 "里面的层没有注册为子模块：它们的参数对 parameters()、state_dict() "
                 "和优化器都不可见。改用 nn.ModuleList([...])。"
             )
+        if isinstance(obj, nn.Sequential) and not hasattr(obj, part):
+            # ffn = nn.Sequential(Linear, GELU, Linear): numbered, not named
+            fail(
+                f"{what}.{'.'.join(path[:-1])} 是 nn.Sequential：它的参数叫 "
+                f"{'.'.join(path[:-1])}.0.weight、….2.weight 这样的编号，检查器和后面"
+                f"的单元格按名字 {name} 复制权重。用 (a) 的 MyFeedForward（属性 w1、"
+                "w2）：self.ffn = MyFeedForward(d_model, 4 * d_model)。"
+            )
         obj = getattr(obj, part, None)
         if obj is None:
             break
@@ -266,6 +274,7 @@ _RESIDUAL_MISTAKES = (
     "no_res",
     "res_from_norm",
     "res_from_norm1",
+    "res_from_norm2",
     "parallel",
     "ffn_from_h",
     "ffn_from_h_no_norm2",
@@ -291,9 +300,9 @@ def _residual_variant(
         return ffn(norm2(x + attn(norm1(x))))
     if mistake == "no_res":
         return ffn(norm2(attn(norm1(x))))
-    if mistake in ("res_from_norm", "res_from_norm1"):
+    if mistake in ("res_from_norm", "res_from_norm1", "res_from_norm2"):
         h = norm1(x)
-        x = h + attn(h)
+        x = x + attn(h) if mistake == "res_from_norm2" else h + attn(h)
         if mistake == "res_from_norm1":  # only the attention sublayer's residual
             return x + ffn(norm2(x))
         h = norm2(x)
@@ -356,6 +365,11 @@ BLOCK_HINTS = [
         "self_attn(h)。残差要加在归一化之前的 x 上：x = x + self_attn(norm1(x))"
         "（FFN 子层你写对了）。",
         "res_from_norm1",
+    ),
+    (
+        "FFN 子层的残差加在了 norm2(x) 上：你写的是 h = norm2(x)，x = h + ffn(h)。"
+        "残差要加在归一化之前的 x 上：x = x + ffn(norm2(x))（注意力子层你写对了）。",
+        "res_from_norm2",
     ),
     (
         "两个子层是串行的：FFN 的输入是加过注意力残差之后的 x，"
@@ -551,6 +565,10 @@ def _gpt_variant(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
             h = _block_variant(block, h, "no_causal")
         else:
             h = block(x if mistake == "same_input" else h)
+        if mistake == "norm_f_per_block":  # norm_f after every block
+            h = ref.norm_f(h)
+    if mistake == "norm_f_per_block":
+        return ref.lm_head(h)
     if mistake == "pos_after_blocks":
         h = h + ref.pos_emb.embedding.weight[: idx.size(1)]
     if mistake not in ("no_norm_f", "norm_f_first"):
@@ -609,6 +627,12 @@ GPT_HINTS = [
         "norm_f 用在了进入块之前：最后的归一化在所有块之后、lm_head 之前，"
         "lm_head(norm_f(x))。",
         "norm_f_first",
+    ),
+    (
+        "norm_f 用在了每个块之后（循环里 x = norm_f(block(x))）：块与块之间不再"
+        "归一化（各块自己的 norm1、norm2 已经做了），norm_f 只在所有块之后用一次，"
+        "for block in self.blocks: x = block(x)，然后 lm_head(norm_f(x))。",
+        "norm_f_per_block",
     ),
     (
         "块的顺序反了：按 self.blocks 的顺序逐个过，for block in self.blocks。",

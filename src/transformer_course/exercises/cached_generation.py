@@ -87,6 +87,12 @@ _MISTAKES = [
         "positions_plus_1",
     ),
     (
+        "缓存不空时新词元的位置多算了 1：已缓存的 len(缓存) 个位置编号是 "
+        "0..len(缓存)−1，下一个新词元的位置正是 len(缓存)（不用加 1）："
+        "pos_emb(torch.arange(start, start + T))，start = len(缓存)。",
+        "positions_plus_1_cached",
+    ),
+    (
         "一次送进多个新词元（例如整段提示）时没有用因果掩码：新的查询也只能看到自己"
         "和之前的位置，attn_mask = tc.causal_mask(T, len(缓存) + T)。",
         "no_mask",
@@ -188,6 +194,12 @@ _MISTAKES = [
         "第 S − T + i 个键，包括它自己：tc.causal_mask(T, S)，即 tril(S − T)。",
         "mask_no_diagonal",
     ),
+    (
+        "掩码把对角线也遮住了：.tril(S − T − 1) 让每个查询看不见它自己的键（你又让"
+        "每一行都看得见第 0 个键，免得整行 −inf）。查询 i 对应第 S − T + i 个键，"
+        "包括它自己：tc.causal_mask(T, S)，即 ones(T, S).tril(S − T)。",
+        "mask_no_diagonal_key_0",
+    ),
 ]
 
 
@@ -204,25 +216,31 @@ def _heads(t: Tensor, H: int, flat: bool = False) -> Tensor:
 def _cached_variant(
     model: _ExerciseGPT, ids: Tensor, caches: list[_ConcatCache], mistake: str | None
 ) -> Tensor:
-    """The cached forward, right (``mistake=None``) or with one typical mistake."""
+    """The cached forward, right (``mistake=None``) or with one typical mistake (two
+    joined by ``+``: both)."""
+    has = set(mistake.split("+")) if mistake else set()
     N, T = ids.shape
-    shift = {"positions_minus_1": -1, "positions_plus_1": 1}.get(mistake, 0)
-    start = max(len(caches[0]) + shift, 0)  # a learner's max(..., 0) keeps it running
-    if mistake == "positions_from_zero":
+    old = len(caches[0])
+    shift = {"positions_minus_1": -1, "positions_plus_1": 1}
+    start = max(old + sum(shift.get(m, 0) for m in has), 0)  # max(..., 0): a
+    # learner's max keeps it running
+    if "positions_from_zero" in has:
         start = 0
+    if "positions_plus_1_cached" in has and old:  # right on the first call only
+        start = old + 1
     tokens = model.tok_emb(ids)
     x = tokens + model.pos_emb(torch.arange(start, start + T))
     for i, block in enumerate(model.blocks):
-        cache = caches[0 if mistake == "one_cache" else i]
-        h = x if mistake == "no_norm1" else block.norm1(x)
-        kv_from = block.norm1(tokens) if mistake == "kv_before_pos" and i == 0 else h
+        cache = caches[0 if "one_cache" in has else i]
+        h = x if "no_norm1" in has else block.norm1(x)
+        kv_from = block.norm1(tokens) if "kv_before_pos" in has and i == 0 else h
         o = _cached_attention(
-            block.self_attn, model.num_heads, (h, kv_from), cache, mistake
+            block.self_attn, model.num_heads, (h, kv_from), cache, has
         )
-        x = (h if mistake == "res_from_norm1" else x) + o
-        h2 = h if mistake == "ffn_from_h" else block.norm2(x)
-        x = x + block.ffn(x if mistake == "no_norm2" else h2)
-    if mistake != "no_norm_f":
+        x = (h if "res_from_norm1" in has else x) + o
+        h2 = h if "ffn_from_h" in has else block.norm2(x)
+        x = x + block.ffn(x if "no_norm2" in has else h2)
+    if "no_norm_f" not in has:
         x = model.norm_f(x)
     return model.lm_head(x)
 
@@ -232,40 +250,60 @@ def _cached_attention(
     H: int,
     inputs: tuple[Tensor, Tensor],
     cache: _ConcatCache,
-    mistake: str | None,
+    has: set[str],
 ) -> Tensor:
     """One block's attention output (after ``out_proj``) for the new positions: queries
-    from ``inputs[0]``, keys and values from ``inputs[1]`` (both ``(N, T, E)``)."""
+    from ``inputs[0]``, keys and values from ``inputs[1]`` (both ``(N, T, E)``), with
+    the mistakes ``has``."""
     h, kv_from = inputs
     N, T, E = h.shape
-    flat = mistake in ("heads_no_transpose", "split_no_transpose")
+    flat = bool(has & {"heads_no_transpose", "split_no_transpose"})
     q = _heads(attn.q_proj(h), H, flat)
     k, v = _heads(attn.k_proj(kv_from), H, flat), _heads(attn.v_proj(kv_from), H, flat)
     old = len(cache)
     K, V = cache.update(k, v)
-    if mistake == "past_only" and old:  # only the cached positions, not the new ones
+    if "past_only" in has and old:  # only the cached positions, not the new ones
         K, V = K[:, :, :old], V[:, :, :old]
-    if mistake == "cache_not_read":
+    if "cache_not_read" in has:
         K, V = k, v
-    if mistake == "kv_swapped":
+    if "kv_swapped" in has:
         K, V = V, K
-    scale = {"no_scale": 1.0, "scale_model": math.sqrt(E)}.get(
-        mistake, math.sqrt(q.shape[-1])
-    )
+    scale = math.sqrt(q.shape[-1])
+    if has & {"no_scale", "scale_model"}:
+        scale = 1.0 if "no_scale" in has else math.sqrt(E)
     scores = q @ K.transpose(-2, -1) / scale
-    S = K.shape[-2]
-    mask = causal_mask(T, S)
-    if mistake == "top_left":
-        mask = torch.arange(S) <= torch.arange(T)[:, None]  # query i: keys 0..i
-    if mistake in ("mask_triu", "mask_no_diagonal"):  # learner test 25c, 5.23 "fixes"
-        ones = torch.ones(T, S, dtype=torch.bool)
-        mask = ones.triu(S - T) if mistake == "mask_triu" else ones.tril(S - T - 1)
-    if mistake != "no_mask":
-        scores = scores.masked_fill(~mask, float("-inf"))
+    if "no_mask" not in has:
+        scores = scores.masked_fill(~_variant_mask(T, K.shape[-2], has), float("-inf"))
     o = torch.softmax(scores, dim=-1) @ V  # (N, H, T, D)
-    if mistake not in ("heads_no_transpose", "merge_no_transpose"):
+    if not has & {"heads_no_transpose", "merge_no_transpose"}:
         o = o.transpose(1, 2)
     return attn.out_proj(o.reshape(N, T, -1))
+
+
+def _variant_mask(T: int, S: int, has: set[str]) -> Tensor:
+    """The bool ``(T, S)`` mask of the mistakes ``has`` (right: bottom-right
+    aligned)."""
+    ones = torch.ones(T, S, dtype=torch.bool)
+    if "top_left" in has:
+        return torch.arange(S) <= torch.arange(T)[:, None]  # query i: keys 0..i
+    if "mask_triu" in has:  # learner test 25c, a 5.23 "fix"
+        return ones.triu(S - T)
+    if has & {"mask_no_diagonal", "mask_no_diagonal_key_0"}:  # a 5.23 "fix"
+        mask = ones.tril(S - T - 1)
+        if "mask_no_diagonal_key_0" in has:  # every row kept one key: no NaN
+            mask[:, 0] = True
+        return mask
+    return causal_mask(T, S)
+
+
+def _two_mistakes(hints: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Every pair of the ``hints``' mistakes (``"a+b"``), with both hints: a fix of
+    the wrong line that leaves the page's bug in, or two slips at once."""
+    return [
+        (f"有两处错。其一：{hint_a}\n其二：{hint_b}", f"{a}+{b}")
+        for i, (hint_a, a) in enumerate(hints)
+        for hint_b, b in hints[i + 1 :]
+    ]
 
 
 def _same_or_both_nan(got: Tensor, ref: Tensor) -> bool:
@@ -350,10 +388,11 @@ def check_cached_forward(fn: object, exercise: str | None = None) -> str:
             check_shape(got, (2, T, V), f"{name} 返回的 logits", case)
             ref = full[:, done : done + T]
             if not close(got, ref):
+                replay = functools.partial(_replay, model, chunks, step)
                 hint = first_reproduced(
-                    got, hints, functools.partial(_replay, model, chunks, step),
-                    same=_same_or_both_nan,
-                )  # fmt: skip
+                    got, hints, replay, same=_same_or_both_nan
+                ) or first_reproduced(got, _two_mistakes(hints), replay,
+                                      same=_same_or_both_nan)  # fmt: skip
                 fail(
                     f"{name} 的 logits 与整段一次前向的不一致（{case}；"
                     f"{where_differs(got, ref)}）。"

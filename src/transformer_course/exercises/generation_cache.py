@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -108,14 +110,26 @@ def _generate_reference(
     return idx
 
 
-# mistakes that draw a rank among the top k and do not map it back (right)
-_RANK_MISTAKES = ("topk_positions", "row0_indices", "sorted_ranks")
+# mistakes in a top-k draw: a rank among the top k not mapped back (right), or the
+# probabilities outside the top k zeroed and put through softmax again
+_TOP_K_DRAW_MISTAKES = (
+    "topk_positions",
+    "row0_indices",
+    "sorted_ranks",
+    "rank_offset",
+    "zeroed_probs_softmax",
+)
 
 
-def _draw_by_rank(
+def _draw_top_k(
     logits: Tensor, top_k: int, generator: torch.Generator, mistake: str
 ) -> Tensor:
-    """One draw ``(N, 1)`` with one of :data:`_RANK_MISTAKES`."""
+    """One draw ``(N, 1)`` with one of :data:`_TOP_K_DRAW_MISTAKES`."""
+    if mistake == "zeroed_probs_softmax":
+        probs = torch.softmax(logits, -1)
+        kth = torch.topk(probs, min(top_k, probs.size(-1))).values[:, -1:]
+        probs = torch.softmax(probs.masked_fill(probs < kth, 0.0), -1)
+        return torch.multinomial(probs, 1, generator=generator)
     if mistake == "sorted_ranks":
         # sorted values masked by rank: the rank drawn is kept as the token
         ranked = torch.sort(logits, dim=-1, descending=True).values
@@ -125,6 +139,8 @@ def _draw_by_rank(
     pos = torch.multinomial(torch.softmax(vals, -1), 1, generator=generator)
     if mistake == "row0_indices":  # every row mapped back with row 0's indices
         return inds[0, pos[:, 0]][:, None]
+    if mistake == "rank_offset":  # the rank added to the best token's id
+        return inds[:, :1] + pos
     return pos  # topk_positions: the place in the top-k list kept as the token
 
 
@@ -146,8 +162,8 @@ def _generate_mistake(
         logits = model.logits(ctx)[:, 0 if mistake == "pos0" else -1]
         if generator is None or mistake == "greedy":
             nxt = logits.argmax(-1, keepdim=True)
-        elif mistake in _RANK_MISTAKES and top_k is not None:
-            nxt = _draw_by_rank(logits, top_k, generator, mistake)
+        elif mistake in _TOP_K_DRAW_MISTAKES and top_k is not None:
+            nxt = _draw_top_k(logits, top_k, generator, mistake)
         else:
             off = {"k_minus_1": -1, "k_plus_1": 1}.get(mistake, 0)
             k = None if top_k is None else top_k + off
@@ -214,6 +230,13 @@ GENERATE_HINTS = [
         "row0_indices",
     ),
     (
+        "抽到的名次 pos（0..k−1）映射回词表时写成了 idx[:, :1] + pos（最好的词元的"
+        "编号加上名次）：词元编号并不按 logit 大小排列，排第 2 的词元不是编号大 1 的"
+        "那个。topk 已经不是问题了：按名次取 topk 返回的下标，"
+        "next_id = idx.gather(-1, pos)。",
+        "rank_offset",
+    ),
+    (
         "top-k 的阈值要逐行取：每一行自己的第 k 大（torch.topk(logits, k).values"
         "[:, [-1]]，形状 (N, 1)）。你的各行共用了一个阈值（看起来是各行第 k 大中最小"
         "的那个），第 k 大较高的行就多留了词元。",
@@ -234,6 +257,13 @@ GENERATE_HINTS = [
         "softmax 做了两次：对已经是概率的 probs 再做 softmax 会把分布压平；"
         "只对 logits 做一次 softmax。",
         "double_softmax",
+    ),
+    (
+        "把 top-k 以外的概率设成 0 之后又做了一次 softmax：softmax 的输入应是 logits，"
+        "概率 0 经过 softmax 得到 exp(0) = 1 的权重，top-k 以外的词元还会被抽到，留下的"
+        "也被压平了。要么在 logits 上把其余的设为 -inf 再 softmax，要么把概率置 0 后"
+        "除以行和重新归一化（probs / probs.sum(-1, keepdim=True)）。",
+        "zeroed_probs_softmax",
     ),
     (
         "top-k 把其余的 logits 设成了 0，不是 -inf：softmax 之后 exp(0) 仍有权重，"
@@ -443,7 +473,9 @@ def check_generate(fn: Callable, exercise: str | None = None) -> str:
         ):
             continue
         model.calls.clear()
-        again = run(**_generate_kwargs(top_k, seed))
+        drawn: list[str] = []
+        with _watching_multinomial(drawn):
+            again = run(**_generate_kwargs(top_k, seed))
         random = not (isinstance(again, Tensor) and torch.equal(again, out))
         if sample and random:
             fail(
@@ -459,7 +491,7 @@ def check_generate(fn: Callable, exercise: str | None = None) -> str:
             expected,
             hints,
             mistake,
-            (sample, random),
+            (sample, random, bool(drawn)),
             model,
             C,
             top_k,
@@ -539,7 +571,7 @@ def _generate_hint(
     expected: Tensor,
     hints: list[tuple[str, str]],
     mistake: Callable[[str], Tensor],
-    sample_random: tuple[bool, bool],
+    sample_random: tuple[bool, bool, bool],
     model: _ToyLM,
     C: int,
     top_k: int | None,
@@ -547,12 +579,14 @@ def _generate_hint(
 ) -> str:
     """The typical mistake (``mistake(m)`` generates with it) that ``out``
     reproduces, rows of the batch mixed, or what the first wrong token says.
-    ``sample_random``: whether the case samples, and whether a second run with the
-    same inputs gave other tokens."""
-    sample, random = sample_random
+    ``sample_random``: whether the case samples, whether a second run with the
+    same inputs gave other tokens, and whether that run called ``multinomial``."""
+    sample, random, multinomial = sample_random
     first_wrong = _agreement(out, expected)
     same = functools.partial(_same_draws, first_wrong=first_wrong, prompt=prompt)
     hint = first_reproduced(out, hints, mistake, same=same)
+    if hint is None and sample and not multinomial:
+        hint = NO_MULTINOMIAL_HINT
     if hint is None:
         hint = _mixed_rows(out, expected, first_wrong, model, C, prompt, sample)
     if hint is None and not sample:
@@ -560,6 +594,31 @@ def _generate_hint(
     return "\n可能的原因：" + (
         hint or _first_wrong_draw(out, expected, first_wrong, model, C, top_k)
     )
+
+
+NO_MULTINOMIAL_HINT = (
+    "用 torch.multinomial(probs, 1, generator=generator) 抽样，用同一个 generator："
+    "你的函数没有调用 torch.multinomial。自己用 torch.rand 做逆 CDF（累计概率与"
+    "均匀随机数比较）、Gumbel 之类的写法，分布也许没错，但用掉的随机数不同，抽到的"
+    "词元就与参考对不上；练习按 torch.multinomial 逐个核对抽到的词元。"
+)
+
+
+@contextmanager
+def _watching_multinomial(drawn: list[str]) -> Iterator[None]:
+    """Note in ``drawn`` every call to ``torch.multinomial`` (or
+    ``Tensor.multinomial``) made inside."""
+
+    def watch(frame, event: str, arg: object) -> None:
+        if event == "c_call" and getattr(arg, "__name__", "") == "multinomial":
+            drawn.append("multinomial")
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
 
 
 def _mixed_rows(
@@ -655,7 +714,8 @@ def _first_wrong_draw(
         return (
             f"第 {row} 行第 {col} 列抽到的词元 {token} 的 logit 排第 {rank}，"
             f"不在 top-{top_k} 之内：top-k 没有起作用或保留多了，只保留最大的 top_k "
-            "个 logits，其余设为 -inf。"
+            "个 logits，其余设为 -inf；或者在 topk 的 k 个值里抽到名次 pos 后，映射回"
+            "词表时取错了下标（应为 indices.gather(-1, pos)）。"
         )
     return (
         f"第 {row} 行第 {col} 列抽到的词元 {token}"

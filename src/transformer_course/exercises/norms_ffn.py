@@ -57,6 +57,26 @@ def _norm_params(module: nn.Module, what: str) -> tuple[Tensor, Tensor]:
     return w, b
 
 
+# eps values a learner may write into forward by hand
+_USUAL_EPS = (1e-6, 1e-5, 1e-8, 1e-12, 1e-7, 1e-4, 1e-3, 1e-2)
+
+
+def _other_eps_hint(out: Tensor, xwb: tuple[Tensor, Tensor, Tensor], eps: float) -> str:
+    """The hint when ``out`` is layer norm with a usual eps other than ``eps`` (the
+    constructor's), else empty."""
+    x, w, b = xwb
+    for other in _USUAL_EPS:
+        if other != eps and close(
+            out, layer_norm_reference(x, w, b, other), 1e-4, 1e-4
+        ):
+            return (
+                f"公式对，但用的 eps 是 {other:g}，这里应为 {eps:g}：eps 是构造函数"
+                "的参数（默认 1e-5），在 __init__ 里存成 self.eps，forward 里用 "
+                "self.eps，不要在 forward 里写死一个数。"
+            )
+    return ""
+
+
 def _ln_variant(
     x: Tensor, w: Tensor, b: Tensor, eps: float, eps_given: bool, mistake: str
 ) -> Tensor | None:
@@ -245,9 +265,13 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
         variant = functools.partial(
             _ln_variant, x, w.detach(), b.detach(), e, eps is not None
         )
-        hint = first_reproduced(out, hints, variant, 1e-4, 1e-4) or (
-            "对照公式：mean、有偏方差都在最后一维上算（keepdim=True），"
-            "y = (x − mean) / sqrt(var + eps) * weight + bias。"
+        hint = (
+            first_reproduced(out, hints, variant, 1e-4, 1e-4)
+            or _other_eps_hint(out, (x, w.detach(), b.detach()), e)
+            or (
+                "对照公式：mean、有偏方差都在最后一维上算（keepdim=True），"
+                "y = (x − mean) / sqrt(var + eps) * weight + bias。"
+            )
         )
         fail(
             f"{what} 的输出与参考不一致（{case}；{where_differs(out, ref)}）。"

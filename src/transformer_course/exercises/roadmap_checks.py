@@ -117,8 +117,34 @@ def _interpolate(
             mistake, len(after)
         )
         shorter = 1.0 / vocab_size if mistake == "uniform_escape" else p
-        p = (after[c] + u * shorter) / (seen + u)
+        escape = 0.0 if mistake == "no_escape_numerator" else u * shorter
+        total = {"u_twice": u + u, "no_u_denominator": seen}.get(mistake, seen + u)
+        p = (after[c] + escape) / total
     return p
+
+
+# (hint, mistake of _interpolate) for probabilities that do not sum to 1
+_NOT_A_DISTRIBUTION_HINTS = [
+    (
+        "分母写成了 u(h) + u(h)：分母是 count(h) + u(h)，count(h) 是 h 出现的总次数 "
+        "sum(counts[k][h].values())，u(h) 是 h 之后不同字符的个数 len(counts[k][h])。",
+        "u_twice",
+    ),
+    (
+        "分母里少了 u(h)：每一阶是 (count(h c) + u(h)·p_短) / (count(h) + u(h))，"
+        "分子多了 u(h)·p_短，分母就要多 u(h)，和才是 1。",
+        "no_u_denominator",
+    ),
+]
+
+# an unseen character got 0 from the formula without u(h)·p_短 in the numerator (at
+# order 0 alone the same as starting from p = 0 instead of 1/vocab_size)
+_UNSEEN_ZERO_HINT = (
+    "没见过的字符的 count(h c) 是 0，它的概率全靠分子里的 u(h)·p_短：分子里少了 "
+    "u(h)·p_短（短一阶的概率），或者插值的起点 p 写成了 0，不是词表上的均匀分布 "
+    "1/vocab_size。每一阶是 (count(h c) + u(h)·p_短) / (count(h) + u(h))，"
+    "k = 0 那一阶的 p_短 = 1/vocab_size。"
+)
 
 
 # (hint, mistake of _interpolate) for a distribution with the wrong held-out loss
@@ -163,14 +189,19 @@ _WITTEN_BELL_HINTS = [
 
 
 def _backoff(
-    counts: list[dict[str, Counter]], history: str, c: str, vocab_size: int
+    counts: list[dict[str, Counter]],
+    history: str,
+    c: str,
+    vocab_size: int,
+    relative: bool = False,
 ) -> float:
     """Back-off instead of interpolation: the longest history after which ``c`` was
-    seen alone decides, ``count(h c) / (count(h) + u(h))``; else ``1/vocab_size``."""
+    seen alone decides, ``count(h c) / (count(h) + u(h))`` (``relative``: the relative
+    frequency ``count(h c) / count(h)``); else ``1/vocab_size``."""
     for k in range(min(len(counts), len(history) + 1) - 1, -1, -1):
         after = counts[k].get(history[len(history) - k :])
         if after and after[c] > 0:
-            return after[c] / (sum(after.values()) + len(after))
+            return after[c] / (sum(after.values()) + (0 if relative else len(after)))
     return 1.0 / vocab_size
 
 
@@ -203,6 +234,33 @@ def _counts(text: str, n: int) -> list[dict[str, Counter]]:
         for k in range(min(n, i + 1)):
             counts[k][text[i - k : i]][c] += 1
     return [dict(level) for level in counts]  # a history not seen is not a key
+
+
+def _not_a_distribution_hint(
+    probs: list[float], counts: list[dict[str, Counter]], h: str, vocab: str
+) -> str:
+    """Why the probabilities ``probs`` of every character of ``vocab`` after ``h`` do
+    not sum to 1: back-off, a typical mistake in one order's formula, or the
+    formula."""
+    got = torch.tensor(probs, dtype=torch.float64)
+    for relative in (False, True):
+        backoff = [_backoff(counts, h, c, len(vocab), relative) for c in vocab]
+        if torch.allclose(got, torch.tensor(backoff, dtype=torch.float64), 1e-9, 0.0):
+            return _BACKOFF_HINT
+    return first_reproduced(
+        got,
+        _NOT_A_DISTRIBUTION_HINTS,
+        lambda m: torch.tensor(
+            [_interpolate(counts, h, c, len(vocab), m) for c in vocab],
+            dtype=torch.float64,
+        ),
+        rtol=1e-9,
+        atol=0.0,
+    ) or (
+        "每一阶都是 (count(h c) + u(h)·p_短) / (count(h) + u(h))："
+        "分子里要加 u(h)·p_短（短一阶的概率），分母里要有 u(h)，"
+        "这样每一阶都仍是分布。"
+    )
 
 
 @checker("Witten–Bell 插值")
@@ -246,27 +304,25 @@ def check_witten_bell(fn: object) -> str:
                     fail(f"{name} 应返回一个概率（float），得到 {type(p).__name__}。")
                 probs.append(p)
             if probs[-1] <= 0:
+                no_escape = [
+                    _interpolate(counts, h, c, len(vocab), "no_escape_numerator")
+                    for c in vocab
+                ]
                 fail(
                     f"{name} 给从没出现过的字符 {unseen!r} 的概率是 {probs[-1]:.3g}"
-                    f"（{case}）：插值要从词表上的均匀分布 1/vocab_size 开始，"
-                    "再一阶一阶往长历史走，没见过的字符才不会是 0。"
+                    f"（{case}）："
+                    + (
+                        _UNSEEN_ZERO_HINT
+                        if probs == no_escape
+                        else "插值要从词表上的均匀分布 1/vocab_size 开始，"
+                        "再一阶一阶往长历史走，没见过的字符才不会是 0。"
+                    )
                 )
             total = math.fsum(probs)
             if abs(total - 1) > 1e-9:
-                backoff = [_backoff(counts, h, c, len(vocab)) for c in vocab]
                 fail(
                     f"{name} 在历史 {h!r} 之后给出的概率之和是 {total:.6f}，不是 1"
-                    f"（{case}）："
-                    + (
-                        _BACKOFF_HINT
-                        if all(
-                            math.isclose(a, b, rel_tol=1e-9)
-                            for a, b in zip(probs, backoff, strict=True)
-                        )
-                        else "每一阶都是 (count(h c) + u(h)·p_短) / (count(h) + u(h))："
-                        "分子里要加 u(h)·p_短（短一阶的概率），分母里要有 u(h)，"
-                        "这样每一阶都仍是分布。"
-                    )
+                    f"（{case}）：" + _not_a_distribution_hint(probs, counts, h, vocab)
                 )
     n = 3
     counts = _counts(train, n)

@@ -72,6 +72,19 @@ TOP_P_HINTS = [
         "shift_in_place",
     ),
     (
+        "把“累计概率 > p”的标记移位时移反了方向（remove[..., :-1] = remove[..., 1:]，"
+        "左移）：这样连跨过 p 的那个词元和它前面的一个也去掉了。要右移一位："
+        "remove[..., 1:] = remove[..., :-1].clone()；更直接的是按定义判断保留："
+        "cum - probs < p。",
+        "shift_left",
+    ),
+    (
+        "排序、softmax、cumsum 都沿第 1 维做了：(N, V) 输入的第 1 维恰好是词表，"
+        "(N, T, V) 输入的第 1 维却是位置 T，核就成了同一个词元在各位置之间的核。"
+        "词表永远在最后一维：一律写 dim=-1（sort、softmax、cumsum、scatter 都是）。",
+        "dim_1",
+    ),
+    (
         "排序方向反了：按概率从小到大累加，留下的是最不可能的词元。用 "
         "torch.sort(..., descending=True)。",
         "ascending",
@@ -121,6 +134,8 @@ def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
     """The kept set (bool, like ``logits``) that ``mistake`` gives."""
     if mistake in ("softmax_first_dim", "cumsum_first_dim"):
         return _kept_first_dim(logits, p, mistake)
+    if mistake == "dim_1":  # every step along dim 1: right only where that is V
+        return _kept_by(logits.transpose(1, -1), p, "").transpose(1, -1)
     descending = mistake != "ascending"
     sorted_logits, order = torch.sort(logits, dim=-1, descending=descending)
     if mistake in ("unsorted", "unsorted_cumsum"):  # the latter scatters back
@@ -129,30 +144,39 @@ def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
         weights = sorted_logits
     else:
         weights = torch.softmax(sorted_logits, dim=-1)
-    cum = weights.cumsum(dim=-1)
-    before = cum - weights
-    if mistake == "inclusive":
-        keep = cum < p
-        keep[..., 0] = True
-    elif mistake == "non_strict":
-        keep = before <= p
-    elif mistake == "shift_in_place":  # the classic shifted removal, written in place
-        remove = cum > p
-        remove[..., 1:] = remove[..., :-1]
-        remove[..., 0] = False
-        keep = ~remove
-    elif mistake == "one_extra":
-        keep = torch.cat(
-            [torch.ones_like(before[..., :1], dtype=torch.bool), before[..., :-1] < p],
-            -1,
-        )
-    else:
-        keep = before < p
+    keep = _kept_sorted(weights, p, mistake)
     if order is None or mistake == "mask_in_sorted_order":
         return keep
     if mistake == "gather_not_scatter":
         return keep.gather(-1, order)
     return torch.zeros_like(keep).scatter(-1, order, keep)
+
+
+def _kept_sorted(weights: Tensor, p: float, mistake: str) -> Tensor:
+    """The marks, in sorted order, that ``mistake`` computes from the sorted
+    ``weights`` (probabilities, or logits for ``cumsum_logits``)."""
+    cum = weights.cumsum(dim=-1)
+    before = cum - weights
+    if mistake == "inclusive":
+        keep = cum < p
+        keep[..., 0] = True
+        return keep
+    if mistake == "non_strict":
+        return before <= p
+    if mistake in ("shift_in_place", "shift_left"):  # the classic shifted removal
+        remove = cum > p
+        if mistake == "shift_in_place":  # written in place: the marks smear right
+            remove[..., 1:] = remove[..., :-1]
+        else:  # shifted the wrong way
+            remove[..., :-1] = remove[..., 1:].clone()
+        remove[..., 0] = False
+        return ~remove
+    if mistake == "one_extra":
+        return torch.cat(
+            [torch.ones_like(before[..., :1], dtype=torch.bool), before[..., :-1] < p],
+            -1,
+        )
+    return before < p
 
 
 def _kept_first_dim(logits: Tensor, p: float, mistake: str) -> Tensor:
@@ -253,16 +277,26 @@ def _row_hint(logits: Tensor, ref_kept: Tensor, kept: Tensor, p: float) -> str:
 def check_top_p_filter(fn: Callable) -> str:
     """Grade ``fn(logits, p)`` on ``(..., V)`` logits: the same kept set and the same
     ``softmax`` as :func:`transformer_course.top_p_filter` (see the module docstring),
-    written by hand (calling ``tc.top_p_filter`` or ``tc.sample_next_token`` fails)."""
+    written by hand (calling ``tc.top_p_filter`` or ``tc.sample_next_token`` fails),
+    leaving the caller's ``logits`` as they were (the page filters the same logits
+    twice)."""
     name = name_of(fn)
     refused = (
         f"{name} 调用了 tc.top_p_filter（或 tc.sample_next_token）：这道练习要自己写出"
         "排序、累加和截断。"
     )
     for i, (case, logits, p) in enumerate(_cases()):
+        given = logits.clone()  # the learner's copy: an in-place edit shows in it
         with calls_refused((top_p_filter, sample_next_token), refused):
             out = run_learner(
-                fn, logits, p, what=name, case=case, first=i == 0, causes=TOP_P_CRASHES
+                fn,
+                given,
+                p,
+                what=name,
+                case=case,
+                first=i == 0,
+                causes=TOP_P_CRASHES,
+                copy_inputs=False,
             )
         out = as_tensor(out, name, case)
         check_shape(out, logits.shape, name, case, "：返回与 logits 同形状的 logits。")
@@ -285,6 +319,13 @@ def check_top_p_filter(fn: Callable) -> str:
                 + NON_STRICT_HINT
             )
         _check_kept_set(fn, case, (logits, p), out, kept, ref_kept)
+        if not torch.equal(given, logits):  # -inf == -inf; the inputs hold no NaN
+            fail(
+                f"{name} 保留的词元对了，但原地改动了传进来的 logits（{case}）："
+                "调用者的张量也被过滤了，本章后面的单元格把同一个 logits 再过滤一次，"
+                "核就变了。用不带下划线的 logits.masked_fill(~keep, float('-inf'))"
+                "（它返回新张量），或先 logits = logits.clone() 再原地改。"
+            )
         if not close(torch.softmax(out.double(), -1), torch.softmax(ref.double(), -1)):
             fail(
                 f"{name} 留下的词元对了（{case}），但它们的 logits 被改了："

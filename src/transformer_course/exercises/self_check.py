@@ -137,6 +137,61 @@ SOFTMAX_JACOBIAN_CRASHES = [
 ]
 
 
+def _outer(p: Tensor) -> Tensor:
+    """p pᵀ for each row: (..., L) -> (..., L, L)."""
+    return p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+def _diag_minus_square(p: Tensor, dim: int) -> Tensor:
+    """diag(p) minus the elementwise square p², broadcast along ``dim``."""
+    return torch.diag_embed(p) - (p * p).unsqueeze(dim)
+
+
+def _eye_minus(p: Tensor, dim: int) -> Tensor:
+    """δ_ij − p_j (``dim=-2``) or δ_ij − p_i (``dim=-1``), (..., L, L)."""
+    eye = torch.eye(p.shape[-1], dtype=p.dtype)
+    return eye - p.unsqueeze(dim)
+
+
+# (hint, what the mistake computes from p), tried in this order
+JACOBIAN_MISTAKES: list[tuple[str, Callable[[Tensor], Tensor]]] = [
+    ("只有 diag(p)，漏了 −p pᵀ（p_i 变大时其余的 p_j 要变小）。", torch.diag_embed),
+    (
+        "只减了对角线上的 p_i²：−p pᵀ 是整个外积 p_i p_j。",
+        lambda p: torch.diag_embed(p - p * p),
+    ),
+    *(
+        (  # p.unsqueeze(-1) * p.unsqueeze(-1): (…, L, 1), p_i² per row
+            "减去的是逐元素平方 p²，不是外积 p pᵀ：p.unsqueeze(-1) * "
+            "p.unsqueeze(-1) 的形状是 (…, L, 1)，元素是 p_i²，广播后第 i 行"
+            "处处减同一个 p_i²。外积要一列乘一行："
+            "p.unsqueeze(-1) * p.unsqueeze(-2)，第 (i, j) 个元素是 p_i p_j。",
+            functools.partial(_diag_minus_square, dim=d),
+        )
+        for d in (-1, -2)
+    ),
+    ("符号反了：应是 diag(p) − p pᵀ。", lambda p: _outer(p) - torch.diag_embed(p)),
+    (
+        "−p pᵀ 写成了 +p pᵀ：p_j 变大时 p_i 要变小（概率之和固定为 1），非对角元"
+        "是 −p_i p_j。应是 diag(p) − p pᵀ。",
+        lambda p: torch.diag_embed(p) + _outer(p),
+    ),
+    (
+        "漏了 diag(p)：只有 −p pᵀ，对角线上就只剩 −p_i²。对角线上 ∂p_i/∂z_i = "
+        "p_i(1 − p_i) = p_i − p_i²：完整的是 diag(p) − p pᵀ。",
+        lambda p: -_outer(p),
+    ),
+    *(
+        (
+            "漏了前面的因子 p_i：∂p_i/∂z_j = p_i(δ_ij − p_j)，你算的只是括号里的 "
+            "δ_ij − p_j（单位矩阵减去 p）。每一行 i 再乘 p_i，就是 diag(p) − p pᵀ。",
+            functools.partial(_eye_minus, dim=d),
+        )
+        for d in (-2, -1)
+    ),
+]
+
+
 @checker("检验标准 3：softmax 的雅可比矩阵")
 def check_softmax_jacobian(fn: object) -> str:
     """Grade ``fn(p)``: for probabilities ``p`` of shape ``(..., L)`` (rows summing to
@@ -165,28 +220,17 @@ def check_softmax_jacobian(fn: object) -> str:
         ref = _softmax_jacobian_autograd(z)
         check_shape(got, (*shape, shape[-1]), f"{name} 的返回值", case)
         if not close(got, ref):
-            if close(got, torch.diag_embed(p)):
-                hint = "只有 diag(p)，漏了 −p pᵀ（p_i 变大时其余的 p_j 要变小）。"
-            elif close(got, torch.diag_embed(p - p * p)):
-                hint = "只减了对角线上的 p_i²：−p pᵀ 是整个外积 p_i p_j。"
-            elif any(  # p.unsqueeze(-1) * p.unsqueeze(-1): (…, L, 1), p_i² per row
-                close(got, torch.diag_embed(p) - (p * p).unsqueeze(d)) for d in (-1, -2)
-            ):
-                hint = (
-                    "减去的是逐元素平方 p²，不是外积 p pᵀ：p.unsqueeze(-1) * "
-                    "p.unsqueeze(-1) 的形状是 (…, L, 1)，元素是 p_i²，广播后第 i 行"
-                    "处处减同一个 p_i²。外积要一列乘一行："
-                    "p.unsqueeze(-1) * p.unsqueeze(-2)，第 (i, j) 个元素是 p_i p_j。"
-                )
-            elif close(got, p[..., :, None] * p[..., None, :] - torch.diag_embed(p)):
-                hint = "符号反了：应是 diag(p) − p pᵀ。"
-            elif p.dim() > 1:  # the 1-D p (the first case) passed
+            hint = next(
+                (hint for hint, wrong in JACOBIAN_MISTAKES if close(got, wrong(p))),
+                None,
+            )
+            if hint is None and p.dim() > 1:  # the 1-D p (the first case) passed
                 hint = (
                     "一维的 p 对了，批量的错了：每一行要用它自己的外积 "
                     "p.unsqueeze(-1) * p.unsqueeze(-2)（形状 (…, L, L)）；torch.outer "
                     "只接受一维，把批量拉平后再做外积会把不同行的 p 乘在一起。"
                 )
-            else:
+            elif hint is None:
                 hint = "∂p_i/∂z_j = p_i(δ_ij − p_j)，写成矩阵是 diag(p) − p pᵀ。"
             fail(
                 f"{name} 与自动求导的雅可比不一致（{case}；"
@@ -199,30 +243,49 @@ class _LeakyGPT(MiniGPT):
     """A MiniGPT whose attention sees the future: in the blocks ``leaky`` (indices;
     None: every block) without the causal mask, or with ``allowed(T)``, a bool
     ``(T, T)`` mask of the keys each position may attend to; the other blocks stay
-    causal."""
+    causal. ``rows``: the leak is only in the batch rows from ``rows`` on (the rows
+    before stay causal)."""
 
     def __init__(
         self,
         cfg: GPTConfig,
         allowed: Callable[[int], Tensor] | None = None,
         leaky: tuple[int, ...] | None = None,
+        rows: int = 0,
     ) -> None:
         super().__init__(cfg)
+        if rows and allowed is None:
+            allowed = _sees_all
         for i, block in enumerate(self.blocks):
             if leaky is not None and i not in leaky:
                 continue
             block.causal = False
             if allowed is not None:
                 block.register_forward_pre_hook(
-                    functools.partial(_leak_mask, allowed), with_kwargs=True
+                    functools.partial(_leak_mask, allowed, rows), with_kwargs=True
                 )
 
 
 def _leak_mask(
-    allowed: Callable[[int], Tensor], module: object, args: tuple, kwargs: dict
+    allowed: Callable[[int], Tensor],
+    rows: int,
+    module: object,
+    args: tuple,
+    kwargs: dict,
 ) -> tuple:
-    """Forward pre-hook of a block: attend where ``allowed(T)`` is True."""
-    return args, {**kwargs, "attn_mask": allowed(args[0].size(1))}
+    """Forward pre-hook of a block: attend where ``allowed(T)`` is True, in the batch
+    rows from ``rows`` on; causally in the rows before."""
+    N, T = args[0].shape[:2]
+    mask = allowed(T)
+    if rows:
+        leaks = (torch.arange(N) >= rows)[:, None, None, None]
+        mask = torch.where(leaks, mask, torch.ones(T, T, dtype=torch.bool).tril())
+    return args, {**kwargs, "attn_mask": mask}
+
+
+def _sees_all(T: int) -> Tensor:
+    """No mask: every position sees every position."""
+    return torch.ones(T, T, dtype=torch.bool)
 
 
 def _one_ahead(T: int) -> Tensor:
@@ -287,6 +350,12 @@ def check_causality_probe(fn: object) -> str:
                 "只在最后一层多看一个未来位置的模型",
                 "last_one_ahead",
             ),
+            (
+                _LeakyGPT(cfg, rows=1).eval(),
+                False,
+                "只在批里第 1 行（第二条序列）去掉了掩码的模型",
+                "later_rows",
+            ),
         ]
     ids = torch.randint(0, 17, (2, 12), generator=g)
     ids[:, 7] = 0  # at t = 7, "ids2[:, t:] = 0" leaves position t as it was
@@ -331,7 +400,7 @@ def check_causality_probe(fn: object) -> str:
                     fn, model, fed, ids, t
                 )
                 fail(f"{name} 返回 {bool(out)}，应为 {expected}（{case}）：{why}")
-    return "因果的模型与五种泄漏未来的模型、三个 t，判断都对"
+    return "因果的模型与六种泄漏未来的模型、三个 t，判断都对"
 
 
 def _keep_input(fed: list[Tensor], module: object, args: tuple, kwargs: dict) -> None:
@@ -382,6 +451,8 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
             "“别的词元”，也就是每个位置都与原来不同，例如 ids2[:, t:] = "
             "(input_ids[:, t:] + 1) % vocab_size。"
         )
+    if leak == "later_rows":
+        return _rows_missed(fed, ids, t)
     where = "、".join(str(p) for p in changed)
     if leak == "one_ahead" and t not in changed:
         return (
@@ -406,6 +477,22 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
             "把位置 t 及以后全部换掉（ids2[:, t:] = …）。"
         )
     return ""
+
+
+def _rows_missed(fed: list[Tensor], ids: Tensor, t: int) -> str:
+    """The hint for a probe that calls the model leaking only in batch row 1 causal:
+    it changed, or compared, batch row 0 alone."""
+    changed_rows = [x[1:, t:] != ids[1:, t:] for x in fed if x.shape == ids.shape]
+    what = (
+        "只改了第 0 行的词元，第 1 行送进模型的还是原来的"
+        if not any(bool(c.any()) for c in changed_rows)
+        else "多半只比较了第 0 行（logits[0, :t]）"
+    )
+    return (
+        f"这个模型的第 0 行是因果的，只有第 1 行看得见未来：你的探针{what}。"
+        "批里每一行都是一条独立的序列，泄漏可能只出现在某几行：每一行都要改"
+        "（ids2[:, t:] = …），比较整块 logits[:, :t]。"
+    )
 
 
 def _unchanged_fill(fed: list[Tensor], ids: Tensor, t: int) -> int | None:

@@ -92,6 +92,8 @@ def _loss_variant(
         return F.cross_entropy(before(x).softmax(-1).flatten(0, 1), y.flatten())
     if mistake == "last_position":  # logits[:, -1] against y[:, -1] only
         return F.cross_entropy(before(x)[:, -1], y[:, -1])
+    if mistake == "ignore_index_0":  # token 0 taken for padding
+        return F.cross_entropy(before(x).flatten(0, 1), y.flatten(), ignore_index=0)
     # "shifted": x and y moved against each other once more
     return F.cross_entropy(before(x)[:, :-1].flatten(0, 1), y[:, 1:].flatten())
 
@@ -134,6 +136,12 @@ LOSS_HINTS = [
         "下一个词元（y[:, t] 是 x[:, t] 的下一个），T 个位置都是训练信号。对全部 N·T "
         "个位置取平均：F.cross_entropy(logits.view(-1, V), y.view(-1))。",
         "last_position",
+    ),
+    (
+        "交叉熵里写了 ignore_index=0：编号 0 也是一个普通的词元（这里没有填充符），"
+        "目标是 0 的位置也要算进损失。去掉 ignore_index："
+        "F.cross_entropy(logits.view(-1, V), y.view(-1))。",
+        "ignore_index_0",
     ),
 ]
 
