@@ -12,7 +12,7 @@ import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course.exercises import training
 
-from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton, rejection
 
 # 9. training step
 # ---------------------------------------------------------------------------
@@ -209,12 +209,8 @@ LM_BATCH_REJECTS = [
     pytest.param(
         ex.check_lm_batch, make_lm_batch("no_generator"), "没有把 generator 传给 torch.randint", id="generator not used"
     ),
-    pytest.param(
-        ex.check_lm_batch, make_lm_batch("high_plus"), "len(data) - context_length", id="off-by-one: one start too many"
-    ),
-    pytest.param(
-        ex.check_lm_batch, make_lm_batch("high_minus"), "len(data) - context_length", id="off-by-one: one start too few"
-    ),
+    pytest.param(ex.check_lm_batch, make_lm_batch("high_plus"), "上界多了 1", id="off-by-one: one start too many"),
+    pytest.param(ex.check_lm_batch, make_lm_batch("high_minus"), "上界少了 1", id="off-by-one: one start too few"),
     pytest.param(ex.check_lm_batch, make_lm_batch("float"), "torch.long", id="float ids"),
     pytest.param(ex.check_lm_batch, make_lm_batch("no_cast"), "torch.int32", id="int32 ids not cast"),
     pytest.param(ex.check_lm_batch, make_lm_batch("list"), "两个张量", id="three values"),
@@ -264,3 +260,11 @@ def test_every_hint_is_reached(capsys):
         "BATCH_CRASHES": training.BATCH_CRASHES,
     }
     assert_every_hint_reached(tables, REJECTS, capsys)
+
+
+@pytest.mark.parametrize("mistake", ["high_plus", "high_minus", "one_too_far", "no_generator", "redraw"])
+def test_lm_batch_hints_do_not_give_the_bound_away(mistake):
+    """5.10 asks the learner to work out randint's upper bound: no hint may state it."""
+    message = rejection(ex.check_lm_batch, make_lm_batch(mistake))
+    assert "len(data) - context_length" not in message, message
+    assert "- context_length - 1" not in message, message

@@ -390,25 +390,26 @@ def _check_targets(
 
 def _randint_hint(starts: list[int], n: int, T: int, seed: int) -> str:
     """Why the drawn ``starts`` differ from the contract's: an off-by-one bound?"""
+    why = {
+        1: "最后一个起点的 y 会越过 data 的末尾（y 要用到 data[i + context_length]）",
+        -1: "最后一个合法的起点永远抽不到（torch.randint(high) 只抽 0 … high−1）",
+    }
     for delta, word in ((1, "多"), (-1, "少")):
         high = n - T + delta
         if high > 0:
             alt = torch.randint(high, (len(starts),), generator=seeded_generator(seed))
             if alt.tolist() == starts:
-                return (
-                    f"torch.randint 的上界应为 len(data) - context_length = {n - T}，"
-                    f"你的{word}了 1。"
-                )
+                return f"torch.randint 的上界{word}了 1：{why[delta]}。"
     return (
-        "应写 torch.randint(len(data) - context_length, (batch_size,), "
-        "generator=generator)，在其它随机调用之前只抽这一次。"
+        "起点应该用一次 torch.randint(high, (batch_size,), generator=generator) "
+        "抽出，在其它随机调用之前只抽这一次；high 是合法起点的个数。"
     )
 
 
 BATCH_CRASHES = [
     (
         r"out of (range|bounds)|IndexError",
-        "下标越界：起点 i 最大只能是 len(data) - context_length - 1，"
-        "这样 y 的最后一个 data[i + context_length] 仍在范围内。",
+        "下标越界：y 的最后一个元素 data[i + context_length] 也得在 data 里，"
+        "想一想起点 i 最大能取多少，torch.randint 的上界就比它大 1。",
     ),
 ]
