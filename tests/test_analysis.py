@@ -41,8 +41,7 @@ def test_mean_pairwise_tv_is_zero_for_equal_heads_and_one_for_disjoint():
 
 def test_head_stats_matches_the_parts_on_a_minigpt():
     tc.set_seed(0)
-    m = tc.MiniGPT(tc.GPTConfig(vocab_size=11, context_length=12, d_model=16,
-                                num_heads=2, num_layers=2))
+    m = tc.MiniGPT(tc.GPTConfig(vocab_size=11, context_length=12, d_model=16, num_heads=2, num_layers=2))
     idx = torch.randint(0, 11, (3, 12))
     stats = analysis.head_stats(m, idx, first_query=4)
     assert len(stats) == 2
@@ -69,8 +68,7 @@ def test_token_spread_zero_for_identical_positions():
 
 def test_residual_stds_and_flat_init():
     tc.set_seed(0)
-    m = tc.MiniGPT(tc.GPTConfig(vocab_size=11, context_length=8, d_model=16,
-                                num_heads=2, num_layers=3))
+    m = tc.MiniGPT(tc.GPTConfig(vocab_size=11, context_length=8, d_model=16, num_heads=2, num_layers=3))
     idx = torch.randint(0, 11, (2, 8))
     stds = analysis.residual_stds(m, idx)
     assert stds.shape == (4,)
@@ -118,10 +116,8 @@ def test_landscape_run_is_reproducible_and_residual_is_smoother_at_init():
         (lambda: analysis.mean_distance(torch.ones(1, 2, 3, 3), first_query=-1), "-1"),
         (lambda: analysis.token_spread(torch.ones(2, 3, 4, 5)), r"\(2, 3, 4, 5\)"),
         (lambda: analysis.flat_residual_init(nn.Module(), std=-0.1), "-0.1"),
-        (lambda: analysis.curvature(nn.Linear(2, 2), None, None, torch.Generator(),
-                                    iters=0), "0"),
-        (lambda: analysis.landscape_run(torch.zeros(100, dtype=torch.long), 5, seed=-2),
-         "-2"),
+        (lambda: analysis.curvature(nn.Linear(2, 2), None, None, torch.Generator(), iters=0), "0"),
+        (lambda: analysis.landscape_run(torch.zeros(100, dtype=torch.long), 5, seed=-2), "-2"),
     ],
 )
 def test_bad_values_raise_value_error_naming_the_value(call, match):

@@ -2,11 +2,11 @@
 dive import them as ``tc.analysis``).
 
 * attention rows: :func:`mean_distance`, :func:`mean_pairwise_tv`,
-  :func:`normalized_entropy`, and :func:`head_stats` (the first two, per layer of a model);
+  :func:`normalized_entropy`, and :func:`head_stats` (the first two, per layer);
 * the residual stream: :class:`NoResidual` (a block without its skips),
   :func:`token_spread`, :func:`residual_stds`, :func:`flat_residual_init`;
 * curvature: :func:`curvature` (Hessian-vector products, power iteration) and
-  :func:`landscape_run` (a 6-layer MiniGPT measured at initialization and after training).
+  :func:`landscape_run` (a 6-layer MiniGPT at initialization and after training).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def mean_distance(A: Tensor, first_query: int = 8) -> Tensor:
 
 def mean_pairwise_tv(A: Tensor) -> float:
     """Total variation distance ``0.5 sum_j |A^h_ij - A^h'_ij|`` between the rows of two
-    heads, averaged over rows and over all pairs of heads; ``A (N, H, L, S)``, H >= 2."""
+    heads, averaged over rows and over all pairs of heads; ``A (N, H, L, S)``, H >= 2.
+    """
     A = _check_attention("A", A)
     if A.size(1) < 2:
         raise ValueError(f"A needs at least 2 heads, got shape {tuple(A.shape)}")
@@ -77,7 +78,9 @@ def normalized_entropy(W: Tensor) -> float:
     """
     W = _check_attention("W", W)
     if W.size(-1) != W.size(-2) or W.size(-1) < 2:
-        raise ValueError(f"W must be (N, H, T, T) with T >= 2, got shape {tuple(W.shape)}")
+        raise ValueError(
+            f"W must be (N, H, T, T) with T >= 2, got shape {tuple(W.shape)}"
+        )
     ent = -(W * W.clamp_min(1e-30).log()).sum(-1)[..., 1:]
     return (ent / torch.log(torch.arange(2, W.size(-1) + 1).float())).mean().item()
 
@@ -123,8 +126,8 @@ def token_spread(h: Tensor) -> float:
 
 
 def residual_stds(model: nn.Module, idx: Tensor) -> Tensor:
-    """Standard deviation of the residual stream ``X_0, X_1, ..., X_n`` of a MiniGPT with
-    learned positions on ``idx (N, T)`` (no dropout): a tensor of ``n_layers + 1``."""
+    """Standard deviation of the residual stream ``X_0, X_1, ..., X_n`` of a MiniGPT
+    with learned positions on ``idx (N, T)`` (no dropout), ``n_layers + 1`` values."""
     check_tensor("idx", idx)
     with torch.no_grad():
         X = model.pos_emb(model.tok_emb(idx))
@@ -156,8 +159,8 @@ def curvature(
 ) -> tuple[float, float]:
     """``(kappa, top)`` of the loss ``model(x, y)[1]``: the random-direction curvature
     ``||H u||`` (mean over ``n_random`` unit directions; 0.0 when ``n_random = 0``) and
-    the spectral norm ``||H||_2`` after ``iters`` steps of power iteration (a lower bound),
-    both from Hessian-vector products (autograd twice; H is never formed)."""
+    the spectral norm ``||H||_2`` after ``iters`` steps of power iteration (a lower
+    bound), both from Hessian-vector products (autograd twice; H is never formed)."""
     check_positive_int("iters", iters)
     check_int("n_random", n_random, 0)
     check_type("generator", generator, torch.Generator)
