@@ -149,6 +149,18 @@ def flat_residual_init(model: nn.Module, std: float = 0.02) -> nn.Module:
     return model
 
 
+def _norm(v: list[Tensor]) -> float:
+    """Euclidean norm of a list of tensors taken as one vector."""
+    return math.sqrt(sum((t**2).sum().item() for t in v))
+
+
+def _random_unit(params: list[Tensor], generator: torch.Generator) -> list[Tensor]:
+    """A unit vector, uniform on the sphere, shaped like ``params``."""
+    u = [torch.randn(p.shape, generator=generator) for p in params]
+    n = _norm(u)
+    return [t / n for t in u]
+
+
 def curvature(
     model: nn.Module,
     x: Tensor,
@@ -170,26 +182,18 @@ def curvature(
     with sdpa_kernel(SDPBackend.MATH):  # the fused kernel has no second derivative
         grads = torch.autograd.grad(model(x, y)[1], params, create_graph=True)
 
-        def hvp(v):  # d(grad . v) / d theta
-            return [
-                t.detach()
-                for t in torch.autograd.grad(grads, params, v, retain_graph=True)
-            ]
+        def hvp(v):  # Hessian-vector product: d(grad . v) / d theta
+            hv = torch.autograd.grad(grads, params, v, retain_graph=True)
+            return [t.detach() for t in hv]
 
-        def norm(v):
-            return math.sqrt(sum((t**2).sum().item() for t in v))
-
-        def random_unit():
-            u = [torch.randn(p.shape, generator=generator) for p in params]
-            n = norm(u)
-            return [t / n for t in u]
-
-        kappa = sum(norm(hvp(random_unit())) for _ in range(n_random))
+        kappa = sum(
+            _norm(hvp(_random_unit(params, generator))) for _ in range(n_random)
+        )
         kappa /= max(n_random, 1)
-        v = random_unit()
-        for _ in range(iters):
+        v = _random_unit(params, generator)
+        for _ in range(iters):  # power iteration
             hv = hvp(v)
-            top = norm(hv)
+            top = _norm(hv)
             v = [t / top for t in hv]
     return kappa, top
 
