@@ -2,8 +2,9 @@
 
 The top level is the model API. The book's helpers live in :mod:`.notebook` (chapters
 import it as ``nb``; ``setup_chapter`` and ``show_source`` are also here), the graders
-in :mod:`.exercises`, the figures in :mod:`.viz` and :mod:`.diagrams`, the command-line
-trainer in :mod:`.train_gpt`.
+in :mod:`.exercises`, the figures in :mod:`.viz` and :mod:`.diagrams`, measurements of
+attention and of the loss landscape in :mod:`.analysis`, the command-line trainer in
+:mod:`.train_gpt`.
 
 Conventions: shapes use N (batch), L (query length), S (key length), E (d_model),
 H (heads), Hkv (key/value heads), D (head_dim), V (vocabulary). Boolean masks are
@@ -113,7 +114,7 @@ __version__ = "0.1.0"
 # the rest of the package together).
 _LAZY_MODULES = (
     "viz", "diagrams", "benchmarking", "train_gpt", "exercises", "explorer",
-    "notebook", "masks",
+    "notebook", "masks", "analysis",
 )  # fmt: skip
 
 
