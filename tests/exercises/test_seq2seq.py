@@ -626,6 +626,8 @@ def make_align(mistake):
             w = torch.stack([maps[layer.cross_attn][0] for layer in layers]).mean((0, 1))
         if mistake == "full_ys_drop_first":  # learner test 7a, 1.10: an off-by-one
             return w.argmax(-1)[1:]
+        if mistake == "batch_dim":  # learner test 27a, 1.10: (1, T-1), the batch kept
+            return maps[module].mean(1).argmax(-1)
         return w.argmax(0 if mistake == "over_queries" else -1)
 
     return align
@@ -649,6 +651,7 @@ ALIGN_REJECTS = [
     pytest.param(ex.check_cross_attention_alignment, make_align("max_heads"), "对头取的是最大值", id="max heads"),
     pytest.param(ex.check_cross_attention_alignment, make_align("full_ys_drop_first"), "错开了一位", id="off by one"),
     pytest.param(ex.check_cross_attention_alignment, make_align("max_values"), "整数位置", id="max values"),
+    pytest.param(ex.check_cross_attention_alignment, make_align("batch_dim"), "多了长度为 1 的维", id="batch dim"),
     pytest.param(
         ex.check_cross_attention_alignment, make_align("mean_layers"), "对所有层的交叉注意力取了平均", id="all layers"
     ),

@@ -960,7 +960,7 @@ def check_cross_attention_alignment(fn: Callable) -> str:
                 out = torch.tensor(out)
             except (TypeError, ValueError):
                 fail(f"{name} 应返回源词位置的列表或张量，得到 {out!r}（{case}）。")
-        out = as_tensor(out, name, case).flatten()
+        out = as_tensor(out, name, case)
         T, S = ys.size(1), src.size(1)
         if out.numel() == T:
             fail(
@@ -971,6 +971,13 @@ def check_cross_attention_alignment(fn: Callable) -> str:
             fail(
                 f"{name} 返回了 {S} 个位置（源句的长度），应为 {T - 1} 个（{case}）："
                 "argmax 要在每一行（每个解码器输入）上对源词取，dim=-1。"
+            )
+        if out.dim() > 1 and out.numel() == T - 1:
+            fail(
+                f"{name} 返回的形状是 {tuple(out.shape)}，应为 ({T - 1},)（{case}）："
+                "多了长度为 1 的维（批维？）。页面接着用 my_alignment(...)[pos] "
+                "按位置取一个源词，要一维的结果：对注意力图先取批中唯一的样本 [0]"
+                "（或在结尾取 [0]），argmax 也不要 keepdim=True。"
             )
         check_shape(out, (T - 1,), name, case)
         if out.dtype.is_floating_point:
