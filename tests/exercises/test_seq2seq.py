@@ -321,6 +321,8 @@ def make_loss(mistake):
             dec_in, labels = tgt, tgt
         if mistake == "labels_not_shifted":
             labels = tgt[:, :-1]
+        if mistake == "input_shifted_too":  # both start after BOS
+            dec_in = tgt[:, 1:]
         if mistake == "reversed":  # learner test 7a, 1.4: input and labels swapped
             dec_in, labels = tgt[:, 1:], tgt[:, :-1]
         if mistake == "labels_edited_in_place":  # learner test 6a, 1.4: lab is a view of tgt
@@ -361,6 +363,13 @@ def make_loss(mistake):
             return F.cross_entropy(logits, labels)
         if mistake == "label_smoothing":  # learner test
             return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
+        if mistake == "nll_raw":  # learner test 27a, 1.5: nll_loss on logits, no log_softmax
+            return F.nll_loss(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+        if mistake == "nll_probs":  # nll_loss on probabilities
+            return F.nll_loss(logits.softmax(-1).transpose(1, 2), labels)
+        if mistake == "mean_over_all":  # padding counted in the denominator
+            total = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
+            return total / labels.numel()
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
 
     return loss
@@ -375,12 +384,13 @@ def test_seq2seq_loss_skeleton(capsys):
     assert_skeleton(ex.check_seq2seq_loss, loss_skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "mistake, keyword",
-    [
+LOSS_REJECTS = [
+    pytest.param(ex.check_seq2seq_loss, make_loss(mistake), keyword, id=mistake)
+    for mistake, keyword in [
         ("no_shift", "照抄"),
         ("labels_not_shifted", "标签没有右移"),
         ("reversed", "右移的方向反了"),
+        ("input_shifted_too", "解码器输入也右移了"),
         ("no_pad_mask", "-100"),
         ("pad_zero", "填充的编号写死成了 0"),
         ("labels_edited_in_place", "原地修改了传进来的 tgt"),
@@ -395,10 +405,22 @@ def test_seq2seq_loss_skeleton(capsys):
         ("not_flattened", "类别在第 1 维"),
         ("labels_transposed", "标签展平的顺序与 logits 不同"),
         ("logits_scrambled", "logits 展平时行被打乱了：logits.transpose(1, 2).reshape"),
-    ],
-)
-def test_seq2seq_loss_rejects(mistake, keyword, capsys):
-    assert_rejects(ex.check_seq2seq_loss, make_loss(mistake), keyword, capsys)
+        ("nll_raw", "F.nll_loss 直接用了 logits"),
+        ("nll_probs", "F.nll_loss 拿到的是 softmax 的概率"),
+        ("mean_over_all", "填充位置也算进了分母"),
+    ]
+]
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", LOSS_REJECTS)
+def test_seq2seq_loss_rejects(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_seq2seq_loss_hints_are_all_reached(capsys):
+    from transformer_course.exercises import seq2seq
+
+    assert_every_hint_reached({"_LOSS_HINTS": seq2seq._LOSS_HINTS}, LOSS_REJECTS, capsys)
 
 
 # greedy decoding

@@ -475,6 +475,10 @@ def _loss_variant(
     divisor["mean_over_batch"] = tgt.size(0)
     if mistake in divisor:
         return F.cross_entropy(flat, target, reduction="sum") / divisor[mistake]
+    if mistake == "nll_raw":  # F.nll_loss wants log-probabilities
+        return F.nll_loss(flat, target)
+    if mistake == "nll_probs":
+        return F.nll_loss(flat.softmax(-1), target)
     return F.cross_entropy(flat, target)
 
 
@@ -514,6 +518,17 @@ _LOSS_HINTS = [
         "F.cross_entropy 要的是 logits（未归一化的分数），它自己做 log_softmax；"
         "你先做了 softmax。",
         "softmax_first",
+    ),
+    (
+        "F.nll_loss 直接用了 logits：它只把标签处的数取负再平均，不做 softmax，"
+        "要的是对数概率。先 logits.log_softmax(-1) 再传给 F.nll_loss，"
+        "或者直接用 F.cross_entropy(logits, …)（它自己做 log_softmax）。",
+        "nll_raw",
+    ),
+    (
+        "F.nll_loss 拿到的是 softmax 的概率：它要的是对数概率，"
+        "把 softmax 换成 log_softmax（或直接用 F.cross_entropy 处理 logits）。",
+        "nll_probs",
     ),
     (
         "损失应是非填充位置上的平均（F.cross_entropy 的默认 reduction='mean'），"
