@@ -88,6 +88,14 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 x = self.norm1(x0 + self.sa(x))
                 x = self.norm2(x0 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 return self.norm3(x0 + self.ffn(x))
+            if mistake == "ffn_before_cross":  # learner test 27a, 1.3: FFN second, norms in order
+                h = self.norm1(x + self.sa(x))
+                h = self.norm2(h + self.ffn(h))
+                return self.norm3(h + self.cross_attn(h, memory, memory, attn_mask=memory_mask))
+            if mistake == "no_causal_cross_query_from_input":  # learner test 27a, 2.6: two bugs
+                b1 = self.norm1(x + self.self_attn(x))
+                b2 = self.norm2(b1 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return self.norm3(b2 + self.ffn(b2))
             if mistake == "cross_first":  # cross-attention before the masked self-attention
                 x = self.norm1(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 x = self.norm2(x + self.sa(x))
@@ -201,7 +209,9 @@ def test_decoder_layer_skeleton(capsys):
         ("pre_ln", "Post-LN"),
         ("no_res_cross", "交叉注意力的残差"),
         ("memory_as_query", "查询是解码器的 x"),
-        ("norm2_for_ffn", "不一致"),
+        ("norm2_for_ffn", "FFN 这一步用的是 norm2"),
+        ("ffn_before_cross", "FFN 放在了交叉注意力之前"),
+        ("no_causal_cross_query_from_input", "两处不对。一、掩码自注意力没有因果掩码"),
         ("norm2_on_residual_only", "norm2 只用在了残差上"),
         ("norm3_on_residual_only", "norm3 只用在了残差上"),
         ("norm_on_sublayer", "归一化只用在了子层的输出上"),
@@ -249,7 +259,8 @@ def test_decoder_hints_are_all_reached(capsys):
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1", "ffn_from_input",
         "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal", "cross_causal_masked",
-        "cross_query_from_input_causal", "pre_ln_ffn", "norm_on_ffn",
+        "cross_query_from_input_causal", "pre_ln_ffn", "norm_on_ffn", "ffn_before_cross", "norm2_for_ffn",
+        "no_causal_cross_query_from_input",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
     assert_every_hint_reached({"_DECODER_HINTS": seq2seq._DECODER_HINTS}, rejects, capsys)

@@ -80,11 +80,14 @@ def _self_mask(mistake: str, L: int) -> dict:
 def _decoder_variant(
     layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str
 ):
-    """The package's Post-LN decoder layer, wired with one typical mistake."""
+    """The package's Post-LN decoder layer, wired with one typical mistake, or two
+    (``"no_causal+cross_query_from_input"``: the self-attention's mask, then the
+    rest of the wiring)."""
+    self_mistake, _, mistake = mistake.rpartition("+")
     n1, n2, n3 = _norms(layer, mistake)
 
     def self_attn(h):
-        return layer.self_attn(h, **_self_mask(mistake, h.size(1)))
+        return layer.self_attn(h, **_self_mask(self_mistake or mistake, h.size(1)))
 
     def cross_attn(h):
         if mistake == "cross_is_self":
@@ -123,6 +126,14 @@ def _decoder_variant(
         x = n1(x + cross_attn(x))
         x = n2(x + self_attn(x))
         return n3(x + layer.ffn(x))
+    if mistake == "ffn_before_cross":  # the norms in their places, the sublayers not
+        x = n1(x + self_attn(x))
+        x = n2(x + layer.ffn(x))
+        return n3(x + cross_attn(x))
+    if mistake == "norm2_for_ffn":  # norm2 twice, norm3 unused
+        x = n1(x + self_attn(x))
+        x = n2(x + cross_attn(x))
+        return n2(x + layer.ffn(x))
     if mistake == "norm_on_sublayer":  # x + norm(sublayer(x)) in all three steps
         x = x + n1(self_attn(x))
         x = x + n2(cross_attn(x))
@@ -214,6 +225,17 @@ _DECODER_HINTS = [
         "cross_first",
     ),
     (
+        "FFN 放在了交叉注意力之前：三个子层的顺序是掩码自注意力 → 交叉注意力 → "
+        "FFN，先从源句读进信息，再由 FFN 逐位置加工。第二步是 {cross_step}，"
+        "第三步才是 {ffn_step}。",
+        "ffn_before_cross",
+    ),
+    (
+        "FFN 这一步用的是 norm2（norm2 用了两次，norm3 没有用上）：每个子层有自己的 "
+        "LayerNorm，参数各不相同：{ffn_step}。",
+        "norm2_for_ffn",
+    ),
+    (
         "这是 Pre-LN（x + 子层(norm(x))）；本章的模型是 Post-LN："
         "x = norm1(x + self_attn(x))，依此类推。",
         "pre_ln",
@@ -259,6 +281,13 @@ _DECODER_HINTS = [
         "（解码器看自己的前文）；交叉注意力的每个目标位置都可以看整句源句，"
         "只屏蔽源句的填充：{cross}。",
         "cross_causal",
+    ),
+    (
+        "两处不对。一、掩码自注意力没有因果掩码：位置 i 看得见后面的目标词，"
+        "应为 self_attn(Y, is_causal=True)。二、交叉注意力的查询用了层输入 Y"
+        "（forward 收到的 x）：查询应来自第一个子层的输出 B1 = norm1(Y + "
+        "self_attn(Y))，即 cross_attn(B1, memory, memory, attn_mask=memory_mask)。",
+        "no_causal+cross_query_from_input",
     ),
     (
         "交叉注意力不能是因果的：你在 memory_mask 之外又给了 is_causal=True，于是目标"
@@ -314,6 +343,11 @@ _BUG_HUNT = {
         "cross_query_from_input_causal": (
             "加上的 is_causal=True 不是改法：交叉注意力不能是因果的（目标位置 i 会只"
             "看得见源句的前几个位置），去掉它。bug 还在：交叉注意力的查询仍是层输入 "
+            "Y（forward 收到的 x）。对照公式，查询应来自哪个张量？"
+        ),
+        "no_causal+cross_query_from_input": (
+            "掩码自注意力的因果掩码被去掉了：那不是 bug，去掉后位置 i 看得见后面的"
+            "目标词，恢复 is_causal=True。题目里的 bug 还在：交叉注意力的查询仍是层输入 "
             "Y（forward 收到的 x）。对照公式，查询应来自哪个张量？"
         ),
     }
