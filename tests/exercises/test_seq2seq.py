@@ -493,6 +493,8 @@ def make_decode(mistake):
             ids.append(nxt)
             if nxt == eos_id and mistake != "no_stop":
                 break
+            if mistake == "stops_on_bos" and nxt == bos_id:  # learner test 27a, 1.6
+                break
         return torch.tensor([ids])
 
     return decode
@@ -529,7 +531,8 @@ def test_greedy_decode_skeleton(capsys):
     [
         ("no_stop", "立即停止"),
         ("eos_dropped", "EOS 本身"),
-        ("first_position", "最后一个位置"),
+        ("first_position", "每一步取的是第一个位置的 logits（logits[:, 0]）"),
+        ("stops_on_bos", "生成 BOS（bos_id）后就停了"),
         ("sample", "结果是确定的"),
         # learner test 15 (1.6): sampling with a fixed seed gives the same result twice
         ("seeded_sample", "不是（前面的词元送进模型后）最后一个位置 logits 的最大者"),

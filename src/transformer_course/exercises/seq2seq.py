@@ -708,6 +708,17 @@ def _decode_unmasked(
     return ys[0].tolist()
 
 
+def _decode_first_position(
+    model: Transformer, src: Tensor, bos: int, eos: int, max_len: int
+) -> list[int]:
+    """Greedy decoding that reads the FIRST position's logits at each step."""
+    ys = torch.tensor([[bos]])
+    while ys.size(1) < max_len and (ys.size(1) == 1 or int(ys[0, -1]) != eos):
+        nxt = model(src, ys)[:, 0].argmax(-1)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+    return ys[0].tolist()
+
+
 def _stop_id(ids: list[int]) -> int | None:
     """A token first emitted at step >= 2 of a no-stop decode: used as EOS, it makes
     the reference stop early."""
@@ -737,6 +748,19 @@ def _decode_hint(
         return "生成 EOS 之后应立即停止（if next_id == eos_id: break）。"
     if ref[-1] == eos and got == ref[:-1]:
         return "EOS 本身也要接到输出里，再停止（先 cat，再 break）。"
+    if 1 < len(got) < len(ref) and got == ref[: len(got)]:
+        stop = "BOS（bos_id）" if got[-1] == ref[0] else f"词元 {got[-1]} "
+        return (
+            f"停得太早：生成 {stop}后就停了，它不是 eos_id = {eos}。"
+            "只在新词元等于 eos_id 时停止；BOS 等其他词元也可能出现在输出中间，"
+            "照常接上、继续解码。"
+        )
+    with torch.no_grad():
+        if got == _decode_first_position(model, src, ref[0], eos, max_len):
+            return (
+                "每一步取的是第一个位置的 logits（logits[:, 0]）：下一个词元由最后一个"
+                "位置预测，用 logits[:, -1] 的 argmax。"
+            )
     sampled = _not_argmax(model, src, got)
     if sampled is not None:
         step, rank = sampled
