@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import functools
+import inspect
+import io
+import textwrap
+import tokenize
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -13,6 +17,7 @@ from torch import Tensor, nn
 from ..feedforward import FeedForward
 from ..norms import layer_norm_reference
 from ._protocol import (
+    calls_refused,
     checker,
     construct,
     fail,
@@ -58,11 +63,22 @@ def _norm_params(module: nn.Module, what: str) -> tuple[Tensor, Tensor]:
 
 
 def _ln_variant(
-    x: Tensor, w: Tensor, b: Tensor, eps: float, eps_given: bool, mistake: str
+    x: Tensor,
+    w: Tensor,
+    b: Tensor,
+    eps: float,
+    eps_given: bool,
+    mistake: str,
+    default_eps: float | None = None,
 ) -> Tensor | None:
-    """What layer norm with one of :data:`LAYER_NORM_HINTS`' mistakes outputs."""
+    """What layer norm with one of :data:`LAYER_NORM_HINTS`' mistakes outputs
+    (``default_eps``: the learner's default for ``eps``, when it is not 1e-5)."""
     if mistake == "eps_ignored":
         return layer_norm_reference(x, w, b) if eps_given else None
+    if mistake == "default_eps":
+        if eps_given or default_eps is None:
+            return None
+        return layer_norm_reference(x, w, b, default_eps)
     dims = {"dim0": 0, "dim1": 1, "all": tuple(range(1, x.dim()))}.get(mistake, -1)
     dims = (0, 1) if mistake == "batch_norm" else dims
     mean = x.mean(dim=0 if mistake == "mean_dim0" else dims, keepdim=True)
@@ -152,7 +168,61 @@ LAYER_NORM_HINTS = [
         "没有使用构造函数传入的 eps：把它存成 self.eps，forward 里用 self.eps。",
         "eps_ignored",
     ),
+    (
+        "eps 的默认值写成了 {default_eps}：应为 1e-5（与 nn.LayerNorm、tc.LayerNorm "
+        "相同），题目的签名是 (d_model, eps=1e-5)。",
+        "default_eps",
+    ),
 ]
+
+
+def _default_eps(cls: type) -> float | None:
+    """The default of ``cls(d_model, eps=…)``'s ``eps`` when it is a number other than
+    1e-5 (the hint's value), else None."""
+    try:
+        param = inspect.signature(cls).parameters.get("eps")
+    except (TypeError, ValueError):
+        return None
+    default = None if param is None else param.default
+    if isinstance(default, bool) or not isinstance(default, int | float):
+        return None
+    return None if default == 1e-5 else float(default)
+
+
+# the exercises whose text asks for layer norm written with the basic operations
+# (mean, variance): the fused kernels and the package's reference are refused there
+_BASIC_OPS_ONLY = ("3.1",)
+_FUSED_LAYER_NORM = (F.layer_norm, layer_norm_reference)
+_FUSED_NAMES = ("layer_norm", "LayerNorm", "layer_norm_reference")
+
+
+def _fused_calls_in_source(cls: type) -> list[str]:
+    """The ``F.layer_norm(…)`` / ``nn.LayerNorm(…)`` calls (an attribute called)
+    written in ``cls.forward``, comments and strings aside; [] where its source is
+    unavailable."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls.forward))
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (OSError, TypeError, AttributeError, tokenize.TokenError, SyntaxError):
+        return []
+    code = [t.string for t in tokens if t.type in (tokenize.NAME, tokenize.OP)]
+    return [
+        f"{owner}.{name}(…)"
+        for owner, dot, name, paren in zip(
+            code, code[1:], code[2:], code[3:], strict=False
+        )
+        if dot == "." and name in _FUSED_NAMES and paren == "("
+    ]
+
+
+def _basic_ops_message(what: str, found: str) -> str:
+    return (
+        f"{what} 的 forward 调用了 {found}：请用均值、方差等基本运算写，不要调用 "
+        "F.layer_norm（nn.LayerNorm、torch.layer_norm、tc.LayerNorm、"
+        "tc.layer_norm_reference 也一样，它们就是要你写的东西）。"
+        "按公式：mean = x.mean(-1, keepdim=True)，有偏方差，"
+        "(x − mean) / sqrt(var + eps) * weight + bias。"
+    )
 
 # the find-the-bug exercise on this checker (chapter 3): the page's norm reduces over
 # the batch; the hint gives the symptom and where to look
@@ -192,6 +262,17 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
     name = name_of(cls)
     g = seeded_generator(4)
     hints = bug_hunt_hints(LAYER_NORM_HINTS, exercise, _BUG_HUNT)
+    basic_only = str(exercise) in _BASIC_OPS_ONLY
+    fused = _fused_calls_in_source(cls) if basic_only else []
+    if fused:
+        fail(_basic_ops_message(name, fused[0]))
+    def refused():  # a fresh watch for each run of the learner's forward
+        return calls_refused(
+            _FUSED_LAYER_NORM if basic_only else (),
+            _basic_ops_message(name, "F.layer_norm（或经由 nn.LayerNorm）"),
+        )
+
+    default_eps = _default_eps(cls)
     small = randn(g, 3, 6, scale=3e-3)
     small[1] = 0.5  # a constant row: zero variance
     # (description, d_model, eps or None for the default, x)
@@ -206,7 +287,7 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
         kwargs = {} if eps is None else {"eps": eps}
         module = construct(cls, E, what=name, **kwargs)
         what = f"{name}{fmt_args((E,), kwargs)}"
-        with torch.no_grad():
+        with torch.no_grad(), refused():
             out = run_module(
                 module, x, what=what, case=case, first=i == 0, causes=LAYER_NORM_CRASHES
             )
@@ -222,6 +303,7 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
         with torch.no_grad():  # random γ, β: both must be used, and used right
             w.copy_(randn(g, E, scale=0.5) + 1.0)
             b.copy_(randn(g, E))
+        with torch.no_grad(), refused():
             out = run_module(module, x, what=what, case=case, causes=LAYER_NORM_CRASHES)
         out = as_tensor(out, f"{what} 的输出", case)
         check_shape(
@@ -243,9 +325,13 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
         if close(out, ref, 1e-4, 1e-4):
             continue
         variant = functools.partial(
-            _ln_variant, x, w.detach(), b.detach(), e, eps is not None
-        )
-        hint = first_reproduced(out, hints, variant, 1e-4, 1e-4) or (
+            _ln_variant, x, w.detach(), b.detach(), e, eps is not None,
+            default_eps=default_eps,
+        )  # fmt: skip
+        shown = "" if default_eps is None else f"{default_eps:g}"
+        hint = first_reproduced(
+            out, hints, variant, 1e-4, 1e-4, default_eps=shown
+        ) or (
             "对照公式：mean、有偏方差都在最后一维上算（keepdim=True），"
             "y = (x − mean) / sqrt(var + eps) * weight + bias。"
         )
