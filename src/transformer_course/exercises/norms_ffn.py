@@ -224,6 +224,7 @@ def _basic_ops_message(what: str, found: str) -> str:
         "(x − mean) / sqrt(var + eps) * weight + bias。"
     )
 
+
 # the find-the-bug exercise on this checker (chapter 3): the page's norm reduces over
 # the batch; the hint gives the symptom and where to look
 _BUG_HUNT = {
@@ -266,6 +267,7 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
     fused = _fused_calls_in_source(cls) if basic_only else []
     if fused:
         fail(_basic_ops_message(name, fused[0]))
+
     def refused():  # a fresh watch for each run of the learner's forward
         return calls_refused(
             _FUSED_LAYER_NORM if basic_only else (),
@@ -329,9 +331,7 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
             default_eps=default_eps,
         )  # fmt: skip
         shown = "" if default_eps is None else f"{default_eps:g}"
-        hint = first_reproduced(
-            out, hints, variant, 1e-4, 1e-4, default_eps=shown
-        ) or (
+        hint = first_reproduced(out, hints, variant, 1e-4, 1e-4, default_eps=shown) or (
             "对照公式：mean、有偏方差都在最后一维上算（keepdim=True），"
             "y = (x − mean) / sqrt(var + eps) * weight + bias。"
         )

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -77,6 +77,31 @@ def _self_mask(mistake: str, L: int) -> dict:
     return {"is_causal": mistake != "no_causal"}
 
 
+def _three_steps(
+    x: Tensor, sublayers: tuple, norms: Sequence[nn.Module], mistake: str
+) -> Tensor | None:
+    """The three steps of the decoder layer (masked self-attention, cross-attention,
+    FFN) with ``mistake`` in their order or in the form of every step; None: not one
+    of these mistakes."""
+    s, c, f = sublayers
+    n1, n2, n3 = norms
+    order = {
+        "cross_first": ((c, n1), (s, n2), (f, n3)),
+        "ffn_before_cross": ((s, n1), (f, n2), (c, n3)),  # the norms in their places
+        "norm2_for_ffn": ((s, n1), (c, n2), (f, n2)),  # norm3 unused
+    }
+    form = {
+        "pre_ln": lambda sub, norm, z: z + sub(norm(z)),
+        "norm_on_sublayer": lambda sub, norm, z: z + norm(sub(z)),
+    }
+    if mistake not in order and mistake not in form:
+        return None
+    step = form.get(mistake, lambda sub, norm, z: norm(z + sub(z)))
+    for sub, norm in order.get(mistake, tuple(zip(sublayers, norms, strict=True))):
+        x = step(sub, norm, x)
+    return x
+
+
 def _decoder_variant(
     layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str
 ):
@@ -118,26 +143,9 @@ def _decoder_variant(
         b2 = n2(residual + cross_attn(query))
         ffn_in = {"ffn_from_b1": b1, "ffn_from_input": x}.get(mistake, b2)
         return n3((x if mistake == "res_from_input" else b2) + layer.ffn(ffn_in))
-    if mistake == "pre_ln":
-        x = x + self_attn(n1(x))
-        x = x + cross_attn(n2(x))
-        return x + layer.ffn(n3(x))
-    if mistake == "cross_first":
-        x = n1(x + cross_attn(x))
-        x = n2(x + self_attn(x))
-        return n3(x + layer.ffn(x))
-    if mistake == "ffn_before_cross":  # the norms in their places, the sublayers not
-        x = n1(x + self_attn(x))
-        x = n2(x + layer.ffn(x))
-        return n3(x + cross_attn(x))
-    if mistake == "norm2_for_ffn":  # norm2 twice, norm3 unused
-        x = n1(x + self_attn(x))
-        x = n2(x + cross_attn(x))
-        return n2(x + layer.ffn(x))
-    if mistake == "norm_on_sublayer":  # x + norm(sublayer(x)) in all three steps
-        x = x + n1(self_attn(x))
-        x = x + n2(cross_attn(x))
-        return x + n3(layer.ffn(x))
+    steps = _three_steps(x, (self_attn, cross_attn, layer.ffn), (n1, n2, n3), mistake)
+    if steps is not None:
+        return steps
     if mistake == "norm_before_cross_residual":  # norm2(x) + cross_attn(x)
         x = n1(x + self_attn(x))
         x = n2(x) + cross_attn(x)
@@ -347,8 +355,8 @@ _BUG_HUNT = {
         ),
         "no_causal+cross_query_from_input": (
             "掩码自注意力的因果掩码被去掉了：那不是 bug，去掉后位置 i 看得见后面的"
-            "目标词，恢复 is_causal=True。题目里的 bug 还在：交叉注意力的查询仍是层输入 "
-            "Y（forward 收到的 x）。对照公式，查询应来自哪个张量？"
+            "目标词，恢复 is_causal=True。题目里的 bug 还在：交叉注意力的查询仍是"
+            "层输入 Y（forward 收到的 x）。对照公式，查询应来自哪个张量？"
         ),
     }
 }
@@ -748,19 +756,9 @@ def _decode_hint(
         return "生成 EOS 之后应立即停止（if next_id == eos_id: break）。"
     if ref[-1] == eos and got == ref[:-1]:
         return "EOS 本身也要接到输出里，再停止（先 cat，再 break）。"
-    if 1 < len(got) < len(ref) and got == ref[: len(got)]:
-        stop = "BOS（bos_id）" if got[-1] == ref[0] else f"词元 {got[-1]} "
-        return (
-            f"停得太早：生成 {stop}后就停了，它不是 eos_id = {eos}。"
-            "只在新词元等于 eos_id 时停止；BOS 等其他词元也可能出现在输出中间，"
-            "照常接上、继续解码。"
-        )
-    with torch.no_grad():
-        if got == _decode_first_position(model, src, ref[0], eos, max_len):
-            return (
-                "每一步取的是第一个位置的 logits（logits[:, 0]）：下一个词元由最后一个"
-                "位置预测，用 logits[:, -1] 的 argmax。"
-            )
+    early = _stopped_early_or_first_position(got, ref, eos, max_len, run)
+    if early:
+        return early
     sampled = _not_argmax(model, src, got)
     if sampled is not None:
         step, rank = sampled
@@ -777,6 +775,27 @@ def _decode_hint(
         "每一步：把目前的 ys 送进解码器，取最后一个位置 logits 的 argmax，"
         "接到 ys 后面。"
     )
+
+
+def _stopped_early_or_first_position(
+    got: list[int], ref: list[int], eos: int, max_len: int, run: tuple
+) -> str:
+    """The hint for a decode that stops on a token other than EOS, or that reads the
+    first position's logits; "" for neither."""
+    if 1 < len(got) < len(ref) and got == ref[: len(got)]:
+        stop = "BOS（bos_id）" if got[-1] == ref[0] else f"词元 {got[-1]} "
+        return (
+            f"停得太早：生成 {stop}后就停了，它不是 eos_id = {eos}。"
+            "只在新词元等于 eos_id 时停止；BOS 等其他词元也可能出现在输出中间，"
+            "照常接上、继续解码。"
+        )
+    with torch.no_grad():
+        if got == _decode_first_position(*run, ref[0], eos, max_len):
+            return (
+                "每一步取的是第一个位置的 logits（logits[:, 0]）：下一个词元由最后一个"
+                "位置预测，用 logits[:, -1] 的 argmax。"
+            )
+    return ""
 
 
 def _not_argmax(model: nn.Module, src: Tensor, got: list[int]) -> tuple | None:
