@@ -92,6 +92,12 @@ class DefaultEps1e6(make_ln()):  # learner test 27a, 3.1: eps=1e-6 as the defaul
         super().__init__(d_model, eps)
 
 
+class Eps1e6WhenNoneGiven(make_ln()):  # learner test 27a, 3.1: the signature right, 1e-6 stored
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.eps = 1e-6 if eps == 1e-5 else eps
+
+
 class FusedFunctional(make_ln()):
     def forward(self, x):  # the kernel, though the page asks for mean and variance
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
@@ -213,7 +219,8 @@ LAYER_NORM_REJECTS = [
     pytest.param(ex.check_layer_norm, make_ln(mistake="bias_inside"), "β 加在了归一化里面", id="β inside"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_keepdim"), "keepdim=True", id="no keepdim"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="dim2"), "写 dim=-1", id="mean(2): only 3-D input"),
-    pytest.param(ex.check_layer_norm, DefaultEps1e6, "eps 的默认值写成了 1e-06：应为 1e-5", id="default eps 1e-6"),
+    pytest.param(ex.check_layer_norm, DefaultEps1e6, "不传 eps 时用的是 1e-06：默认应为 1e-5", id="default eps 1e-6"),
+    pytest.param(ex.check_layer_norm, Eps1e6WhenNoneGiven, "不传 eps 时用的是 1e-06", id="1e-6 stored"),
     pytest.param(
         ex.check_layer_norm,
         make_ln(names=("gamma", "beta")),

@@ -166,24 +166,30 @@ LAYER_NORM_HINTS = [
         "eps_ignored",
     ),
     (
-        "eps 的默认值写成了 {default_eps}：应为 1e-5（与 nn.LayerNorm、tc.LayerNorm "
-        "相同），题目的签名是 (d_model, eps=1e-5)。",
+        "不传 eps 时用的是 {default_eps}：默认应为 1e-5（与 nn.LayerNorm、tc.LayerNorm "
+        "相同），签名写 (d_model, eps=1e-5)，存成 self.eps，forward 里用 self.eps。",
         "default_eps",
     ),
 ]
 
 
-def _default_eps(cls: type) -> float | None:
-    """The default of ``cls(d_model, eps=…)``'s ``eps`` when it is a number other than
-    1e-5 (the hint's value), else None."""
-    try:
-        param = inspect.signature(cls).parameters.get("eps")
-    except (TypeError, ValueError):
-        return None
-    default = None if param is None else param.default
-    if isinstance(default, bool) or not isinstance(default, int | float):
-        return None
-    return None if default == 1e-5 else float(default)
+def _number(value: object) -> float | None:
+    return (
+        None if isinstance(value, bool) or not isinstance(value, int | float) else value
+    )
+
+
+def _default_eps(module: nn.Module, cls: type) -> float | None:
+    """The eps the learner's layer uses when none is passed, where it is not 1e-5:
+    its ``self.eps``, else the default in ``cls``'s signature; None: 1e-5 or unknown."""
+    used = _number(getattr(module, "eps", None))
+    if used is None:
+        try:
+            param = inspect.signature(cls).parameters.get("eps")
+        except (TypeError, ValueError):
+            param = None
+        used = None if param is None else _number(param.default)
+    return None if used is None or used == 1e-5 else float(used)
 
 
 # the exercises whose text asks for layer norm written with the basic operations
@@ -248,7 +254,6 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
             _FUSED_LAYER_NORM if basic_only else (), _basic_ops_message(name)
         )
 
-    default_eps = _default_eps(cls)
     small = randn(g, 3, 6, scale=3e-3)
     small[1] = 0.5  # a constant row: zero variance
     # (description, d_model, eps or None for the default, x)
@@ -300,6 +305,7 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
         ref = layer_norm_reference(x, w.detach(), b.detach(), e)
         if close(out, ref, 1e-4, 1e-4):
             continue
+        default_eps = _default_eps(module, cls)
         variant = functools.partial(
             _ln_variant, x, w.detach(), b.detach(), e, eps is not None,
             default_eps=default_eps,
