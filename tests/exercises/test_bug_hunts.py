@@ -200,6 +200,22 @@ def test_ch02_is_causal_added_says_the_query_is_still_wrong():
     assert "查询却仍是层输入 Y" in message and "cross_attn(B1" in message, message
 
 
+class CausalRemovedQueryStillY(tc.DecoderLayer):  # learner test 27a, 2.6: the wrong line "fixed"
+    def forward(self, x, memory, memory_mask=None):
+        b1 = self.norm1(x + self.self_attn(x))
+        b2 = self.norm2(b1 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+        return self.norm3(b2 + self.ffn(b2))
+
+
+def test_ch02_causal_mask_removed_is_named_and_the_bug_still_there():
+    message = rejection(lambda c: ex.check_decoder_layer(c, exercise="2.6"), CausalRemovedQueryStillY)
+    assert "因果掩码被去掉了" in message and "bug 还在" in message, message
+    assert "cross_attn(B1" not in message and "还没有改到" not in message, message
+    # elsewhere (no find-the-bug) both mistakes are named with their fixes
+    message = rejection(ex.check_decoder_layer, CausalRemovedQueryStillY)
+    assert "两处不对" in message and "is_causal=True" in message and "cross_attn(B1" in message, message
+
+
 @pytest.mark.parametrize(
     ("checker", "hunt", "bug"),
     [(ex.check_self_attention, "2.1", scaled_by_key_count), (ex.check_decoder_layer, "2.6", CrossQueryFromInput)],

@@ -79,6 +79,13 @@ def dropout_on_inputs(layer, X, attn_mask=None):
     return X
 
 
+def dropout_on_each_input(layer, X, attn_mask=None):
+    # learner test 27a, 2.5: query, key and value each dropped on its own, then the FFN's input
+    d = layer.drop
+    A = layer.norm1(X + layer.self_attn(d(X), d(X), d(X), attn_mask=attn_mask))
+    return layer.norm2(A + layer.ffn(d(A)))
+
+
 def one_mask_for_both(layer, X, attn_mask=None):
     # the mask is drawn once, before either sublayer, and multiplied into both outputs
     scale = F.dropout(X.new_ones(X.shape), layer.drop.p, layer.training)
@@ -114,6 +121,7 @@ REJECTS = [
     pytest.param(check, attention_dropout_only, "只有自注意力子层", id="attention_only"),
     pytest.param(check, ffn_dropout_only, "只有前馈子层", id="ffn_only"),
     pytest.param(check, dropout_on_inputs, "作用在了子层的输入上", id="on_input"),
+    pytest.param(check, dropout_on_each_input, "作用在了子层的输入上", id="on_each_input"),
     pytest.param(check, one_mask_for_both, "同一个 dropout 掩码", id="shared_mask_first"),
     pytest.param(check, one_mask_after_attention, "同一个 dropout 掩码", id="shared_mask"),
 ]
@@ -127,7 +135,7 @@ def test_dropout_placement_rejects_with_its_hint(checker, fn, keyword, capsys):
 @pytest.mark.parametrize(
     "fn, keyword",
     [
-        (dropout_twice, "检查 layer.drop 的位置和次数"),
+        (dropout_twice, "layer.drop 调用了 3 次"),
         (calls_layer, "不要直接调用 layer(X)"),
         (wrong_shape, "形状"),
     ],

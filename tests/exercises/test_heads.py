@@ -491,6 +491,14 @@ class BiasPerHead(HeadSum):
         return sum(self.head_contributions(Q, K, V, attn_mask))
 
 
+class BiasSharedOut(HeadSum):  # learner test 27a, 3.4: bias / H on each head, the sum right
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        return [p + self.out_proj.bias / self.h for p in super().head_contributions(Q, K, V, attn_mask)]
+
+    def forward(self, Q, K, V, attn_mask=None):
+        return sum(self.head_contributions(Q, K, V, attn_mask))
+
+
 class SegmentFromH(HeadSum):  # slice(h, h + D): forgot to multiply by D
     def head_contributions(self, Q, K, V, attn_mask=None):
         q, k, v = self.q_proj(Q), self.k_proj(K), self.v_proj(V)
@@ -574,6 +582,7 @@ CONTRIBUTION_REJECTS = [
     contributions(Rows, "W^O_h 取成了 out_proj.weight 的行", "rows of W"),
     contributions(ColumnsReshaped, "reshape 只按内存顺序重排，不是转置", "W^O_h columns reshaped"),
     contributions(BiasPerHead, "各头的贡献里加了 out_proj.bias", "bias in every contribution"),
+    contributions(BiasSharedOut, "把偏置平分给了各头", "bias / H in every contribution"),
     contributions(SegmentFromH, "第 h 到 h+D−1 个特征", "segment starting at h"),
     contributions(Strided, "每隔 H 个的特征", "strided heads"),
     contributions(NoScaleHeads, "没有除以 √d_k", "no scale, through the MHA hints"),

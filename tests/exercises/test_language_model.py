@@ -10,9 +10,10 @@ import torch.nn.functional as F
 
 import transformer_course as tc
 from transformer_course import exercises as ex
+from transformer_course.exercises import language_model
 from transformer_course.exercises.language_model import leaking_positions
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton
 
 # splitting into heads
 # ---------------------------------------------------------------------------
@@ -202,6 +203,10 @@ def var_standard_deviation(a, p):  # learner test 18a, 3.16: the square root tak
     return (p / (1 - p) * (a**2).sum(-1)).sqrt()
 
 
+def var_zero(a, p):  # learner test 27a, 3.16: "the row sums stay 1"
+    return torch.zeros(a.shape[:-1])
+
+
 def var_skeleton(a, p):
     raise NotImplementedError
 
@@ -211,9 +216,9 @@ def test_dropout_variance_accepts(fn, capsys):
     assert_passes(ex.check_dropout_row_sum_variance, fn, capsys)
 
 
-@pytest.mark.parametrize(
-    ("fn", "keyword"),
-    [
+VARIANCE_REJECTS = [
+    pytest.param(ex.check_dropout_row_sum_variance, fn, keyword, id=fn.__name__)
+    for fn, keyword in [
         (var_no_scale, "不放大"),
         (var_not_squared, "少了平方"),
         (var_square_of_sum, "先求和再平方"),
@@ -225,10 +230,19 @@ def test_dropout_variance_accepts(fn, capsys):
         (var_mean_not_sum, "对平方取了平均"),
         (var_sample_variance, "权重本身的样本方差"),
         (var_standard_deviation, "这是标准差"),
-    ],
-)
-def test_dropout_variance_rejects(fn, keyword, capsys):
-    assert_rejects(ex.check_dropout_row_sum_variance, fn, keyword, capsys)
+        (var_zero, "行和不再恒为 1"),
+    ]
+]
+
+
+@pytest.mark.parametrize(("checker", "fn", "keyword"), VARIANCE_REJECTS)
+def test_dropout_variance_rejects(checker, fn, keyword, capsys):
+    assert_rejects(checker, fn, keyword, capsys)
+
+
+def test_every_dropout_variance_hint_is_reached(capsys):
+    tables = {"_DROPOUT_MISTAKES": language_model._DROPOUT_MISTAKES}
+    assert_every_hint_reached(tables, VARIANCE_REJECTS, capsys)
 
 
 def test_dropout_variance_skeleton(capsys):

@@ -86,6 +86,12 @@ def post_ln_block(mistake=None):
                 return self.norm1(h + self.ffn(h))
             if mistake in SUBLAYER_MISTAKES:  # learner test 15 (3.11)
                 return SUBLAYER_MISTAKES[mistake](self, x, attn)
+            if mistake == "no_norm2":  # learner test 27a, 3.11: the last LayerNorm left out
+                h = self.norm1(x + attn(x))
+                return h + self.ffn(h)
+            if mistake == "no_norm1":
+                h = x + attn(x)
+                return self.norm2(h + self.ffn(h))
             if mistake == "beta_twice":  # no hint for this one: the generic message
                 h = self.norm1(x + attn(x)) + self.norm1.bias
                 return self.norm2(h + self.ffn(h))
@@ -255,6 +261,8 @@ BLOCK_REJECTS = [
         ("norm1_twice", "两个子层都用了 norm1"),
         ("no_res_attn", "注意力这一层少了残差"),
         ("no_res_ffn", "FFN 这一层少了残差"),
+        ("no_norm2", "FFN 这一层少了 LayerNorm"),
+        ("no_norm1", "注意力这一层少了 LayerNorm"),
         ("beta_twice", "对照第 3.3.1 节"),
     ]
 ]

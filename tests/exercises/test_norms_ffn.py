@@ -97,6 +97,102 @@ def test_layer_norm(capsys):
     assert_skeleton(ex.check_layer_norm, LNSkeleton, capsys)
 
 
+class DefaultEps1e6(make_ln()):  # learner test 27a, 3.1: eps=1e-6 as the default
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__(d_model, eps)
+
+
+class Eps1e6WhenNoneGiven(make_ln()):  # learner test 27a, 3.1: the signature right, 1e-6 stored
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.eps = 1e-6 if eps == 1e-5 else eps
+
+
+class FusedFunctional(make_ln()):
+    def forward(self, x):  # the kernel, though the page asks for mean and variance
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+
+class FusedBuiltin(make_ln()):
+    def forward(self, x):
+        return torch.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+
+class FusedModule(make_ln()):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.inner = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(self, x):
+        self.inner.weight, self.inner.bias = self.weight, self.bias
+        return self.inner(x)
+
+
+class PackageReference(make_ln()):
+    def forward(self, x):
+        return tc.layer_norm_reference(x, self.weight, self.bias, self.eps)
+
+
+class ByHandMentioningTheKernel(nn.Module):
+    """Correct, by hand; a comment and a string name F.layer_norm(…) and nn.LayerNorm(…)."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        # the same as F.layer_norm(x, …) or nn.LayerNorm(E)(x), written out
+        note = "not F.layer_norm(x)"  # noqa: F841
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+def by_hand_beside_a_kernel_branch(use_kernel=False):
+    """Correct when the branch it takes is by hand (learner test 27a wrote variants this
+    way): only what runs counts, not what the source mentions."""
+
+    class Branches(make_ln()):
+        def forward(self, x):
+            if use_kernel:
+                return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            return super().forward(x)
+
+    return Branches
+
+
+def by_hand_without_source():
+    """Correct, defined by exec: inspect.getsource fails, the checker still runs."""
+    ns = {"nn": nn, "torch": torch}
+    exec(  # noqa: S102
+        "class NoSource(nn.Module):\n"
+        "    def __init__(self, d_model, eps=1e-5):\n"
+        "        super().__init__()\n"
+        "        self.weight = nn.Parameter(torch.ones(d_model))\n"
+        "        self.bias = nn.Parameter(torch.zeros(d_model))\n"
+        "        self.eps = eps\n"
+        "    def forward(self, x):\n"
+        "        mu, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)\n"
+        "        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias\n",
+        ns,
+    )
+    return ns["NoSource"]
+
+
+def test_exercise_3_1_asks_for_the_basic_operations(capsys):
+    """Its text: written with mean and variance, no F.layer_norm; the checker enforces it
+    there only (5.5's text states no such rule, and the package's LayerNorm passes
+    elsewhere)."""
+    for cls in (ByHandMentioningTheKernel, by_hand_without_source(), by_hand_beside_a_kernel_branch(), make_ln()):
+        assert_passes(lambda c: ex.check_layer_norm(c, exercise="3.1"), cls, capsys)
+    fused = (FusedFunctional, FusedBuiltin, FusedModule, PackageReference, by_hand_beside_a_kernel_branch(True))
+    for cls in (*fused, nn.LayerNorm, tc.LayerNorm):
+        message = rejection(lambda c: ex.check_layer_norm(c, exercise="3.1"), cls)
+        assert "请用均值、方差等基本运算写，不要调用 F.layer_norm" in message, message
+        assert_passes(lambda c: ex.check_layer_norm(c, exercise="5.5"), cls, capsys)
+
+
 def test_bug_hunt_fix_with_a_fixed_dim_is_told_to_use_dim_minus_1():
     # learner test 21a, 3.8: the "fix" x.mean(2) crashed on 2-D input with only "print .shape"
     message = rejection(lambda c: ex.check_layer_norm(c, exercise="3.8"), make_ln(mistake="dim2"))
@@ -134,6 +230,8 @@ LAYER_NORM_REJECTS = [
     pytest.param(ex.check_layer_norm, make_ln(mistake="bias_inside"), "β 加在了归一化里面", id="β inside"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="no_keepdim"), "keepdim=True", id="no keepdim"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="dim2"), "写 dim=-1", id="mean(2): only 3-D input"),
+    pytest.param(ex.check_layer_norm, DefaultEps1e6, "不传 eps 时用的是 1e-06：默认应为 1e-5", id="default eps 1e-6"),
+    pytest.param(ex.check_layer_norm, Eps1e6WhenNoneGiven, "不传 eps 时用的是 1e-06", id="1e-6 stored"),
     pytest.param(
         ex.check_layer_norm,
         make_ln(names=("gamma", "beta")),

@@ -195,6 +195,11 @@ def softmax_over_time(logits, labels, smoothing):
     return -(_q(logp, labels, smoothing) * logp).sum(-1)[labels != 0].mean()
 
 
+def softmax_over_batch(logits, labels, smoothing):  # learner test 27a, 2.7: log(softmax(dim=0))
+    logp = torch.log(F.softmax(logits, 0))
+    return -(_q(logp, labels, smoothing) * logp).sum(-1)[labels != 0].mean()
+
+
 def pad_class_zeroed(logits, labels, smoothing):  # fairseq style: q = 0 on the pad class
     logp = F.log_softmax(logits, -1)
     q = _q(logp, labels, smoothing)
@@ -241,7 +246,8 @@ REJECTS = [
     (kl_divergence, "KL 散度"),
     (mean_of_sentence_means, "先对每句求平均"),
     (sum_over_sentences, "总和除以了句子数 N"),
-    (softmax_over_time, "softmax 沿错了维"),
+    (softmax_over_time, "不是 dim=1（位置维，长 n）"),
+    (softmax_over_batch, "dim=0 是批维"),
     (pad_class_zeroed, "填充类别（编号 0）上的 q 置 0"),
     (raw_logits_as_log_probs, "用成了原始 logits"),
     (softmax_as_log_probs, "用成了概率 softmax(logits)"),

@@ -5,6 +5,7 @@ line, treats a skeleton as "尚未实现" (an error with solution=True), and rej
 hand-written wrong implementations with a Chinese hint that names the mistake."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -268,6 +269,15 @@ def test_distance_only_projection_accepts(construct, capsys):
     assert ex.check_distance_only_projection(W_q, W_k) is None
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("✓ 只依赖距离的投影：W_q、W_k 通过"), lines
+
+
+def test_distance_only_projection_takes_parameters_silently(capsys):
+    """Learner test 27a, 3.13: nn.Parameter inputs (requires_grad) print no torch warning."""
+    W_q, W_k = (torch.nn.Parameter(torch.as_tensor(W, dtype=torch.float32)) for W in the_pages_solution())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ex.check_distance_only_projection(W_q, W_k) is None
+    assert capsys.readouterr().out.startswith("✓ 只依赖距离的投影")
 
 
 def test_distance_only_projection_skeleton(capsys):

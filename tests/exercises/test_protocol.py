@@ -214,3 +214,19 @@ def test_general_crash_causes(checker, candidate, keyword, capsys):
 def test_every_general_crash_cause_is_reached(capsys):
     assert len(GENERAL_CRASHES) == len(_protocol.CRASH_CAUSES)
     assert_every_hint_reached({"CRASH_CAUSES": _protocol.CRASH_CAUSES}, GENERAL_CRASHES, capsys)
+
+
+def test_calls_refused_watches_c_functions_as_well():
+    """A C function (torch.layer_norm) counts however it is reached: directly, through
+    F.layer_norm or nn.LayerNorm; code that only computes the same numbers does not."""
+    x = torch.randn(2, 4)
+    for reach in (
+        lambda: torch.layer_norm(x, (4,)),
+        lambda: torch.nn.functional.layer_norm(x, (4,)),
+        lambda: nn.LayerNorm(4)(x),
+    ):
+        with pytest.raises(ex.ExerciseError, match="kernel"):
+            with _protocol.calls_refused([torch.layer_norm], "kernel"):
+                reach()
+    with _protocol.calls_refused([torch.layer_norm], "kernel"):
+        (x - x.mean(-1, keepdim=True)) / x.var(-1, keepdim=True, unbiased=False).add(1e-5).sqrt()

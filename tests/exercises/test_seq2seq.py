@@ -88,6 +88,14 @@ def make_decoder(mistake=None, causal_style="is_causal"):
                 x = self.norm1(x0 + self.sa(x))
                 x = self.norm2(x0 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 return self.norm3(x0 + self.ffn(x))
+            if mistake == "ffn_before_cross":  # learner test 27a, 1.3: FFN second, norms in order
+                h = self.norm1(x + self.sa(x))
+                h = self.norm2(h + self.ffn(h))
+                return self.norm3(h + self.cross_attn(h, memory, memory, attn_mask=memory_mask))
+            if mistake == "no_causal_cross_query_from_input":  # learner test 27a, 2.6: two bugs
+                b1 = self.norm1(x + self.self_attn(x))
+                b2 = self.norm2(b1 + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
+                return self.norm3(b2 + self.ffn(b2))
             if mistake == "cross_first":  # cross-attention before the masked self-attention
                 x = self.norm1(x + self.cross_attn(x, memory, memory, attn_mask=memory_mask))
                 x = self.norm2(x + self.sa(x))
@@ -201,7 +209,9 @@ def test_decoder_layer_skeleton(capsys):
         ("pre_ln", "Post-LN"),
         ("no_res_cross", "交叉注意力的残差"),
         ("memory_as_query", "查询是解码器的 x"),
-        ("norm2_for_ffn", "不一致"),
+        ("norm2_for_ffn", "FFN 这一步用的是 norm2"),
+        ("ffn_before_cross", "FFN 放在了交叉注意力之前"),
+        ("no_causal_cross_query_from_input", "两处不对。一、掩码自注意力没有因果掩码"),
         ("norm2_on_residual_only", "norm2 只用在了残差上"),
         ("norm3_on_residual_only", "norm3 只用在了残差上"),
         ("norm_on_sublayer", "归一化只用在了子层的输出上"),
@@ -249,7 +259,8 @@ def test_decoder_hints_are_all_reached(capsys):
         "norm_on_sublayer", "cross_query_from_input", "cross_residual_from_input", "cross_first",
         "no_res_self", "no_res_ffn", "ffn_from_b1", "ffn_from_input",
         "norms_swapped", "norms12_swapped", "norms23_swapped", "cross_causal", "cross_causal_masked",
-        "cross_query_from_input_causal", "pre_ln_ffn", "norm_on_ffn",
+        "cross_query_from_input_causal", "pre_ln_ffn", "norm_on_ffn", "ffn_before_cross", "norm2_for_ffn",
+        "no_causal_cross_query_from_input",
     ]  # fmt: skip
     rejects = [pytest.param(ex.check_decoder_layer, make_decoder(m), "") for m in mistakes]
     assert_every_hint_reached({"_DECODER_HINTS": seq2seq._DECODER_HINTS}, rejects, capsys)
@@ -321,6 +332,8 @@ def make_loss(mistake):
             dec_in, labels = tgt, tgt
         if mistake == "labels_not_shifted":
             labels = tgt[:, :-1]
+        if mistake == "input_shifted_too":  # both start after BOS
+            dec_in = tgt[:, 1:]
         if mistake == "reversed":  # learner test 7a, 1.4: input and labels swapped
             dec_in, labels = tgt[:, 1:], tgt[:, :-1]
         if mistake == "labels_edited_in_place":  # learner test 6a, 1.4: lab is a view of tgt
@@ -361,6 +374,13 @@ def make_loss(mistake):
             return F.cross_entropy(logits, labels)
         if mistake == "label_smoothing":  # learner test
             return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
+        if mistake == "nll_raw":  # learner test 27a, 1.5: nll_loss on logits, no log_softmax
+            return F.nll_loss(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+        if mistake == "nll_probs":  # nll_loss on probabilities
+            return F.nll_loss(logits.softmax(-1).transpose(1, 2), labels)
+        if mistake == "mean_over_all":  # padding counted in the denominator
+            total = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
+            return total / labels.numel()
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
 
     return loss
@@ -375,12 +395,13 @@ def test_seq2seq_loss_skeleton(capsys):
     assert_skeleton(ex.check_seq2seq_loss, loss_skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    "mistake, keyword",
-    [
+LOSS_REJECTS = [
+    pytest.param(ex.check_seq2seq_loss, make_loss(mistake), keyword, id=mistake)
+    for mistake, keyword in [
         ("no_shift", "照抄"),
         ("labels_not_shifted", "标签没有右移"),
         ("reversed", "右移的方向反了"),
+        ("input_shifted_too", "解码器输入也右移了"),
         ("no_pad_mask", "-100"),
         ("pad_zero", "填充的编号写死成了 0"),
         ("labels_edited_in_place", "原地修改了传进来的 tgt"),
@@ -395,10 +416,22 @@ def test_seq2seq_loss_skeleton(capsys):
         ("not_flattened", "类别在第 1 维"),
         ("labels_transposed", "标签展平的顺序与 logits 不同"),
         ("logits_scrambled", "logits 展平时行被打乱了：logits.transpose(1, 2).reshape"),
-    ],
-)
-def test_seq2seq_loss_rejects(mistake, keyword, capsys):
-    assert_rejects(ex.check_seq2seq_loss, make_loss(mistake), keyword, capsys)
+        ("nll_raw", "F.nll_loss 直接用了 logits"),
+        ("nll_probs", "F.nll_loss 拿到的是 softmax 的概率"),
+        ("mean_over_all", "填充位置也算进了分母"),
+    ]
+]
+
+
+@pytest.mark.parametrize("checker, candidate, keyword", LOSS_REJECTS)
+def test_seq2seq_loss_rejects(checker, candidate, keyword, capsys):
+    assert_rejects(checker, candidate, keyword, capsys)
+
+
+def test_seq2seq_loss_hints_are_all_reached(capsys):
+    from transformer_course.exercises import seq2seq
+
+    assert_every_hint_reached({"_LOSS_HINTS": seq2seq._LOSS_HINTS}, LOSS_REJECTS, capsys)
 
 
 # greedy decoding
@@ -460,6 +493,8 @@ def make_decode(mistake):
             ids.append(nxt)
             if nxt == eos_id and mistake != "no_stop":
                 break
+            if mistake == "stops_on_bos" and nxt == bos_id:  # learner test 27a, 1.6
+                break
         return torch.tensor([ids])
 
     return decode
@@ -496,7 +531,8 @@ def test_greedy_decode_skeleton(capsys):
     [
         ("no_stop", "立即停止"),
         ("eos_dropped", "EOS 本身"),
-        ("first_position", "最后一个位置"),
+        ("first_position", "每一步取的是第一个位置的 logits（logits[:, 0]）"),
+        ("stops_on_bos", "生成 BOS（bos_id）后就停了"),
         ("sample", "结果是确定的"),
         # learner test 15 (1.6): sampling with a fixed seed gives the same result twice
         ("seeded_sample", "不是（前面的词元送进模型后）最后一个位置 logits 的最大者"),
@@ -626,6 +662,8 @@ def make_align(mistake):
             w = torch.stack([maps[layer.cross_attn][0] for layer in layers]).mean((0, 1))
         if mistake == "full_ys_drop_first":  # learner test 7a, 1.10: an off-by-one
             return w.argmax(-1)[1:]
+        if mistake == "batch_dim":  # learner test 27a, 1.10: (1, T-1), the batch kept
+            return maps[module].mean(1).argmax(-1)
         return w.argmax(0 if mistake == "over_queries" else -1)
 
     return align
@@ -649,6 +687,7 @@ ALIGN_REJECTS = [
     pytest.param(ex.check_cross_attention_alignment, make_align("max_heads"), "对头取的是最大值", id="max heads"),
     pytest.param(ex.check_cross_attention_alignment, make_align("full_ys_drop_first"), "错开了一位", id="off by one"),
     pytest.param(ex.check_cross_attention_alignment, make_align("max_values"), "整数位置", id="max values"),
+    pytest.param(ex.check_cross_attention_alignment, make_align("batch_dim"), "多了长度为 1 的维", id="batch dim"),
     pytest.param(
         ex.check_cross_attention_alignment, make_align("mean_layers"), "对所有层的交叉注意力取了平均", id="all layers"
     ),

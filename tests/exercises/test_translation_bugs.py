@@ -92,6 +92,16 @@ def float_labels(tgt, pad_id):
     return dec_in, labels.float()
 
 
+def int32_labels(tgt, pad_id):  # learner test 27a, 1.9: label_smoothing_loss wants int64
+    lab = tgt[:, 1:]
+    return tgt[:, :-1], lab.masked_fill(lab == pad_id, -100).int()
+
+
+def int32_input(tgt, pad_id):  # the model's embedding wants an int64 decoder input
+    dec_in, labels = slicing(tgt, pad_id)
+    return dec_in.to(torch.int32), labels
+
+
 def one_tensor(tgt, pad_id):
     return tgt[:, :-1]
 
@@ -115,6 +125,8 @@ REJECTS = [
     pytest.param(ex.check_decoder_batch, input_shifted, "解码器输入却也右移了", id="input-shifted"),
     pytest.param(ex.check_decoder_batch, input_full, "没有去掉最后一个词元", id="input-full"),
     pytest.param(ex.check_decoder_batch, mask_from_input, "-100 放错了位置", id="mask-from-input"),
+    pytest.param(ex.check_decoder_batch, int32_labels, "labels 是 torch.int32，应是 torch.long", id="int32-labels"),
+    pytest.param(ex.check_decoder_batch, int32_input, "dec_in 是 torch.int32，应是 torch.long", id="int32-input"),
     pytest.param(ex.check_decoder_batch, one_tensor, "两个张量", id="one-tensor"),
     pytest.param(ex.check_decoder_batch, pair_swapped, "两个返回值的顺序反了", id="pair-swapped"),
     pytest.param(ex.check_decoder_batch, rolled, "torch.roll", id="rolled"),

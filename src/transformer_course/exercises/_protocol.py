@@ -305,12 +305,16 @@ def calls_refused(
     imported with ``from ... import f``, a wrapper. ``when`` maps one of
     ``functions`` to a test of its arguments (by parameter name): a call to it counts
     only where the test is true (``F.cross_entropy`` with ``label_smoothing`` set).
-    A crash after such a call is reported as the call."""
-    codes = {f.__code__ for f in functions}
+    A C function among ``functions`` (``torch.layer_norm``) counts at every call made
+    from Python code. A crash after such a call is reported as the call."""
+    codes = {f.__code__ for f in functions if hasattr(f, "__code__")}
+    builtins = [f for f in functions if not hasattr(f, "__code__")]
     tests = {f.__code__: test for f, test in (when or {}).items()}
     called: list[str] = []
 
     def watch(frame, event: str, arg: object) -> None:
+        if event == "c_call" and any(arg is f for f in builtins):
+            called.append(getattr(arg, "__name__", repr(arg)))
         if event != "call" or frame.f_code not in codes:
             return
         test = tests.get(frame.f_code)

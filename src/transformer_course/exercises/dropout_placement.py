@@ -122,9 +122,16 @@ def check_encoder_dropout(fn) -> str:
         with torch.no_grad():
             return f()
 
-    out = same_stream(
-        lambda: run_learner(fn, layer, X, mask, what=what, case=case, first=True)
+    dropped: list[Tensor] = []  # what the learner's code hands to layer.drop
+    hook = layer.drop.register_forward_hook(
+        lambda module, args, result: dropped.append(args[0].detach().clone())
     )
+    try:
+        out = same_stream(
+            lambda: run_learner(fn, layer, X, mask, what=what, case=case, first=True)
+        )
+    finally:
+        hook.remove()
     out = as_tensor(out, f"{what} 的输出", case)
     check_shape(out, tuple(X.shape), f"{what} 的输出", case)
     ref = same_stream(lambda: TransformerBlock.forward(layer, X, attn_mask=mask))
@@ -137,6 +144,14 @@ def check_encoder_dropout(fn) -> str:
             functools.partial(_dropout_variant, layer, X, mask, mistake)
         ),
     )
+    if hint is None and any(torch.equal(t, X) for t in dropped):
+        # X itself went through layer.drop, however often: a sublayer's input dropped
+        hint = next(h for h, m in _DROPOUT_MISTAKES if m == "on_input")
+    if hint is None and len(dropped) > 2:
+        hint = (
+            f"layer.drop 调用了 {len(dropped)} 次：每个子层的输出各丢一次，一共两次，"
+            "norm(x + drop(F(x)))；同一个张量不要丢两遍。"
+        )
     fail(
         f"{what} 在训练模式下与 layer(X) 不同（{case}；{where_differs(out, ref)}）。\n"
         "可能的原因："

@@ -452,6 +452,8 @@ def _contributions(
     if mistake == "w_o_next_head":  # head h times the columns of head h + 1
         return [out @ W[:, heads((h + 1) % H, D)].T for h, out in enumerate(outputs)]
     parts = [out @ W[:, heads(h, D)].T for h, out in enumerate(outputs)]
+    if mistake == "bias_split":  # the bias shared out, 1/H of it on each head
+        return [p + bias / H for p in parts]
     return [p + bias for p in parts] if mistake == "bias_per_head" else parts
 
 
@@ -472,6 +474,12 @@ HEAD_HINTS = [
         "各头的贡献里加了 out_proj.bias：偏置不属于任何一个头，"
         "只在 forward 里对各头之和加一次。",
         "bias_per_head",
+    ),
+    (
+        "各头的贡献里加了 out_proj.bias / H（把偏置平分给了各头）：各头之和因此"
+        "仍然对，但一个头的贡献就不再只是 head_h W^O_h。偏置不属于任何一个头："
+        "head_contributions 只返回 head_h W^O_h，forward 里对各头之和加一次偏置。",
+        "bias_split",
     ),
     (
         "第 h 个头取的是第 h 到 h+D−1 个特征（像是 [h : h + D]）：第 h 段是第 hD "

@@ -209,6 +209,12 @@ _DROPOUT_MISTAKES = [
         "不是平方和。行和的方差是各项方差之和：p/(1-p)·Σ a_j²，(a ** 2).sum(-1)。",
         "sample_variance",
     ),
+    (
+        "得到 0：dropout 之后行和不再恒为 1。它独立地丢掉各个权重、把留下的放大 "
+        "1/(1-p)，只有行和的期望仍是 1，行和本身是随机的。把行和写成 "
+        "Σ a_j·m_j/(1-p)，m_j 是独立的伯努利(1-p) 变量，再逐项求方差。",
+        "zero",
+    ),
 ]
 
 
@@ -223,6 +229,7 @@ def _dropout_variant(a: Tensor, p: float, mistake: str) -> Tensor:
         "no_p": s2 / (1 - p),
         "mean_not_sum": p / (1 - p) * (a**2).mean(-1),
         "sample_variance": p / (1 - p) * a.var(-1),
+        "zero": torch.zeros_like(s2),
     }[mistake]
 
 

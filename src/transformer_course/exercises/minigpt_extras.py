@@ -79,6 +79,16 @@ POST_LN_HINTS = [
     ),
     ("两个子层都用了 norm1：FFN 这一层之后应是 norm2。", "norm1_twice"),
     (
+        "FFN 这一层少了 LayerNorm：块的输出是 h + ffn(h)，没有经过 norm2。"
+        "后归一化的每个子层都以 LayerNorm 结尾：输出 norm2(h + ffn(h))。",
+        "no_norm2",
+    ),
+    (
+        "注意力这一层少了 LayerNorm：h = x + attn(x) 没有经过 norm1。"
+        "后归一化的每个子层都以 LayerNorm 结尾：h = norm1(x + attn(x))。",
+        "no_norm1",
+    ),
+    (
         "FFN 这一层的残差加的是块的输入 x：norm2(x + ffn(h)) 跳过了注意力子层。"
         "残差应加 FFN 自己的输入 h：输出 norm2(h + ffn(h))，h = norm1(x + attn(x))。",
         "ffn_residual_from_input",
@@ -121,6 +131,9 @@ def _post_ln_sublayer_mistake(
     if mistake == "norm_on_residual":  # LN(x) + F(x)
         h = n1(x) + attend(x)
         return n2(h) + ffn(h)
+    if mistake == "no_norm1":  # the attention sublayer's LayerNorm left out
+        h = x + attend(x)
+        return n2(h + ffn(h))
     h = n1((0 if mistake == "no_res_attn" else x) + attend(x))
     if mistake == "no_res_ffn":
         return n2(ffn(h))
@@ -128,6 +141,8 @@ def _post_ln_sublayer_mistake(
         return n2(h + ffn(x))
     if mistake == "norm1_twice":
         return n1(h + ffn(h))
+    if mistake == "no_norm2":  # the FFN sublayer's LayerNorm left out
+        return h + ffn(h)
     return n2(h + ffn(h)) if mistake == "no_res_attn" else None
 
 

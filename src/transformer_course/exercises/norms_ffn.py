@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -13,6 +14,7 @@ from torch import Tensor, nn
 from ..feedforward import FeedForward
 from ..norms import layer_norm_reference
 from ._protocol import (
+    calls_refused,
     checker,
     construct,
     fail,
@@ -78,11 +80,22 @@ def _other_eps_hint(out: Tensor, xwb: tuple[Tensor, Tensor, Tensor], eps: float)
 
 
 def _ln_variant(
-    x: Tensor, w: Tensor, b: Tensor, eps: float, eps_given: bool, mistake: str
+    x: Tensor,
+    w: Tensor,
+    b: Tensor,
+    eps: float,
+    eps_given: bool,
+    mistake: str,
+    default_eps: float | None = None,
 ) -> Tensor | None:
-    """What layer norm with one of :data:`LAYER_NORM_HINTS`' mistakes outputs."""
+    """What layer norm with one of :data:`LAYER_NORM_HINTS`' mistakes outputs
+    (``default_eps``: the learner's default for ``eps``, when it is not 1e-5)."""
     if mistake == "eps_ignored":
         return layer_norm_reference(x, w, b) if eps_given else None
+    if mistake == "default_eps":
+        if eps_given or default_eps is None:
+            return None
+        return layer_norm_reference(x, w, b, default_eps)
     dims = {"dim0": 0, "dim1": 1, "all": tuple(range(1, x.dim()))}.get(mistake, -1)
     dims = (0, 1) if mistake == "batch_norm" else dims
     mean = x.mean(dim=0 if mistake == "mean_dim0" else dims, keepdim=True)
@@ -172,7 +185,49 @@ LAYER_NORM_HINTS = [
         "没有使用构造函数传入的 eps：把它存成 self.eps，forward 里用 self.eps。",
         "eps_ignored",
     ),
+    (
+        "不传 eps 时用的是 {default_eps}：默认应为 1e-5（与 nn.LayerNorm、tc.LayerNorm "
+        "相同），签名写 (d_model, eps=1e-5)，存成 self.eps，forward 里用 self.eps。",
+        "default_eps",
+    ),
 ]
+
+
+def _number(value: object) -> float | None:
+    return (
+        None if isinstance(value, bool) or not isinstance(value, int | float) else value
+    )
+
+
+def _default_eps(module: nn.Module, cls: type) -> float | None:
+    """The eps the learner's layer uses when none is passed, where it is not 1e-5:
+    its ``self.eps``, else the default in ``cls``'s signature; None: 1e-5 or unknown."""
+    used = _number(getattr(module, "eps", None))
+    if used is None:
+        try:
+            param = inspect.signature(cls).parameters.get("eps")
+        except (TypeError, ValueError):
+            param = None
+        used = None if param is None else _number(param.default)
+    return None if used is None or used == 1e-5 else float(used)
+
+
+# the exercises whose text asks for layer norm written with the basic operations
+# (mean, variance): the fused kernels and the package's reference are refused there
+_BASIC_OPS_ONLY = ("3.1",)
+# torch.layer_norm: the kernel that F.layer_norm, nn.LayerNorm and tc.LayerNorm call
+_FUSED_LAYER_NORM = (torch.layer_norm, layer_norm_reference)
+
+
+def _basic_ops_message(what: str) -> str:
+    return (
+        f"{what} 的 forward 用了现成的 LayerNorm：请用均值、方差等基本运算写，不要调用 "
+        "F.layer_norm（nn.LayerNorm、torch.layer_norm、tc.LayerNorm、"
+        "tc.layer_norm_reference 也一样，它们就是要你写的东西）。"
+        "按公式：mean = x.mean(-1, keepdim=True)，有偏方差，"
+        "(x − mean) / sqrt(var + eps) * weight + bias。"
+    )
+
 
 # the find-the-bug exercise on this checker (chapter 3): the page's norm reduces over
 # the batch; the hint gives the symptom and where to look
@@ -212,6 +267,13 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
     name = name_of(cls)
     g = seeded_generator(4)
     hints = bug_hunt_hints(LAYER_NORM_HINTS, exercise, _BUG_HUNT)
+    basic_only = str(exercise) in _BASIC_OPS_ONLY
+
+    def refused():  # a fresh watch for each run of the learner's forward
+        return calls_refused(
+            _FUSED_LAYER_NORM if basic_only else (), _basic_ops_message(name)
+        )
+
     small = randn(g, 3, 6, scale=3e-3)
     small[1] = 0.5  # a constant row: zero variance
     # (description, d_model, eps or None for the default, x)
@@ -226,7 +288,7 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
         kwargs = {} if eps is None else {"eps": eps}
         module = construct(cls, E, what=name, **kwargs)
         what = f"{name}{fmt_args((E,), kwargs)}"
-        with torch.no_grad():
+        with torch.no_grad(), refused():
             out = run_module(
                 module, x, what=what, case=case, first=i == 0, causes=LAYER_NORM_CRASHES
             )
@@ -242,6 +304,7 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
         with torch.no_grad():  # random γ, β: both must be used, and used right
             w.copy_(randn(g, E, scale=0.5) + 1.0)
             b.copy_(randn(g, E))
+        with torch.no_grad(), refused():
             out = run_module(module, x, what=what, case=case, causes=LAYER_NORM_CRASHES)
         out = as_tensor(out, f"{what} 的输出", case)
         check_shape(
@@ -262,7 +325,9 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
         ref = layer_norm_reference(x, w.detach(), b.detach(), e)
         if close(out, ref, 1e-4, 1e-4):
             continue
+        default_eps = _default_eps(module, cls)
         variant = functools.partial(
+<<<<<<< HEAD
             _ln_variant, x, w.detach(), b.detach(), e, eps is not None
         )
         hint = (
@@ -272,6 +337,15 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
                 "对照公式：mean、有偏方差都在最后一维上算（keepdim=True），"
                 "y = (x − mean) / sqrt(var + eps) * weight + bias。"
             )
+=======
+            _ln_variant, x, w.detach(), b.detach(), e, eps is not None,
+            default_eps=default_eps,
+        )  # fmt: skip
+        shown = "" if default_eps is None else f"{default_eps:g}"
+        hint = first_reproduced(out, hints, variant, 1e-4, 1e-4, default_eps=shown) or (
+            "对照公式：mean、有偏方差都在最后一维上算（keepdim=True），"
+            "y = (x − mean) / sqrt(var + eps) * weight + bias。"
+>>>>>>> ex30a
         )
         fail(
             f"{what} 的输出与参考不一致（{case}；{where_differs(out, ref)}）。"

@@ -104,6 +104,11 @@ _MISTAKES = [
         "softmax_dim1",
     ),
     (
+        "softmax 沿错了维：logits 是 (N, n, |V|)，dim=0 是批维（在 N 句之间归一化）；"
+        "概率要在最后一维（词表）上归一化，F.log_softmax(logits, dim=-1)。",
+        "softmax_dim0",
+    ),
+    (
         "把填充类别（编号 0）上的 q 置 0 了：本章的 q = (1 − ε)·e_y + ε/|V| 在每个"
         "类别上都有 ε/|V|（含编号 0），要跳过的是标签为 0 的位置，"
         "不是词表里的第 0 类。",
@@ -174,7 +179,7 @@ def _loss(logits: Tensor, labels: Tensor, eps: float, mistake: str = "") -> Tens
     """Mean label-smoothed cross-entropy, or what one typical mistake computes."""
     if mistake == "double_softmax":
         logits = torch.softmax(logits, -1)
-    dim = 1 if mistake == "softmax_dim1" else -1
+    dim = {"softmax_dim1": 1, "softmax_dim0": 0}.get(mistake, -1)
     logp = {
         "raw_logits": lambda: logits,
         "softmax_as_logp": lambda: torch.softmax(logits, -1),

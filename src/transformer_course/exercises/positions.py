@@ -379,7 +379,7 @@ def _projection(W: object, what: str) -> Tensor:
     """The learner's ``W`` as a float64 ``(E, D)`` tensor."""
     E, D = PROJECTION_E, PROJECTION_D
     try:
-        W = torch.as_tensor(W).double()
+        W = torch.as_tensor(W).detach().double()
     except (TypeError, ValueError, RuntimeError):
         fail(f"{what} 应是形状 ({E}, {D}) 的张量，得到 {type(W).__name__}。")
     if tuple(W.shape) == (D, E):

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -77,14 +77,42 @@ def _self_mask(mistake: str, L: int) -> dict:
     return {"is_causal": mistake != "no_causal"}
 
 
+def _three_steps(
+    x: Tensor, sublayers: tuple, norms: Sequence[nn.Module], mistake: str
+) -> Tensor | None:
+    """The three steps of the decoder layer (masked self-attention, cross-attention,
+    FFN) with ``mistake`` in their order or in the form of every step; None: not one
+    of these mistakes."""
+    s, c, f = sublayers
+    n1, n2, n3 = norms
+    order = {
+        "cross_first": ((c, n1), (s, n2), (f, n3)),
+        "ffn_before_cross": ((s, n1), (f, n2), (c, n3)),  # the norms in their places
+        "norm2_for_ffn": ((s, n1), (c, n2), (f, n2)),  # norm3 unused
+    }
+    form = {
+        "pre_ln": lambda sub, norm, z: z + sub(norm(z)),
+        "norm_on_sublayer": lambda sub, norm, z: z + norm(sub(z)),
+    }
+    if mistake not in order and mistake not in form:
+        return None
+    step = form.get(mistake, lambda sub, norm, z: norm(z + sub(z)))
+    for sub, norm in order.get(mistake, tuple(zip(sublayers, norms, strict=True))):
+        x = step(sub, norm, x)
+    return x
+
+
 def _decoder_variant(
     layer: DecoderLayer, x: Tensor, memory: Tensor, mask, mistake: str
 ):
-    """The package's Post-LN decoder layer, wired with one typical mistake."""
+    """The package's Post-LN decoder layer, wired with one typical mistake, or two
+    (``"no_causal+cross_query_from_input"``: the self-attention's mask, then the
+    rest of the wiring)."""
+    self_mistake, _, mistake = mistake.rpartition("+")
     n1, n2, n3 = _norms(layer, mistake)
 
     def self_attn(h):
-        return layer.self_attn(h, **_self_mask(mistake, h.size(1)))
+        return layer.self_attn(h, **_self_mask(self_mistake or mistake, h.size(1)))
 
     def cross_attn(h):
         if mistake == "cross_is_self":
@@ -115,18 +143,9 @@ def _decoder_variant(
         b2 = n2(residual + cross_attn(query))
         ffn_in = {"ffn_from_b1": b1, "ffn_from_input": x}.get(mistake, b2)
         return n3((x if mistake == "res_from_input" else b2) + layer.ffn(ffn_in))
-    if mistake == "pre_ln":
-        x = x + self_attn(n1(x))
-        x = x + cross_attn(n2(x))
-        return x + layer.ffn(n3(x))
-    if mistake == "cross_first":
-        x = n1(x + cross_attn(x))
-        x = n2(x + self_attn(x))
-        return n3(x + layer.ffn(x))
-    if mistake == "norm_on_sublayer":  # x + norm(sublayer(x)) in all three steps
-        x = x + n1(self_attn(x))
-        x = x + n2(cross_attn(x))
-        return x + n3(layer.ffn(x))
+    steps = _three_steps(x, (self_attn, cross_attn, layer.ffn), (n1, n2, n3), mistake)
+    if steps is not None:
+        return steps
     if mistake == "norm_before_cross_residual":  # norm2(x) + cross_attn(x)
         x = n1(x + self_attn(x))
         x = n2(x) + cross_attn(x)
@@ -214,6 +233,17 @@ _DECODER_HINTS = [
         "cross_first",
     ),
     (
+        "FFN 放在了交叉注意力之前：三个子层的顺序是掩码自注意力 → 交叉注意力 → "
+        "FFN，先从源句读进信息，再由 FFN 逐位置加工。第二步是 {cross_step}，"
+        "第三步才是 {ffn_step}。",
+        "ffn_before_cross",
+    ),
+    (
+        "FFN 这一步用的是 norm2（norm2 用了两次，norm3 没有用上）：每个子层有自己的 "
+        "LayerNorm，参数各不相同：{ffn_step}。",
+        "norm2_for_ffn",
+    ),
+    (
         "这是 Pre-LN（x + 子层(norm(x))）；本章的模型是 Post-LN："
         "x = norm1(x + self_attn(x))，依此类推。",
         "pre_ln",
@@ -259,6 +289,13 @@ _DECODER_HINTS = [
         "（解码器看自己的前文）；交叉注意力的每个目标位置都可以看整句源句，"
         "只屏蔽源句的填充：{cross}。",
         "cross_causal",
+    ),
+    (
+        "两处不对。一、掩码自注意力没有因果掩码：位置 i 看得见后面的目标词，"
+        "应为 self_attn(Y, is_causal=True)。二、交叉注意力的查询用了层输入 Y"
+        "（forward 收到的 x）：查询应来自第一个子层的输出 B1 = norm1(Y + "
+        "self_attn(Y))，即 cross_attn(B1, memory, memory, attn_mask=memory_mask)。",
+        "no_causal+cross_query_from_input",
     ),
     (
         "交叉注意力不能是因果的：你在 memory_mask 之外又给了 is_causal=True，于是目标"
@@ -315,6 +352,11 @@ _BUG_HUNT = {
             "加上的 is_causal=True 不是改法：交叉注意力不能是因果的（目标位置 i 会只"
             "看得见源句的前几个位置），去掉它。bug 还在：交叉注意力的查询仍是层输入 "
             "Y（forward 收到的 x）。对照公式，查询应来自哪个张量？"
+        ),
+        "no_causal+cross_query_from_input": (
+            "掩码自注意力的因果掩码被去掉了：那不是 bug，去掉后位置 i 看得见后面的"
+            "目标词，恢复 is_causal=True。题目里的 bug 还在：交叉注意力的查询仍是"
+            "层输入 Y（forward 收到的 x）。对照公式，查询应来自哪个张量？"
         ),
     }
 }
@@ -475,6 +517,10 @@ def _loss_variant(
     divisor["mean_over_batch"] = tgt.size(0)
     if mistake in divisor:
         return F.cross_entropy(flat, target, reduction="sum") / divisor[mistake]
+    if mistake == "nll_raw":  # F.nll_loss wants log-probabilities
+        return F.nll_loss(flat, target)
+    if mistake == "nll_probs":
+        return F.nll_loss(flat.softmax(-1), target)
     return F.cross_entropy(flat, target)
 
 
@@ -514,6 +560,17 @@ _LOSS_HINTS = [
         "F.cross_entropy 要的是 logits（未归一化的分数），它自己做 log_softmax；"
         "你先做了 softmax。",
         "softmax_first",
+    ),
+    (
+        "F.nll_loss 直接用了 logits：它只把标签处的数取负再平均，不做 softmax，"
+        "要的是对数概率。先 logits.log_softmax(-1) 再传给 F.nll_loss，"
+        "或者直接用 F.cross_entropy(logits, …)（它自己做 log_softmax）。",
+        "nll_raw",
+    ),
+    (
+        "F.nll_loss 拿到的是 softmax 的概率：它要的是对数概率，"
+        "把 softmax 换成 log_softmax（或直接用 F.cross_entropy 处理 logits）。",
+        "nll_probs",
     ),
     (
         "损失应是非填充位置上的平均（F.cross_entropy 的默认 reduction='mean'），"
@@ -659,6 +716,17 @@ def _decode_unmasked(
     return ys[0].tolist()
 
 
+def _decode_first_position(
+    model: Transformer, src: Tensor, bos: int, eos: int, max_len: int
+) -> list[int]:
+    """Greedy decoding that reads the FIRST position's logits at each step."""
+    ys = torch.tensor([[bos]])
+    while ys.size(1) < max_len and (ys.size(1) == 1 or int(ys[0, -1]) != eos):
+        nxt = model(src, ys)[:, 0].argmax(-1)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+    return ys[0].tolist()
+
+
 def _stop_id(ids: list[int]) -> int | None:
     """A token first emitted at step >= 2 of a no-stop decode: used as EOS, it makes
     the reference stop early."""
@@ -688,6 +756,9 @@ def _decode_hint(
         return "生成 EOS 之后应立即停止（if next_id == eos_id: break）。"
     if ref[-1] == eos and got == ref[:-1]:
         return "EOS 本身也要接到输出里，再停止（先 cat，再 break）。"
+    early = _stopped_early_or_first_position(got, ref, eos, max_len, run)
+    if early:
+        return early
     sampled = _not_argmax(model, src, got)
     if sampled is not None:
         step, rank = sampled
@@ -704,6 +775,27 @@ def _decode_hint(
         "每一步：把目前的 ys 送进解码器，取最后一个位置 logits 的 argmax，"
         "接到 ys 后面。"
     )
+
+
+def _stopped_early_or_first_position(
+    got: list[int], ref: list[int], eos: int, max_len: int, run: tuple
+) -> str:
+    """The hint for a decode that stops on a token other than EOS, or that reads the
+    first position's logits; "" for neither."""
+    if 1 < len(got) < len(ref) and got == ref[: len(got)]:
+        stop = "BOS（bos_id）" if got[-1] == ref[0] else f"词元 {got[-1]} "
+        return (
+            f"停得太早：生成 {stop}后就停了，它不是 eos_id = {eos}。"
+            "只在新词元等于 eos_id 时停止；BOS 等其他词元也可能出现在输出中间，"
+            "照常接上、继续解码。"
+        )
+    with torch.no_grad():
+        if got == _decode_first_position(*run, ref[0], eos, max_len):
+            return (
+                "每一步取的是第一个位置的 logits（logits[:, 0]）：下一个词元由最后一个"
+                "位置预测，用 logits[:, -1] 的 argmax。"
+            )
+    return ""
 
 
 def _not_argmax(model: nn.Module, src: Tensor, got: list[int]) -> tuple | None:
@@ -960,7 +1052,7 @@ def check_cross_attention_alignment(fn: Callable) -> str:
                 out = torch.tensor(out)
             except (TypeError, ValueError):
                 fail(f"{name} 应返回源词位置的列表或张量，得到 {out!r}（{case}）。")
-        out = as_tensor(out, name, case).flatten()
+        out = as_tensor(out, name, case)
         T, S = ys.size(1), src.size(1)
         if out.numel() == T:
             fail(
@@ -971,6 +1063,13 @@ def check_cross_attention_alignment(fn: Callable) -> str:
             fail(
                 f"{name} 返回了 {S} 个位置（源句的长度），应为 {T - 1} 个（{case}）："
                 "argmax 要在每一行（每个解码器输入）上对源词取，dim=-1。"
+            )
+        if out.dim() > 1 and out.numel() == T - 1:
+            fail(
+                f"{name} 返回的形状是 {tuple(out.shape)}，应为 ({T - 1},)（{case}）："
+                "多了长度为 1 的维（批维？）。页面接着用 my_alignment(...)[pos] "
+                "按位置取一个源词，要一维的结果：对注意力图先取批中唯一的样本 [0]"
+                "（或在结尾取 [0]），argmax 也不要 keepdim=True。"
             )
         check_shape(out, (T - 1,), name, case)
         if out.dtype.is_floating_point:

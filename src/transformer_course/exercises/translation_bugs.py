@@ -193,6 +193,14 @@ def check_decoder_batch(fn: Callable, exercise: str | None = None) -> str:
                     f"{name} 返回的 {what} 应是整数（词元编号），"
                     f"得到 {got.dtype}（{case}）。"
                 )
+            if got.dtype != torch.long:
+                fail(
+                    f"{name} 返回的 {what} 是 {got.dtype}，应是 torch.long（int64，"
+                    f"{case}）：训练时模型的嵌入层要 int64 的 tgt，"
+                    "tc.label_smoothing_loss 和 F.cross_entropy 要 int64 的标签。"
+                    "去掉 .int() / .to(torch.int32)：切片和 masked_fill "
+                    "本身就保持 int64。"
+                )
             if not torch.equal(got, want):
                 fail(
                     f"{name} 返回的 {what} 不对（{case}）：{where_differs(got, want)}。"
