@@ -327,25 +327,17 @@ def check_layer_norm(cls: type, exercise: str | None = None) -> str:
             continue
         default_eps = _default_eps(module, cls)
         variant = functools.partial(
-<<<<<<< HEAD
-            _ln_variant, x, w.detach(), b.detach(), e, eps is not None
-        )
+            _ln_variant, x, w.detach(), b.detach(), e, eps is not None,
+            default_eps=default_eps,
+        )  # fmt: skip
+        shown = "" if default_eps is None else f"{default_eps:g}"
         hint = (
-            first_reproduced(out, hints, variant, 1e-4, 1e-4)
+            first_reproduced(out, hints, variant, 1e-4, 1e-4, default_eps=shown)
             or _other_eps_hint(out, (x, w.detach(), b.detach()), e)
             or (
                 "对照公式：mean、有偏方差都在最后一维上算（keepdim=True），"
                 "y = (x − mean) / sqrt(var + eps) * weight + bias。"
             )
-=======
-            _ln_variant, x, w.detach(), b.detach(), e, eps is not None,
-            default_eps=default_eps,
-        )  # fmt: skip
-        shown = "" if default_eps is None else f"{default_eps:g}"
-        hint = first_reproduced(out, hints, variant, 1e-4, 1e-4, default_eps=shown) or (
-            "对照公式：mean、有偏方差都在最后一维上算（keepdim=True），"
-            "y = (x − mean) / sqrt(var + eps) * weight + bias。"
->>>>>>> ex30a
         )
         fail(
             f"{what} 的输出与参考不一致（{case}；{where_differs(out, ref)}）。"
