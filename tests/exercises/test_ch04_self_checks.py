@@ -302,6 +302,29 @@ def test_4_19_names_the_activation_and_a_replaced_memory(page):
     assert "要新加一个神经元" in rejected(page["check_add_memory"], replace_last)
 
 
+def test_4_19_grades_with_another_ffn_and_tau(page):
+    """learner test 30b: reading the page's memory_ffn, or a hard-coded τ = 0.7, passed
+    when graded only with the page's own FFN and τ"""
+    right = add_memory()
+
+    def page_ffn(ffn, k_new, v_new, tau):
+        return right(page["memory_ffn"], k_new, v_new, tau)
+
+    def tau_fixed(ffn, k_new, v_new, tau):
+        return right(ffn, k_new, v_new, 0.7)
+
+    def scaled_row(ffn, k_new, v_new, tau):  # right: 1 / (1 − τ) moved into W₁'s new row
+        grown = right(ffn, k_new, v_new, tau)
+        with torch.no_grad():
+            grown.w1.weight[-1] /= 1 - tau
+            grown.w2.weight[:, -1] *= 1 - tau
+        return grown
+
+    page["check_add_memory"](scaled_row)
+    assert "用的是全局的 memory_ffn" in rejected(page["check_add_memory"], page_ffn)
+    assert "τ 写成了 0.7" in rejected(page["check_add_memory"], tau_fixed)
+
+
 def test_4_19_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_ffn(page):
     """learner test 25b: zeroing w2 in place was accepted, and changing ffn in place broke
     the next (correct) attempt with a raw RuntimeError"""
