@@ -1148,6 +1148,26 @@ def streaming_additive_mask(Q, blocks):  # an additive 0 / −∞ mask, c guarde
     return o / ell
 
 
+def streaming_peek_first(Q, blocks):  # learner test 30b: block 0 peeked to size the state, kept
+    it = iter(blocks)
+    K0, V0, M0 = next(it)
+    scale = 1 / math.sqrt(Q.size(-1))
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), torch.zeros(*Q.shape[:-1], V0.size(-1))
+
+    def add(K, V, mask, c, ell, o):
+        s = (Q @ K.mT * scale).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix = torch.exp(c - c_new).nan_to_num(0.0)
+        p = torch.exp(s - c_new).nan_to_num(0.0)
+        return c_new, ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V
+
+    c, ell, o = add(K0, V0, M0, c, ell, o)
+    for K, V, mask in it:
+        c, ell, o = add(K, V, mask, c, ell, o)
+    return o / ell
+
+
 def streaming_len(Q, blocks):  # treats the stream as a list
     n = len(blocks)
     return Q[..., :n]
@@ -1155,7 +1175,8 @@ def streaming_len(Q, blocks):  # treats the stream as a list
 
 STREAMING_REJECTS = [
     pytest.param(ex.check_streaming_attention, streaming_full_matrix, "不是流式", id="cat"),
-    pytest.param(ex.check_streaming_attention, streaming_two_pass, "还留在内存里", id="list"),
+    pytest.param(ex.check_streaming_attention, streaming_two_pass, "不要先 list(blocks)", id="list"),
+    pytest.param(ex.check_streaming_attention, streaming_peek_first, "first = next(blocks)", id="peek"),
     pytest.param(ex.check_streaming_attention, streaming_partials, "同时占了", id="parts"),
     pytest.param(ex.check_streaming_attention, streaming_unguarded, "−∞ − (−∞)", id="nan"),
     pytest.param(ex.check_streaming_attention, streaming_no_max, "溢出", id="no_max"),

@@ -296,6 +296,19 @@ STREAMING_CRASHES = [
 ]
 
 
+# a streaming function that holds an old block: one name still bound to it (the same
+# block found alive at every later request), or the blocks kept in a list
+_HELD_ONE = (
+    "留下的只是这一块：还有一个名字指着它，例如先用 first = next(blocks) 取出第一块"
+    "来定状态的形状，或把上一块存进 prev 留到了下一轮。用完就 del 它（或让这个名字"
+    "改指当前块），在 for 循环里处理完一块就丢掉它。"
+)
+_HELD_MANY = (
+    "旧的块一块都没有释放：不要先 list(blocks) 或把块存进列表，在 for 循环里"
+    "处理完一块就丢掉它。"
+)
+
+
 @checker("流式（在线 softmax）注意力")
 def check_streaming_attention(fn) -> str:
     """Grade ``fn(Q, blocks)``: Q ``(…, L, D)``; ``blocks`` an iterator of
@@ -368,8 +381,8 @@ def check_streaming_attention(fn) -> str:
         if held:
             fail(
                 f"{name} 的结果正确，但不是流式的（{case}）：取第 {held[0] + 2} 块时，"
-                f"第 {held[0]} 块还留在内存里。练习要求每次只保留当前块："
-                "不要先 list(blocks) 或把块存进列表，在 for 循环里处理完一块就丢掉它。"
+                f"第 {held[0]} 块还留在内存里。练习要求每次只保留当前块。"
+                + (_HELD_ONE if len(set(held)) == 1 else _HELD_MANY)
             )
         numel, op, shape = watch.largest
         if numel > cap or watch.peak_alive > cap:
