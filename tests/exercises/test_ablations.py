@@ -86,6 +86,11 @@ def any_seed(run, arms, seeds, margin):
     return losses, any(y > (1 + margin) * x for x, y in zip(*losses.values(), strict=True))
 
 
+def without_one(run, arms, seeds, margin):  # learner test 30b: margin * loss_0, the 1 + left out
+    losses = _paired(run, arms, seeds)
+    return losses, all(y > margin * x for x, y in zip(*losses.values(), strict=True))
+
+
 def pairs_list(run, arms, seeds, margin):  # learner test 25b: a list of (loss_0, loss_1) pairs
     losses = _paired(run, arms, seeds)
     pairs = [list(p) for p in zip(*losses.values(), strict=True)]
@@ -104,6 +109,7 @@ REJECTS = [
     pytest.param(ex.check_paired_ablation, additive_margin, "不是绝对的差", id="absolute"),
     pytest.param(ex.check_paired_ablation, at_least, "你用的是 >=", id="ge"),
     pytest.param(ex.check_paired_ablation, any_seed, "用了 any", id="any"),
+    pytest.param(ex.check_paired_ablation, without_one, "阈值少了 1 +", id="no_one"),
     pytest.param(ex.check_paired_ablation, mutant(twice=True), "不多不少", id="twice"),
     pytest.param(ex.check_paired_ablation, mutant(offset=100), "同一组种子", id="unpaired"),
     pytest.param(ex.check_paired_ablation, mutant(sorted=True), "不要排序", id="sorted"),

@@ -302,6 +302,29 @@ def test_4_19_names_the_activation_and_a_replaced_memory(page):
     assert "要新加一个神经元" in rejected(page["check_add_memory"], replace_last)
 
 
+def test_4_19_grades_with_another_ffn_and_tau(page):
+    """learner test 30b: reading the page's memory_ffn, or a hard-coded τ = 0.7, passed
+    when graded only with the page's own FFN and τ"""
+    right = add_memory()
+
+    def page_ffn(ffn, k_new, v_new, tau):
+        return right(page["memory_ffn"], k_new, v_new, tau)
+
+    def tau_fixed(ffn, k_new, v_new, tau):
+        return right(ffn, k_new, v_new, 0.7)
+
+    def scaled_row(ffn, k_new, v_new, tau):  # right: 1 / (1 − τ) moved into W₁'s new row
+        grown = right(ffn, k_new, v_new, tau)
+        with torch.no_grad():
+            grown.w1.weight[-1] /= 1 - tau
+            grown.w2.weight[:, -1] *= 1 - tau
+        return grown
+
+    page["check_add_memory"](scaled_row)
+    assert "用的是全局的 memory_ffn" in rejected(page["check_add_memory"], page_ffn)
+    assert "τ 写成了 0.7" in rejected(page["check_add_memory"], tau_fixed)
+
+
 def test_4_19_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_ffn(page):
     """learner test 25b: zeroing w2 in place was accepted, and changing ffn in place broke
     the next (correct) attempt with a raw RuntimeError"""
@@ -334,7 +357,7 @@ def online_softmax(mistake):
             s = q @ k[..., start : start + block, :].mT / (1 if mistake == "unscaled" else math.sqrt(q.size(-1)))
             c_new = torch.maximum(c, s.amax(-1, keepdim=True))
             fix = torch.exp(c_new - c) if mistake == "inverted" else torch.exp(c - c_new)
-            p = torch.exp(s - c_new)
+            p = torch.exp(s - (s.amax(-1, keepdim=True) if mistake == "block_max" else c_new))
             pv = p @ v[..., start : start + block, :]
             if mistake == "fix_after_add":  # learner test 24b
                 ell = (ell + p.sum(-1, keepdim=True)) * fix
@@ -348,7 +371,7 @@ def online_softmax(mistake):
             else:
                 ell = ell * fix + p.sum(-1, keepdim=True)
                 o = (o if mistake == "o_not_rescaled" else o * fix) + pv
-            c = c_new
+            c = c if mistake == "c_not_updated" else c_new
         return o / ell
 
     return fn
@@ -363,6 +386,8 @@ def online_softmax(mistake):
         ("ell_fixed_after_add", "校正放在了加法之后"),
         ("unscaled", "分数没有除以 √D"),  # learner test 25b: was "缩放与最后的 o / ℓ"
         ("neither_rescaled", "ℓ 和 o 都没有乘校正因子"),
+        ("c_not_updated", "c 没有更新"),  # learner test 30b: got the generic hint
+        ("block_max", "减的是这一块自己的最大值"),  # learner test 30b
     ],
 )
 def test_4_21_hints(page, mistake, keyword):
@@ -407,3 +432,19 @@ def test_4_15_names_the_sum_over_all_rows(page, cells):
         return int(reach.sum())
 
     assert "所有位置的感受野之和" in rejected(page["check_receptive_field"], all_rows)
+
+
+@pytest.mark.parametrize("start", ["ones", "eye"])
+def test_4_15_names_the_elementwise_product(page, cells, start):
+    """learner test 30b: `band * reach` in a loop got "只算了一层" without the `*`"""
+    for key in ("4.15 skeleton", "4.15"):
+        run(page, cells[key], key)
+
+    def elementwise(L, n_w, layers):
+        band = tc.causal_mask(L, window=n_w + 1).float()
+        reach = torch.ones(L, L) if start == "ones" else torch.eye(L)
+        for _ in range(layers):
+            reach = ((band * reach) > 0).float()
+        return int(reach[-1].sum())
+
+    assert "逐元素的" in rejected(page["check_receptive_field"], elementwise)

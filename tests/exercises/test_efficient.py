@@ -227,6 +227,14 @@ def gqa_permuted_both_ways(q, k, v, mask):  # rows in (L, G) order, merged back 
     return out.view(N, Hkv, L, G, D).permute(0, 1, 3, 2, 4).reshape(N, H, L, D)
 
 
+def gqa_rows_l_g_mask_tiled(q, k, v, mask):  # rows in (L, G) order, the mask tiled for (G, L)
+    N, H, L, D = q.shape
+    Hkv, G = k.size(1), H // k.size(1)
+    qg = q.view(N, Hkv, G, L, D).transpose(2, 3).reshape(N, Hkv, L * G, D)
+    s = (qg @ k.mT / math.sqrt(D)).masked_fill(~mask.repeat(G, 1), -math.inf)
+    return (s.softmax(-1) @ v).view(N, Hkv, L, G, D).transpose(2, 3).reshape(N, H, L, D)
+
+
 def gqa_repeat_tiled(q, k, v, mask):  # learner mistake: repeat where repeat_interleave was meant
     G = q.size(1) // k.size(1)
     kk, vv = k.repeat(1, G, 1, 1), v.repeat(1, G, 1, 1)
@@ -279,6 +287,7 @@ def test_grouped_attention_skeleton(capsys):
         # the causal prefill after a cache (the review of ch04, round 21)
         (gqa_ignores_mask, "mask 没有用上"),
         (gqa_mask_interleaved, "mask.repeat_interleave(G, 0) 给的是"),
+        (gqa_rows_l_g_mask_tiled, "掩码却用 mask.repeat(G, 1) 按 (G, L) 铺开"),  # learner test 30b
         (gqa_mask_multiplied, "分数乘了掩码"),
         (gqa_mask_as_is, "view 成 (N, H_kv, G, L, S)，mask 就能直接广播"),
     ],
@@ -293,7 +302,7 @@ GQA_REJECTS = [
                gqa_scale_by_keys, gqa_groups_transposed, gqa_groups_as_l_g, gqa_q_transposed(back=True),
                gqa_q_transposed(back=False), gqa_split_order, gqa_split_order_manual_softmax,
                gqa_repeat_tiled, gqa_ignores_mask, gqa_mask_interleaved, gqa_mask_multiplied,
-               gqa_mask_as_is)
+               gqa_mask_as_is, gqa_rows_l_g_mask_tiled)
 ]  # fmt: skip
 
 
@@ -1139,6 +1148,26 @@ def streaming_additive_mask(Q, blocks):  # an additive 0 / −∞ mask, c guarde
     return o / ell
 
 
+def streaming_peek_first(Q, blocks):  # learner test 30b: block 0 peeked to size the state, kept
+    it = iter(blocks)
+    K0, V0, M0 = next(it)
+    scale = 1 / math.sqrt(Q.size(-1))
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), torch.zeros(*Q.shape[:-1], V0.size(-1))
+
+    def add(K, V, mask, c, ell, o):
+        s = (Q @ K.mT * scale).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix = torch.exp(c - c_new).nan_to_num(0.0)
+        p = torch.exp(s - c_new).nan_to_num(0.0)
+        return c_new, ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V
+
+    c, ell, o = add(K0, V0, M0, c, ell, o)
+    for K, V, mask in it:
+        c, ell, o = add(K, V, mask, c, ell, o)
+    return o / ell
+
+
 def streaming_len(Q, blocks):  # treats the stream as a list
     n = len(blocks)
     return Q[..., :n]
@@ -1146,7 +1175,8 @@ def streaming_len(Q, blocks):  # treats the stream as a list
 
 STREAMING_REJECTS = [
     pytest.param(ex.check_streaming_attention, streaming_full_matrix, "不是流式", id="cat"),
-    pytest.param(ex.check_streaming_attention, streaming_two_pass, "还留在内存里", id="list"),
+    pytest.param(ex.check_streaming_attention, streaming_two_pass, "不要先 list(blocks)", id="list"),
+    pytest.param(ex.check_streaming_attention, streaming_peek_first, "first = next(blocks)", id="peek"),
     pytest.param(ex.check_streaming_attention, streaming_partials, "同时占了", id="parts"),
     pytest.param(ex.check_streaming_attention, streaming_unguarded, "−∞ − (−∞)", id="nan"),
     pytest.param(ex.check_streaming_attention, streaming_no_max, "溢出", id="no_max"),

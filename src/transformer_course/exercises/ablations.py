@@ -76,6 +76,12 @@ ABLATION_HINTS = [
         "any",
     ),
     (
+        "阈值少了 1 +：loss_1 > margin * loss_0 只要求第二个方案的损失超过第一个的 "
+        "margin 倍（margin = 0.2 时是 20%，几乎总成立）。「高出 margin 以上」是 "
+        "loss_1 > (1 + margin) * loss_0。",
+        "no_one",
+    ),
+    (
         "方向：holds 说的是第二个方案（arms[1]）的损失比第一个方案（arms[0]）"
         "高出 margin。",
         "direction",
@@ -126,11 +132,13 @@ def _verdict(loss0, loss1, margin, mistake=None) -> bool:
         return all(b >= (1 + margin) * a for a, b in pairs)
     if mistake == "any":
         return any(b > (1 + margin) * a for a, b in pairs)
+    if mistake == "no_one":  # the 1 + left out
+        return all(b > margin * a for a, b in pairs)
     return all(b > (1 + margin) * a for a, b in pairs)
 
 
 # the wrong verdicts a learner's holds is compared with, over all the cases at once
-_VERDICT_MISTAKES = ("direction", "margin", "absolute", "ge", "mean", "any")
+_VERDICT_MISTAKES = ("direction", "margin", "absolute", "ge", "mean", "any", "no_one")
 
 
 # (description, arms, seeds, margin, losses of arms[0], losses of arms[1])

@@ -296,6 +296,19 @@ STREAMING_CRASHES = [
 ]
 
 
+# a streaming function that holds an old block: one name still bound to it (the same
+# block found alive at every later request), or the blocks kept in a list
+_HELD_ONE = (
+    "留下的只是这一块：还有一个名字指着它，例如先用 first = next(blocks) 取出第一块"
+    "来定状态的形状，或把上一块存进 prev 留到了下一轮。用完就 del 它（或让这个名字"
+    "改指当前块），在 for 循环里处理完一块就丢掉它。"
+)
+_HELD_MANY = (
+    "旧的块一块都没有释放：不要先 list(blocks) 或把块存进列表，在 for 循环里"
+    "处理完一块就丢掉它。"
+)
+
+
 @checker("流式（在线 softmax）注意力")
 def check_streaming_attention(fn) -> str:
     """Grade ``fn(Q, blocks)``: Q ``(…, L, D)``; ``blocks`` an iterator of
@@ -368,8 +381,8 @@ def check_streaming_attention(fn) -> str:
         if held:
             fail(
                 f"{name} 的结果正确，但不是流式的（{case}）：取第 {held[0] + 2} 块时，"
-                f"第 {held[0]} 块还留在内存里。练习要求每次只保留当前块："
-                "不要先 list(blocks) 或把块存进列表，在 for 循环里处理完一块就丢掉它。"
+                f"第 {held[0]} 块还留在内存里。练习要求每次只保留当前块。"
+                + (_HELD_ONE if len(set(held)) == 1 else _HELD_MANY)
             )
         numel, op, shape = watch.largest
         if numel > cap or watch.peak_alive > cap:
@@ -473,7 +486,10 @@ class _CopyFinder(TorchDispatchMode):
 def _gqa_masked(s: Tensor, mask: Tensor, G: int, mistake: str) -> Tensor:
     """Scores ``s`` (N, H, L, S) with the (L, S) ``mask``, as right or as a masking
     mistake applies it. ``mask_interleaved``: the mask made (G·L, S) for the grouped
-    rows with ``repeat_interleave`` (row r of a group gets mask row r // G)."""
+    rows with ``repeat_interleave`` (row r of a group gets mask row r // G);
+    ``mask_tiled_lg``: the rows made in (L, G) order (row l·G + g is query position l of
+    group member g) but the mask tiled with ``repeat(G, 1)`` (row r gets mask row
+    r % L)."""
     if mistake == "mask_ignored":
         return s
     if mistake == "mask_multiplied":
@@ -482,6 +498,11 @@ def _gqa_masked(s: Tensor, mask: Tensor, G: int, mistake: str) -> Tensor:
         L = mask.size(0)
         rows = mask.repeat_interleave(G, 0).view(G, L, -1)  # (G, L, S): row g·L + l
         mask = rows.repeat(s.size(1) // G, 1, 1)  # query head h = kv·G + g
+    if mistake == "mask_tiled_lg":
+        L = mask.size(0)
+        g, pos = torch.arange(G)[:, None], torch.arange(L)
+        rows = mask[(pos * G + g) % L]  # (G, L, S): query (g, l) sits at row l·G + g
+        mask = rows.repeat(s.size(1) // G, 1, 1)
     return s.masked_fill(~mask, -math.inf)
 
 
@@ -571,6 +592,14 @@ _GQA_MISTAKES = [
         "把分数 view 成 (N, H_kv, G, L, S)，(L, S) 的 mask 直接广播；或用 "
         "mask.repeat(G, 1)。",
         "mask_interleaved",
+    ),
+    (
+        "掩码的行序与查询的行序不一致：你把查询排成了位置在前、组内序号在后 (L, G)"
+        "（第 l·G + g 行是位置 l），掩码却用 mask.repeat(G, 1) 按 (G, L) 铺开"
+        "（第 r 行用 mask[r % L]）。(L, G) 的行要配 mask.repeat_interleave(G, 0)；"
+        "更简单的是按 (G, L) 排：q.reshape(N, H_kv, G·L, D) 直接变形，配 "
+        "mask.repeat(G, 1)。",
+        "mask_tiled_lg",
     ),
     # the G·L rows made in (L, G) order and merged as (G, L), or the other way round:
     # the same output, so the learner's calls tell which step swapped the axes
