@@ -350,3 +350,18 @@ def test_a_tuple_with_the_numbers_of_a_list_answer_agrees(capsys):
 def test_a_near_miss_of_a_tight_answer_is_called_a_rounding_slip(capsys, prediction, rel_tol, close):
     tc.exercises.compare_prediction(prediction, 1023 / 96, what="x", rel_tol=rel_tol)
     assert ("很接近" in capsys.readouterr().out) == close
+
+
+def test_compare_prediction_says_whether_it_graded(capsys):
+    """A cell shows its measurements only after a gradable prediction (learner test 30b)."""
+    graded = tc.exercises.compare_prediction
+    options = ("低", "高")
+    assert graded(None, 3, what="x").graded is False
+    assert graded("3", 3, what="x").graded is False  # a number written as a string
+    assert graded("中", "高", what="x", options=options).graded is False  # not an option
+    assert graded("低", "高", what="x", options=options).graded is True  # wrong, but graded
+    assert graded(3, 3, what="x").graded is True
+    assert graded(True, False, what="x").graded is True
+    capsys.readouterr()
+    assert bool(graded(3, 3, what="x")) and not graded(None, 3, what="x")
+    assert graded(3, 3, what="x")._ipython_display_() is None  # a cell shows no value

@@ -25,6 +25,26 @@ _NO_QUOTES = "，不加引号"
 _INTEGRAL_FLOAT_TOL = 1e-6
 
 
+class Graded:
+    """What :func:`compare_prediction` returns: true when the prediction was graded
+    (the answer is now shown). A cell that ends with the call shows nothing extra:
+    the printed comparison is its output."""
+
+    __slots__ = ("graded",)
+
+    def __init__(self, graded: bool) -> None:
+        self.graded = graded
+
+    def __bool__(self) -> bool:
+        return self.graded
+
+    def __repr__(self) -> str:
+        return f"Graded({self.graded})"
+
+    def _ipython_display_(self) -> None:
+        """Jupyter displays nothing for the call's value."""
+
+
 def _is_number(x: object) -> bool:
     return isinstance(x, Real) and not isinstance(x, (bool, np.bool_))
 
@@ -258,9 +278,11 @@ def compare_prediction(
     rel_tol: float | None = None,
     options: Sequence[str] | None = None,
     mistakes: Sequence[tuple[object, str]] = (),
-) -> None:
+) -> Graded:
     """Print the learner's ``prediction`` next to the computed ``actual`` value of
-    ``what`` and whether they agree.
+    ``what`` and whether they agree. The result is true when the prediction was
+    graded (the answer is now shown), false when it is missing or not gradable, so
+    a cell can show its measurements only after a real prediction.
 
     Numbers agree within ``rel_tol`` (relative); without ``rel_tol``, an answer that
     is an exact integer (an int, or a float within 1e-6 of one) needs an exact match
@@ -290,7 +312,7 @@ def compare_prediction(
     options = _checked_options(options, actual, mistakes)
     if prediction is None:  # the answer stays hidden until there is a prediction
         print(f"尚未预测：{what}。先在上面写下你的预测，再运行这一格看结果")
-        return
+        return Graded(False)
     prediction = _as_scalar(prediction)
     slip = _type_slip(prediction, actual)
     if slip is not None:  # the answer stays hidden so the slip can be fixed
@@ -300,7 +322,7 @@ def compare_prediction(
             f"{_NO_QUOTES if isinstance(prediction, str) else ''}"
             "。改好后重新运行这一格"
         )
-        return
+        return Graded(False)
     if options is not None:
         chosen = chosen_option(prediction, options)
         if chosen is None:  # neither right nor wrong: the answer stays hidden
@@ -308,12 +330,12 @@ def compare_prediction(
                 f"{what}：你的预测 {prediction!r} 不是选项之一。从 {_listed(options)} "
                 "里选一个照抄（加引号），再运行这一格"
             )
-            return
+            return Graded(False)
         answer = chosen_option(actual, options)
         mistakes = [(chosen_option(w, options), why) for w, why in mistakes]
         verdict = _verdict(chosen, answer, None, 0.0, mistakes)
         print(f"{what}：你的预测 {prediction!r}，实际 {answer!r}。{verdict}")
-        return
+        return Graded(True)
     exact = _integer_answer(actual) if rel_tol is None else None
     tol = _DEFAULT_REL_TOL if rel_tol is None else rel_tol
     if exact is not None:
@@ -324,3 +346,4 @@ def compare_prediction(
         shown = repr(actual)
     verdict = _verdict(prediction, actual, exact, tol, mistakes)
     print(f"{what}：你的预测 {prediction!r}，实际 {shown}。{verdict}")
+    return Graded(True)
