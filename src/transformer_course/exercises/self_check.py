@@ -610,6 +610,22 @@ def _record(seen: list[int], module: object, args: tuple, out: object) -> None:
     seen.append(args[0].shape[1])
 
 
+def _note_caches(cached: list[bool], module: object, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook: whether the learner passed ``caches`` to this model call."""
+    given = kwargs["caches"] if "caches" in kwargs else (args[2] if len(args) > 2 else None)
+    cached.append(given is not None)
+
+
+def _tail_dropped(seen: list[int], pieces: list[int], n_new: int) -> int | None:
+    """How many of the prompt's pieces were fed when the prefill loop stopped early
+    (``range(0, T0 - chunk + 1, chunk)``) and decoding went on one token at a time;
+    ``None`` when the prefill was not cut short."""
+    for k in range(1, len(pieces)):
+        if seen[:k] == pieces[:k] and seen[k:] == [1] * (n_new - 1):
+            return k
+    return None
+
+
 # a crash of the cached greedy loop: (pattern in "Type: message\nline", hint)
 GREEDY_CACHE_CRASHES = [
     (
@@ -646,6 +662,10 @@ def check_greedy_with_cache(fn: object) -> str:
         prompt = torch.randint(0, V, (2, t0), generator=g)
         seen: list[int] = []
         hook = model.tok_emb.register_forward_hook(functools.partial(_record, seen))
+        cached: list[bool] = []  # per model call: were caches passed?
+        cache_hook = model.register_forward_pre_hook(
+            functools.partial(_note_caches, cached), with_kwargs=True
+        )
         made: list[int] = []  # one entry per model.new_caches() call of the learner
         model.new_caches = functools.partial(_counted, model.new_caches, made)
         case = f"词表 {V}，提示 {t0} 个词元，生成 {n_new} 个，chunk={chunk or 4}"
@@ -658,6 +678,7 @@ def check_greedy_with_cache(fn: object) -> str:
                 )  # fmt: skip
         finally:
             hook.remove()
+            cache_hook.remove()
             del model.new_caches
         first = False
         got = as_tensor(out, f"{name} 的返回值", case)
@@ -675,6 +696,16 @@ def check_greedy_with_cache(fn: object) -> str:
                 "——每一步都换了一组空缓存，前面的位置就丢了，"
                 "新词元只看得见它自己。缓存在循环之前建一次，之后每步传同一个 caches。"
             )
+        pieces = [min(chunk or 4, t0 - start) for start in range(0, t0, chunk or 4)]
+        fed = _tail_dropped(seen, pieces, n_new)
+        if fed is not None and not torch.equal(got, ref):
+            fail(
+                f"{name} 预填充时每次送进模型的长度是 {seen[:fed]}，chunk={chunk or 4} "
+                f"时应为 {pieces}（{case}）：提示末尾的 {t0 - sum(pieces[:fed])} 个词元"
+                "没有送进模型，生成是从没读完的提示接着写的。循环的上界少了最后一块："
+                "range(0, T0 - chunk + 1, chunk) 只走完整的块；用 range(0, T0, chunk)，"
+                "最后一块可以短一些。"
+            )
         with torch.no_grad():
             first_piece = model(prompt[:, : chunk or 4])[0][:, -1].argmax(-1)
         new = got[:, t0]
@@ -684,13 +715,19 @@ def check_greedy_with_cache(fn: object) -> str:
                 "它只看到了提示的前几个词元。要用最后一块的 logits："
                 "最后一块的最后一个位置才看过整段提示。"
             )
+        if not torch.equal(got, ref) and any(cached) and not all(cached[: len(pieces)]):
+            fail(
+                f"{name} 的结果与不用缓存的贪心生成不同（{case}）：预填充时调用模型"
+                "没有传 caches=caches，提示的键和值没有写进缓存，之后的新词元只看得见"
+                "它自己和生成的词元，看不见提示。预填充的每一块也要 "
+                "model(piece, caches=caches)。"
+            )
         if not torch.equal(got, ref):
             fail(
                 f"{name} 的结果与不用缓存的贪心生成不同（{case}）：预填充整段提示后，"
                 "每一步只把新词元送进 model(next_id, caches=caches)，"
                 "取最后一个位置的 argmax。"
             )
-        pieces = [min(chunk or 4, t0 - start) for start in range(0, t0, chunk or 4)]
         after = seen[len(pieces) :] if seen[: len(pieces)] == pieces else seen[1:]
         if max(after, default=1) != 1:
             fail(
