@@ -316,7 +316,10 @@ GENERATE_REJECTS = [
     pytest.param(ex.check_generate, make_generate("sample_logits"), "非负", id="multinomial on logits"),
     pytest.param(ex.check_generate, make_generate("softmax_dim0"), "softmax 沿错了维度", id="softmax over the batch"),
     pytest.param(
-        ex.check_generate, make_generate("softmax_dim0_zeroed"), "softmax 沿了批的维度", id="softmax over the batch, no NaN"
+        ex.check_generate,
+        make_generate("softmax_dim0_zeroed"),
+        "softmax 沿了批的维度",
+        id="softmax over the batch, no NaN",
     ),
     pytest.param(
         ex.check_generate, make_generate("softmax_dim0_apart"), "dim=0 沿的是批", id="softmax over the batch, own line"

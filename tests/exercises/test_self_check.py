@@ -112,6 +112,9 @@ def test_softmax_jacobian(capsys):
         (lambda p: torch.eye(p.shape[-1], dtype=p.dtype) - p.unsqueeze(-2), "漏了前面的因子 p_i"),
         (lambda p: torch.eye(p.shape[-1], dtype=p.dtype) - p.unsqueeze(-1), "漏了前面的因子 p_i"),
         (lambda p: torch.diag_embed(p) + p.unsqueeze(-1) * p.unsqueeze(-2), "写成了 +p pᵀ"),
+        # learner test 31c, 5.20: p itself subtracted, not p_i p_j
+        (lambda p: torch.diag_embed(p) - p.unsqueeze(-1), "减去的是 p 本身"),
+        (lambda p: torch.diag_embed(p) - p.unsqueeze(-2), "减去的是 p 本身"),
     ],
 )
 def test_softmax_jacobian_mistakes(wrong, keyword, capsys):

@@ -156,7 +156,9 @@ def _missing_parameter(learner: nn.Module, name: str, what: str) -> None:
     )
 
 
-def _named_module_hint(learner: nn.Module, path: list[str], name: str, what: str) -> None:
+def _named_module_hint(
+    learner: nn.Module, path: list[str], name: str, what: str
+) -> None:
     """Learner test 31c: a bare ``nn.Parameter`` where the package has an embedding
     (minGPT's ``pos_emb``), or torch's ``nn.MultiheadAttention`` (its q, k, v weights
     packed in ``in_proj_weight``) where the package's attention has ``q_proj``."""
@@ -166,9 +168,10 @@ def _named_module_hint(learner: nn.Module, path: list[str], name: str, what: str
         where = f"{what}.{'.'.join(path[: depth + 1])}"
         if isinstance(obj, nn.Parameter):
             fail(
-                f"{where} 是一个 nn.Parameter（形状 {tuple(obj.shape)}），书里的 tc 代码"
-                f"用的是模块，参数叫 {name}：位置嵌入写 nn.Embedding(context_length, "
-                "d_model)，前向里 pos_emb(torch.arange(L))（不是切片 pos_emb[:, :L]）。"
+                f"{where} 是一个 nn.Parameter（形状 {tuple(obj.shape)}），"
+                f"书里的 tc 代码用的是模块，参数叫 {name}：位置嵌入写 "
+                "nn.Embedding(context_length, d_model)，前向里 "
+                "pos_emb(torch.arange(L))（不是切片 pos_emb[:, :L]）。"
             )
         if isinstance(obj, nn.MultiheadAttention):
             fail(

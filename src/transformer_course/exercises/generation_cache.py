@@ -179,13 +179,13 @@ def _generate_mistake(
                     logits = logits.masked_fill(logits < threshold, -math.inf)
             if mistake == "fill_zero" and top_k is not None:  # 0 instead of -inf
                 logits = logits.nan_to_num(neginf=0.0)
-            probs = torch.softmax(logits, -1)
+            # softmax_dim0 (learner test 31c): over the batch, the NaN columns zeroed
+            probs = torch.softmax(logits, 0 if mistake == "softmax_dim0" else -1)
+            probs = probs.nan_to_num(0.0)
             if mistake in ("logits_as_probs", "logits_no_top_k"):  # no softmax,
                 probs = logits.clamp(min=0)  # negative logits cut to 0
             if mistake == "double_softmax":
                 probs = torch.softmax(probs, -1)
-            if mistake == "softmax_dim0":  # learner test 31c: the NaN columns zeroed
-                probs = torch.softmax(logits, 0).nan_to_num(0.0)
             nxt = torch.multinomial(probs, 1, generator=generator)
         idx = torch.cat([idx, nxt], dim=1)
     return idx

@@ -349,10 +349,15 @@ def _check_fill_value(name: str, case: str, out: Tensor, ref_kept: Tensor) -> No
     if removed.numel() == 0 or not bool(torch.isfinite(removed).all()):
         return
     fill = float(removed.max())
-    if fill >= 0 or float(removed.min()) != fill or not bool((out[ref_kept] > fill).all()):
+    if (
+        fill >= 0
+        or float(removed.min()) != fill
+        or not bool((out[ref_kept] > fill).all())
+    ):
         return
     fail(
-        f"{name} 选对了核，但把核外的 logits 设成了有限的 {fill:g}（{case}），不是 -inf："
+        f"{name} 选对了核，但把核外的 logits 设成了有限的 {fill:g}（{case}），"
+        "不是 -inf："
         "用 float('-inf')：后面的单元格用 isfinite 数保留的词元，有限的值会被当成"
         "留下的词元（softmax 给它们的概率也只是接近 0，不是 0）。写 "
         "logits.masked_fill(~keep, float('-inf'))。"

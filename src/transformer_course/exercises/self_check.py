@@ -170,6 +170,15 @@ JACOBIAN_MISTAKES: list[tuple[str, Callable[[Tensor], Tensor]]] = [
         )
         for d in (-1, -2)
     ),
+    *(
+        (  # learner test 31c: diag_embed(p) - p.unsqueeze(-1), one factor p short
+            "减去的是 p 本身（广播后每一行或每一列处处减同一个 p_i），少乘了一个 p："
+            "外积 p pᵀ 的第 (i, j) 个元素是 p_i p_j，写成 "
+            "p.unsqueeze(-1) * p.unsqueeze(-2)；完整的是 diag(p) − p pᵀ。",
+            functools.partial(lambda p, d: torch.diag_embed(p) - p.unsqueeze(d), d=d),
+        )
+        for d in (-1, -2)
+    ),
     ("符号反了：应是 diag(p) − p pᵀ。", lambda p: _outer(p) - torch.diag_embed(p)),
     (
         "−p pᵀ 写成了 +p pᵀ：p_j 变大时 p_i 要变小（概率之和固定为 1），非对角元"
@@ -612,7 +621,7 @@ def _record(seen: list[int], module: object, args: tuple, out: object) -> None:
 
 def _note_caches(cached: list[bool], module: object, args: tuple, kwargs: dict) -> None:
     """Forward pre-hook: whether the learner passed ``caches`` to this model call."""
-    given = kwargs["caches"] if "caches" in kwargs else (args[2] if len(args) > 2 else None)
+    given = kwargs.get("caches", args[2] if len(args) > 2 else None)
     cached.append(given is not None)
 
 
@@ -624,6 +633,34 @@ def _tail_dropped(seen: list[int], pieces: list[int], n_new: int) -> int | None:
         if seen[:k] == pieces[:k] and seen[k:] == [1] * (n_new - 1):
             return k
     return None
+
+
+def _check_prefill(
+    name: str,
+    case: str,
+    calls: tuple[list[int], list[bool]],
+    pieces: list[int],
+    n_new: int,
+) -> None:
+    """Name a wrong prefill (learner test 31c): the loop stopped before the prompt's
+    tail, or the pieces fed without caches. ``calls``: per model call, the tokens fed
+    and whether ``caches`` was passed."""
+    seen, cached = calls
+    fed = _tail_dropped(seen, pieces, n_new)
+    if fed is not None:
+        fail(
+            f"{name} 预填充时每次送进模型的长度是 {seen[:fed]}，应为 {pieces}"
+            f"（{case}）：提示末尾的 {sum(pieces) - sum(pieces[:fed])} 个词元没有送进"
+            "模型，生成是从没读完的提示接着写的。循环的上界少了最后一块："
+            "range(0, T0 - chunk + 1, chunk) 只走完整的块；用 range(0, T0, chunk)，"
+            "最后一块可以短一些。"
+        )
+    if any(cached) and not all(cached[: len(pieces)]):
+        fail(
+            f"{name} 的结果与不用缓存的贪心生成不同（{case}）：预填充时调用模型没有传 "
+            "caches=caches，提示的键和值没有写进缓存，之后的新词元只看得见它自己和"
+            "生成的词元，看不见提示。预填充的每一块也要 model(piece, caches=caches)。"
+        )
 
 
 # a crash of the cached greedy loop: (pattern in "Type: message\nline", hint)
@@ -697,15 +734,8 @@ def check_greedy_with_cache(fn: object) -> str:
                 "新词元只看得见它自己。缓存在循环之前建一次，之后每步传同一个 caches。"
             )
         pieces = [min(chunk or 4, t0 - start) for start in range(0, t0, chunk or 4)]
-        fed = _tail_dropped(seen, pieces, n_new)
-        if fed is not None and not torch.equal(got, ref):
-            fail(
-                f"{name} 预填充时每次送进模型的长度是 {seen[:fed]}，chunk={chunk or 4} "
-                f"时应为 {pieces}（{case}）：提示末尾的 {t0 - sum(pieces[:fed])} 个词元"
-                "没有送进模型，生成是从没读完的提示接着写的。循环的上界少了最后一块："
-                "range(0, T0 - chunk + 1, chunk) 只走完整的块；用 range(0, T0, chunk)，"
-                "最后一块可以短一些。"
-            )
+        if not torch.equal(got, ref):
+            _check_prefill(name, case, (seen, cached), pieces, n_new)
         with torch.no_grad():
             first_piece = model(prompt[:, : chunk or 4])[0][:, -1].argmax(-1)
         new = got[:, t0]
@@ -714,13 +744,6 @@ def check_greedy_with_cache(fn: object) -> str:
                 f"{name} 生成的第一个新词元来自第一块提示的 logits（{case}）："
                 "它只看到了提示的前几个词元。要用最后一块的 logits："
                 "最后一块的最后一个位置才看过整段提示。"
-            )
-        if not torch.equal(got, ref) and any(cached) and not all(cached[: len(pieces)]):
-            fail(
-                f"{name} 的结果与不用缓存的贪心生成不同（{case}）：预填充时调用模型"
-                "没有传 caches=caches，提示的键和值没有写进缓存，之后的新词元只看得见"
-                "它自己和生成的词元，看不见提示。预填充的每一块也要 "
-                "model(piece, caches=caches)。"
             )
         if not torch.equal(got, ref):
             fail(
