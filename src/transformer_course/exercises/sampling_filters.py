@@ -359,8 +359,7 @@ def _check_fill_value(name: str, case: str, out: Tensor, ref_kept: Tensor) -> No
         f"{name} 选对了核，但把核外的 logits 设成了有限的 {fill:g}（{case}），"
         "不是 -inf："
         "用 float('-inf')：后面的单元格用 isfinite 数保留的词元，有限的值会被当成"
-        "留下的词元（softmax 给它们的概率也只是接近 0，不是 0）。写 "
-        "logits.masked_fill(~keep, float('-inf'))。"
+        "留下的词元。写 logits.masked_fill(~keep, float('-inf'))。"
     )
 
 
