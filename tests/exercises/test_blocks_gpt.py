@@ -631,6 +631,29 @@ class AffineFreeFinalNorm(GPT):
         self.norm_f = nn.LayerNorm(d_model, elementwise_affine=False)
 
 
+class PositionsAsParameter(GPT):  # learner test 31c (5.8): minGPT's pos_emb Parameter
+    def __init__(self, vocab_size, context_length, d_model, num_heads, num_layers):
+        super().__init__(vocab_size, context_length, d_model, num_heads, num_layers)
+        self.pos_emb = nn.Parameter(torch.zeros(1, context_length, d_model))
+
+    def embed(self, input_ids):
+        return self.tok_emb(input_ids) + self.pos_emb[:, : input_ids.size(1)]
+
+
+class TorchAttentionBlock(Block):  # learner test 31c (5.6b): nn.MultiheadAttention
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.self_attn = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
+
+    def attn(self, h):
+        return self.self_attn(h, h, h, attn_mask=~tc.causal_mask(h.size(1)), need_weights=False)[0]
+
+
+def test_learner_31c_named_modules(capsys):
+    assert_rejects(ex.check_gpt, PositionsAsParameter, "nn.Embedding(context_length, d_model)", capsys)
+    assert_rejects(ex.check_transformer_block, TorchAttentionBlock, "in_proj_weight", capsys)
+
+
 def gpt_check(cls, keyword, id):
     return pytest.param(ex.check_gpt, cls, keyword, id=id)
 

@@ -118,8 +118,8 @@ def einsum_forward(model, input_ids, caches, num_heads):
 
 @torch.no_grad()
 def prompt_causal_forward(model, input_ids, caches, num_heads):
-    """Learner test 10b (5.17): is_causal=L > 1, right under the text's contract (the
-    whole prompt first, then one token per call: a single new token sees every key)."""
+    """Learner test 10b (5.17): is_causal=L > 1; right when one token follows a
+    non-empty cache, wrong for several (learner test 31c: the top-left alignment)."""
     N, L = input_ids.shape
     x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(len(caches[0]), len(caches[0]) + L))
     for block, cache in zip(model.blocks, caches, strict=True):
@@ -133,8 +133,72 @@ def prompt_causal_forward(model, input_ids, caches, num_heads):
 
 
 def test_correct_cached_forwards_pass(capsys):
-    for fn in (make_forward(), einsum_forward, prompt_causal_forward):
+    for fn in (make_forward(), einsum_forward):
         assert_passes(ex.check_cached_forward, fn, capsys)
+
+
+@torch.no_grad()
+def top_left_unless_one(model, input_ids, caches, num_heads):
+    """Learner test 31c (5.23): the page's top-left mask kept, dropped for one token."""
+    N, L = input_ids.shape
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(len(caches[0]), len(caches[0]) + L))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a, h = block.self_attn, block.norm1(x)
+        q, k, v = (p(h).view(N, L, num_heads, -1).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))
+        K, V = cache.update(k, v)
+        keep = None if L == 1 else torch.tril(torch.ones(L, K.shape[-2], dtype=torch.bool))
+        o, _ = tc.scaled_dot_product_attention(q, K, V, attn_mask=keep)
+        x = x + a.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+@torch.no_grad()
+def tril_sign_flipped(model, input_ids, caches, num_heads):
+    """Learner test 31c (5.23): tril(diagonal=L - S) for tril(diagonal=S - L)."""
+    N, L = input_ids.shape
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(len(caches[0]), len(caches[0]) + L))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a, h = block.self_attn, block.norm1(x)
+        q, k, v = (p(h).view(N, L, num_heads, -1).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))
+        K, V = cache.update(k, v)
+        S = K.shape[-2]
+        o, _ = tc.scaled_dot_product_attention(q, K, V, attn_mask=torch.ones(L, S, dtype=torch.bool).tril(L - S))
+        x = x + a.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+@torch.no_grad()
+def query_from_x(model, input_ids, caches, num_heads):
+    """Learner test 31c (5.17): q_proj(x) where q_proj(norm1(x)) is meant."""
+    N, L = input_ids.shape
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(len(caches[0]), len(caches[0]) + L))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a, h = block.self_attn, block.norm1(x)
+        split = lambda t: t.view(N, L, num_heads, -1).transpose(1, 2)  # noqa: E731
+        K, V = cache.update(split(a.k_proj(h)), split(a.v_proj(h)))
+        o, _ = tc.scaled_dot_product_attention(split(a.q_proj(x)), K, V, attn_mask=tc.causal_mask(L, K.shape[-2]))
+        x = x + a.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+@pytest.mark.parametrize("exercise", ["5.17", "5.23"])
+@pytest.mark.parametrize(
+    ("fn", "keyword"),
+    [
+        (prompt_causal_forward, "对齐到缓存的末尾"),
+        (top_left_unless_one, "对齐到缓存的末尾"),
+        (tril_sign_flipped, "偏移符号反了"),
+        (query_from_x, "不是 q_proj(x)"),
+    ],
+)
+def test_learner_31c_mistakes_are_named(fn, keyword, exercise, capsys):
+    # learner test 31c: the first two passed (only one token after a non-empty cache
+    # was tested); the last two got the generic checklist
+    message = rejection(lambda f: ex.check_cached_forward(f, exercise=exercise), fn)
+    assert keyword in message and "逐层对照" not in message, message
 
 
 def test_solution_flag(capsys):
@@ -259,6 +323,7 @@ def test_skeleton_attributes_are_available(capsys):
 
 def test_every_hint_is_reached(capsys):
     mutants = [make_forward(m) for m, _ in NAMED_MISTAKES] + [positions_after_first_update, negative_first_position]
+    mutants += [top_left_unless_one, tril_sign_flipped, query_from_x]
     rejects = [pytest.param(ex.check_cached_forward, fn, None) for fn in mutants]
     tables = {"_MISTAKES": cached_generation._MISTAKES, "_CRASHES": cached_generation._CRASHES}
     assert_every_hint_reached(tables, rejects, capsys)

@@ -60,6 +60,8 @@ def make_generate(mistake=None):
                 probs = F.softmax(logits, dim=-1)
                 if mistake == "softmax_dim0_apart":
                     probs = F.softmax(logits, dim=0)
+                if mistake == "softmax_dim0_zeroed":  # learner test 31c: no NaN crash
+                    probs = F.softmax(logits, dim=0).nan_to_num(0.0) + 1e-12
                 if mistake == "softmax_dim0":
                     nxt = torch.multinomial(F.softmax(logits, 0), 1, generator=generator)
                     idx = torch.cat([idx, nxt], dim=1)
@@ -313,6 +315,12 @@ GENERATE_REJECTS = [
     pytest.param(ex.check_generate, make_generate("unpack"), "不是 (logits, loss) 元组", id="unpacks model(x)"),
     pytest.param(ex.check_generate, make_generate("sample_logits"), "非负", id="multinomial on logits"),
     pytest.param(ex.check_generate, make_generate("softmax_dim0"), "softmax 沿错了维度", id="softmax over the batch"),
+    pytest.param(
+        ex.check_generate,
+        make_generate("softmax_dim0_zeroed"),
+        "softmax 沿了批的维度",
+        id="softmax over the batch, no NaN",
+    ),
     pytest.param(
         ex.check_generate, make_generate("softmax_dim0_apart"), "dim=0 沿的是批", id="softmax over the batch, own line"
     ),

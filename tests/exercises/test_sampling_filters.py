@@ -52,11 +52,23 @@ def per_row_loop(logits, p):  # plain Python over the flattened rows
     return out.reshape(logits.shape)
 
 
-def log_probs_big_negative(logits, p):  # log-probabilities (a per-row shift), -1e9 outside
+def log_probs_filtered(logits, p):  # log-probabilities (a per-row shift), -inf outside
     probs, idx = torch.sort(torch.softmax(logits, -1), descending=True)
     keep_sorted = probs.cumsum(-1) - probs < p
     keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
-    return torch.log_softmax(logits, -1).masked_fill(~keep, -1e9)
+    return torch.log_softmax(logits, -1).masked_fill(~keep, -math.inf)
+
+
+def make_finite_fill(fill):
+    """Learner test 31c (F1, F3): the right nucleus, a finite fill instead of -inf."""
+
+    def finite_fill(logits, p):
+        sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, idx, probs.cumsum(-1) - probs < p)
+        return logits.masked_fill(~keep, fill(logits))
+
+    return finite_fill
 
 
 def log_softmax_of_filtered(logits, p):  # learner test 24c: the page's text allows a per-row shift
@@ -70,11 +82,11 @@ def ascending_tail_removal(logits, p):  # sort ascending, drop the tail whose ma
     sorted_logits, idx = torch.sort(logits, descending=False)
     remove = torch.softmax(sorted_logits, -1).cumsum(-1) <= 1 - p
     remove[..., -1] = False
-    return logits.masked_fill(remove.scatter(-1, idx, remove), torch.finfo(logits.dtype).min)
+    return logits.masked_fill(remove.scatter(-1, idx, remove), -math.inf)
 
 
 @pytest.mark.parametrize(
-    "fn", [threshold_style, per_row_loop, log_probs_big_negative, log_softmax_of_filtered, ascending_tail_removal]
+    "fn", [threshold_style, per_row_loop, log_probs_filtered, log_softmax_of_filtered, ascending_tail_removal]
 )
 def test_accepts_correct_styles(fn, capsys):
     assert_passes(check, fn, capsys)
@@ -279,6 +291,9 @@ REJECTS = [
     pytest.param(check, make_filter("sorted_returned"), "还是排好序的顺序", id="sorted-returned"),
     pytest.param(check, make_filter("cumsum_logits"), "累加的是 logits，不是概率", id="cumsum-logits"),
     pytest.param(check, make_filter("zeros"), "设成了 0", id="zeros"),
+    pytest.param(check, make_finite_fill(lambda x: torch.finfo(x.dtype).min), "用 float('-inf')", id="finfo-min"),
+    pytest.param(check, make_finite_fill(lambda x: -1e4), "有限的 -10000", id="minus-1e4"),
+    pytest.param(check, make_finite_fill(lambda x: -1e9), "isfinite", id="minus-1e9"),
     pytest.param(check, make_filter("probs"), "没有重新归一化", id="probs"),
     pytest.param(check, make_filter("probs_renormalised"), "过滤后的概率", id="probs-renormalised"),
     pytest.param(check, make_filter("scaled"), "logits 被改了", id="scaled"),

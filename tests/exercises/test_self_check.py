@@ -112,6 +112,9 @@ def test_softmax_jacobian(capsys):
         (lambda p: torch.eye(p.shape[-1], dtype=p.dtype) - p.unsqueeze(-2), "漏了前面的因子 p_i"),
         (lambda p: torch.eye(p.shape[-1], dtype=p.dtype) - p.unsqueeze(-1), "漏了前面的因子 p_i"),
         (lambda p: torch.diag_embed(p) + p.unsqueeze(-1) * p.unsqueeze(-2), "写成了 +p pᵀ"),
+        # learner test 31c, 5.20: p itself subtracted, not p_i p_j
+        (lambda p: torch.diag_embed(p) - p.unsqueeze(-1), "减去的是 p 本身"),
+        (lambda p: torch.diag_embed(p) - p.unsqueeze(-2), "减去的是 p 本身"),
     ],
 )
 def test_softmax_jacobian_mistakes(wrong, keyword, capsys):
@@ -563,6 +566,41 @@ def test_greedy_with_cache_names_a_missing_prompt(capsys):
     message = rejection(ex.check_greedy_with_cache, greedy_new_tokens_only)
     assert "少了提示" in message, message
     assert "(2, 12)" in message and "(2, 18)" in message, message
+
+
+@torch.no_grad()
+def greedy_drops_prompt_tail(model, ids, n_new, chunk=4):
+    """Learner test 31c (F4): the prefill loop stops before the prompt's last piece."""
+    caches = model.new_caches()
+    for start in range(0, ids.shape[1] - chunk + 1, chunk):
+        logits, _ = model(ids[:, start : start + chunk], caches=caches)
+    for step in range(n_new):
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], dim=1)
+        if step + 1 < n_new:
+            logits, _ = model(nxt, caches=caches)
+    return ids
+
+
+@torch.no_grad()
+def greedy_prefill_without_caches(model, ids, n_new, chunk=4):
+    """Learner test 31c: the prompt's pieces fed without caches, decoding with them."""
+    caches = model.new_caches()
+    for piece in ids.split(chunk, dim=1):
+        logits, _ = model(piece)
+    for step in range(n_new):
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], dim=1)
+        if step + 1 < n_new:
+            logits, _ = model(nxt, caches=caches)
+    return ids
+
+
+def test_greedy_with_cache_learner_31c_mistakes(capsys):
+    message = rejection(ex.check_greedy_with_cache, greedy_drops_prompt_tail)
+    assert "[4]" in message and "[4, 2]" in message and "循环的上界" in message, message
+    assert "第一块提示" not in message, message
+    assert_rejects(ex.check_greedy_with_cache, greedy_prefill_without_caches, "没有传 caches=caches", capsys)
 
 
 def test_greedy_with_cache_mistakes(capsys):

@@ -107,6 +107,28 @@ def train_step_sum_reported_as_mean(model, optimizer, x, y):
     return loss.item() / y.numel()
 
 
+def train_step_logits_transposed(model, optimizer, x, y):
+    """Learner test 31c (5.11): (N, V, T) reshaped to (N·T, V)."""
+    logits = model(x)
+    N, T, V = logits.shape
+    loss = F.cross_entropy(logits.transpose(1, 2).reshape(N * T, V), y.reshape(-1))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def train_step_forward_without_grad(model, optimizer, x, y):
+    """Learner test 31c (5.11): the forward under no_grad, the loss made to require grad."""
+    with torch.no_grad():
+        logits = model(x)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten()).requires_grad_()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
 def train_step_skeleton(model, optimizer, x, y):
     pass
 
@@ -156,6 +178,8 @@ TRAIN_STEP_REJECTS = [
     pytest.param(ex.check_train_step, make_train_step(shift=True), "不要再移位", id="shifted once more"),
     pytest.param(ex.check_train_step, train_step_wrong_shape, "类别在第 1 维", id="logits not flattened"),
     pytest.param(ex.check_train_step, train_step_targets_x, "目标用成了输入 x", id="targets = x"),
+    pytest.param(ex.check_train_step, train_step_logits_transposed, "先转置成 (N, V, T)", id="transpose-reshape"),
+    pytest.param(ex.check_train_step, train_step_forward_without_grad, "torch.no_grad()", id="forward no_grad"),
 ]
 
 

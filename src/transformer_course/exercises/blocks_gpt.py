@@ -143,6 +143,7 @@ def _missing_parameter(learner: nn.Module, name: str, what: str) -> None:
         if obj is None:
             break
     owner = ".".join(path)
+    _named_module_hint(learner, path, name, what)
     if getattr(obj, "elementwise_affine", True) is False:
         fail(
             f"{what}.{owner} 是不带参数的 {type(obj).__name__}"
@@ -153,6 +154,32 @@ def _missing_parameter(learner: nn.Module, name: str, what: str) -> None:
         f"{what} 缺少参数 {name}：属性名要与书里打印的 tc 代码一致"
         f"（应有 {what}.{owner}），检查器按名字把你的权重复制到参考实现里。"
     )
+
+
+def _named_module_hint(
+    learner: nn.Module, path: list[str], name: str, what: str
+) -> None:
+    """Learner test 31c: a bare ``nn.Parameter`` where the package has an embedding
+    (minGPT's ``pos_emb``), or torch's ``nn.MultiheadAttention`` (its q, k, v weights
+    packed in ``in_proj_weight``) where the package's attention has ``q_proj``."""
+    obj: object = learner
+    for depth, part in enumerate(path):
+        obj = getattr(obj, part, None)
+        where = f"{what}.{'.'.join(path[: depth + 1])}"
+        if isinstance(obj, nn.Parameter):
+            fail(
+                f"{where} 是一个 nn.Parameter（形状 {tuple(obj.shape)}），"
+                f"书里的 tc 代码用的是模块，参数叫 {name}：位置嵌入写 "
+                "nn.Embedding(context_length, d_model)，前向里 "
+                "pos_emb(torch.arange(L))（不是切片 pos_emb[:, :L]）。"
+            )
+        if isinstance(obj, nn.MultiheadAttention):
+            fail(
+                f"{where} 是 torch 的 nn.MultiheadAttention：它把 q、k、v 的权重合在 "
+                f"in_proj_weight 里，没有 {name}。本章后面的单元格（带缓存的前向）按"
+                "名字用 self_attn.q_proj、k_proj、v_proj、out_proj：用练习 5.4 的"
+                "多头注意力，或 tc.MultiHeadAttention(d_model, num_heads)。"
+            )
 
 
 def _check_eps(learner: nn.Module, ref: nn.Module, what: str) -> None:

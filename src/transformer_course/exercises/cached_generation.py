@@ -140,6 +140,27 @@ _MISTAKES = [
         "past_only",
     ),
     (
+        "因果掩码对齐到了左上角（新查询 i 只看键 0..i），只在一次送一个词元时不用掩码："
+        "这样逐个送词元是对的，可缓存不空时一次送进几个新词元（分块预填充）就错了。"
+        "新词元是整段的最后 L 个位置，查询 i 在整段中的位置是 len(缓存) + i，能看键 "
+        "0..len(缓存)+i：掩码要对齐到缓存的末尾（右下角），attn_mask = "
+        "tc.causal_mask(L, len(缓存) + L)。F.scaled_dot_product_attention 的 "
+        "is_causal=True 在 L ≠ S 时对齐的是左上角，不能代替它。",
+        "top_left_multi",
+    ),
+    (
+        "tril 的对角线偏移符号反了：查询 i 在整段中的位置是 S − L + i（S 是键的个数），"
+        "能看键 0..S−L+i，所以是 ones(L, S).tril(S − L)，即 tc.causal_mask(L, S)；"
+        "你写的 tril(L − S) 在缓存不空时把缓存里的键也遮住了，逐个送词元时新词元一个"
+        "键也看不见。",
+        "mask_sign",
+    ),
+    (
+        "q 是从没有归一化的 x 投影的：q、k、v 都要从 h = block.norm1(x) 投影"
+        "（block.self_attn.q_proj(h)，不是 q_proj(x)）。",
+        "q_from_x",
+    ),
+    (
         "因果掩码对齐到了左上角（新查询 i 只看键 0..i）：新词元是整段的最后 T 个位置，"
         "查询 i 在整段中的位置是 len(缓存) + i，能看键 0..len(缓存)+i；逐个送词元时，"
         "新词元看得到缓存里的全部键和它自己。用右下角对齐的 "
@@ -234,8 +255,9 @@ def _cached_variant(
         cache = caches[0 if "one_cache" in has else i]
         h = x if "no_norm1" in has else block.norm1(x)
         kv_from = block.norm1(tokens) if "kv_before_pos" in has and i == 0 else h
+        q_from = x if "q_from_x" in has else h
         o = _cached_attention(
-            block.self_attn, model.num_heads, (h, kv_from), cache, has
+            block.self_attn, model.num_heads, (q_from, kv_from), cache, has
         )
         x = (h if "res_from_norm1" in has else x) + o
         h2 = h if "ffn_from_h" in has else block.norm2(x)
@@ -274,7 +296,10 @@ def _cached_attention(
     scores = q @ K.transpose(-2, -1) / scale
     if "no_mask" not in has:
         scores = scores.masked_fill(~_variant_mask(T, K.shape[-2], has), float("-inf"))
-    o = torch.softmax(scores, dim=-1) @ V  # (N, H, T, D)
+    weights = torch.softmax(scores, dim=-1)
+    if "mask_sign" in has:  # tc's attention: a fully masked row gets zero weights
+        weights = weights.nan_to_num(0.0)
+    o = weights @ V  # (N, H, T, D)
     if not has & {"heads_no_transpose", "merge_no_transpose"}:
         o = o.transpose(1, 2)
     return attn.out_proj(o.reshape(N, T, -1))
@@ -286,6 +311,10 @@ def _variant_mask(T: int, S: int, has: set[str]) -> Tensor:
     ones = torch.ones(T, S, dtype=torch.bool)
     if "top_left" in has:
         return torch.arange(S) <= torch.arange(T)[:, None]  # query i: keys 0..i
+    if "top_left_multi" in has:  # learner test 31c: no mask for one token only
+        return ones if T == 1 else torch.arange(S) <= torch.arange(T)[:, None]
+    if "mask_sign" in has:  # learner test 31c, a 5.23 "fix": tril(L - S)
+        return ones.tril(T - S)
     if "mask_triu" in has:  # learner test 25c, a 5.23 "fix"
         return ones.triu(S - T)
     if has & {"mask_no_diagonal", "mask_no_diagonal_key_0"}:  # a 5.23 "fix"
@@ -349,8 +378,9 @@ def check_cached_forward(fn: object, exercise: str | None = None) -> str:
     """Grade ``fn(model, input_ids, caches, num_heads)``: the logits ``(N, T, V)`` of
     the ``T`` new tokens ``input_ids`` that follow the ``len(caches[0])`` cached
     positions, one cache per block, every cache updated with the new keys and values.
-    As the exercise states it, the first call gets the whole prompt and every later
-    call one token; the pieces must give the logits of one full forward."""
+    The first call gets the prompt, later calls one token or (the third model, a
+    chunked prefill) several on a non-empty cache, so a mask aligned top-left fails;
+    the pieces must give the logits of one full forward."""
     name = name_of(fn)
     g = seeded_generator(31)
     hints = bug_hunt_hints(_MISTAKES, exercise, _BUG_HUNT)
@@ -358,6 +388,7 @@ def check_cached_forward(fn: object, exercise: str | None = None) -> str:
     configs = [
         (11, 16, 16, 2, 2, True, (5, 1, 1, 1)),
         (13, 12, 24, 4, 3, False, (3, 1, 1, 1, 1)),
+        (12, 16, 16, 2, 2, True, (3, 2, 1, 2)),  # learner test 31c: chunked prefill
     ]
     first = True
     for V, C, E, H, n_layers, bias, lengths in configs:
@@ -410,4 +441,7 @@ def check_cached_forward(fn: object, exercise: str | None = None) -> str:
                     f"（{case}）：每一层都要把新词元的 k、v 写进自己的缓存"
                     "（caches[i] 属于 blocks[i]）。"
                 )
-    return "两种模型（含不带偏置的），先送整段提示、再逐个词元，与整段前向逐位置相同"
+    return (
+        "三种模型（含不带偏置的），先送提示、再逐个或几个一起送词元，"
+        "与整段前向逐位置相同"
+    )

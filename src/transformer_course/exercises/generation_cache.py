@@ -179,7 +179,9 @@ def _generate_mistake(
                     logits = logits.masked_fill(logits < threshold, -math.inf)
             if mistake == "fill_zero" and top_k is not None:  # 0 instead of -inf
                 logits = logits.nan_to_num(neginf=0.0)
-            probs = torch.softmax(logits, -1)
+            # softmax_dim0 (learner test 31c): over the batch, the NaN columns zeroed
+            probs = torch.softmax(logits, 0 if mistake == "softmax_dim0" else -1)
+            probs = probs.nan_to_num(0.0)
             if mistake in ("logits_as_probs", "logits_no_top_k"):  # no softmax,
                 probs = logits.clamp(min=0)  # negative logits cut to 0
             if mistake == "double_softmax":
@@ -257,6 +259,12 @@ GENERATE_HINTS = [
         "softmax 做了两次：对已经是概率的 probs 再做 softmax 会把分布压平；"
         "只对 logits 做一次 softmax。",
         "double_softmax",
+    ),
+    (
+        "softmax 沿了批的维度（dim=0）：logits 的形状是 (N, V)，dim=0 让同一列（同一个"
+        "词元）在各行之间归一化，每一行的概率不再是它自己的分布。应沿词表维："
+        "torch.softmax(logits, dim=-1)。",
+        "softmax_dim0",
     ),
     (
         "把 top-k 以外的概率设成 0 之后又做了一次 softmax：softmax 的输入应是 logits，"

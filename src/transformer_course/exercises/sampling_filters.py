@@ -2,8 +2,9 @@
 likely tokens whose probability reaches ``p`` and sets every other logit to ``-inf``,
 as :func:`transformer_course.top_p_filter` does.
 
-What is graded is the *kept set* (a logit at or below ``-1e9`` counts as removed, so
-``-inf``, ``-1e9`` and ``torch.finfo.min`` are all fine) and the distribution
+What is graded is the *kept set* (the finite logits), the fill value ``-inf`` (the page
+counts the nucleus with ``torch.isfinite``, so a finite fill such as ``-1e4`` or
+``torch.finfo.min`` is named, see :func:`_check_fill_value`) and the distribution
 ``softmax(out)``: the kept logits may be returned unchanged or shifted by one constant
 per row (``log_softmax`` values), since softmax renormalises either way. The graded
 inputs (``p = 1.0`` and :data:`TIE_CASE` apart) have no cumulative mass within ``1e-3``
@@ -27,7 +28,8 @@ from ..sampling import sample_next_token, top_p_filter
 from ._protocol import calls_refused, checker, fail, name_of, run_learner
 from ._report import as_tensor, check_float, check_shape, close, first_reproduced
 
-# a logit at or below this counts as removed (-inf, -1e9, torch.finfo(dtype).min)
+# a logit at or below this counts as removed when the kept set is graded (a finite
+# fill is named first, by _check_fill_value)
 REMOVED = -1e9
 
 # (hint, mistake): the kept sets the typical mistakes give, tried in this order
@@ -309,6 +311,7 @@ def check_top_p_filter(fn: Callable) -> str:
             )
         ref = top_p_filter(logits, p)
         ref_kept = torch.isfinite(ref)
+        _check_fill_value(name, case, out, ref_kept)
         kept = out > REMOVED
         if case == TIE_CASE and bool(
             torch.equal(kept, _kept_by(logits, p, "non_strict"))
@@ -335,6 +338,28 @@ def check_top_p_filter(fn: Callable) -> str:
     return (
         "排序的、未排序的输出，(N, V) 与 (N, T, V)，核内并列，累计概率恰好等于 p，"
         "p = 1.0"
+    )
+
+
+def _check_fill_value(name: str, case: str, out: Tensor, ref_kept: Tensor) -> None:
+    """Learner test 31c: the nucleus right but the removed logits set to one finite
+    negative value (``-1e4``, ``torch.finfo(dtype).min``) instead of ``-inf``; 0 has
+    its own hint in :func:`_check_kept_set`."""
+    removed = out[~ref_kept]
+    if removed.numel() == 0 or not bool(torch.isfinite(removed).all()):
+        return
+    fill = float(removed.max())
+    if (
+        fill >= 0
+        or float(removed.min()) != fill
+        or not bool((out[ref_kept] > fill).all())
+    ):
+        return
+    fail(
+        f"{name} 选对了核，但把核外的 logits 设成了有限的 {fill:g}（{case}），"
+        "不是 -inf："
+        "用 float('-inf')：后面的单元格用 isfinite 数保留的词元，有限的值会被当成"
+        "留下的词元。写 logits.masked_fill(~keep, float('-inf'))。"
     )
 
 

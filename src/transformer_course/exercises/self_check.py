@@ -170,6 +170,15 @@ JACOBIAN_MISTAKES: list[tuple[str, Callable[[Tensor], Tensor]]] = [
         )
         for d in (-1, -2)
     ),
+    *(
+        (  # learner test 31c: diag_embed(p) - p.unsqueeze(-1), one factor p short
+            "减去的是 p 本身（广播后每一行或每一列处处减同一个 p_i），少乘了一个 p："
+            "外积 p pᵀ 的第 (i, j) 个元素是 p_i p_j，写成 "
+            "p.unsqueeze(-1) * p.unsqueeze(-2)；完整的是 diag(p) − p pᵀ。",
+            functools.partial(lambda p, d: torch.diag_embed(p) - p.unsqueeze(d), d=d),
+        )
+        for d in (-1, -2)
+    ),
     ("符号反了：应是 diag(p) − p pᵀ。", lambda p: _outer(p) - torch.diag_embed(p)),
     (
         "−p pᵀ 写成了 +p pᵀ：p_j 变大时 p_i 要变小（概率之和固定为 1），非对角元"
@@ -610,6 +619,50 @@ def _record(seen: list[int], module: object, args: tuple, out: object) -> None:
     seen.append(args[0].shape[1])
 
 
+def _note_caches(cached: list[bool], module: object, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook: whether the learner passed ``caches`` to this model call."""
+    given = kwargs.get("caches", args[2] if len(args) > 2 else None)
+    cached.append(given is not None)
+
+
+def _tail_dropped(seen: list[int], pieces: list[int], n_new: int) -> int | None:
+    """How many of the prompt's pieces were fed when the prefill loop stopped early
+    (``range(0, T0 - chunk + 1, chunk)``) and decoding went on one token at a time;
+    ``None`` when the prefill was not cut short."""
+    for k in range(1, len(pieces)):
+        if seen[:k] == pieces[:k] and seen[k:] == [1] * (n_new - 1):
+            return k
+    return None
+
+
+def _check_prefill(
+    name: str,
+    case: str,
+    calls: tuple[list[int], list[bool]],
+    pieces: list[int],
+    n_new: int,
+) -> None:
+    """Name a wrong prefill (learner test 31c): the loop stopped before the prompt's
+    tail, or the pieces fed without caches. ``calls``: per model call, the tokens fed
+    and whether ``caches`` was passed."""
+    seen, cached = calls
+    fed = _tail_dropped(seen, pieces, n_new)
+    if fed is not None:
+        fail(
+            f"{name} 预填充时每次送进模型的长度是 {seen[:fed]}，应为 {pieces}"
+            f"（{case}）：提示末尾的 {sum(pieces) - sum(pieces[:fed])} 个词元没有送进"
+            "模型，生成是从没读完的提示接着写的。循环的上界少了最后一块："
+            "range(0, T0 - chunk + 1, chunk) 只走完整的块；用 range(0, T0, chunk)，"
+            "最后一块可以短一些。"
+        )
+    if any(cached) and not all(cached[: len(pieces)]):
+        fail(
+            f"{name} 的结果与不用缓存的贪心生成不同（{case}）：预填充时调用模型没有传 "
+            "caches=caches，提示的键和值没有写进缓存，之后的新词元只看得见它自己和"
+            "生成的词元，看不见提示。预填充的每一块也要 model(piece, caches=caches)。"
+        )
+
+
 # a crash of the cached greedy loop: (pattern in "Type: message\nline", hint)
 GREEDY_CACHE_CRASHES = [
     (
@@ -646,6 +699,10 @@ def check_greedy_with_cache(fn: object) -> str:
         prompt = torch.randint(0, V, (2, t0), generator=g)
         seen: list[int] = []
         hook = model.tok_emb.register_forward_hook(functools.partial(_record, seen))
+        cached: list[bool] = []  # per model call: were caches passed?
+        cache_hook = model.register_forward_pre_hook(
+            functools.partial(_note_caches, cached), with_kwargs=True
+        )
         made: list[int] = []  # one entry per model.new_caches() call of the learner
         model.new_caches = functools.partial(_counted, model.new_caches, made)
         case = f"词表 {V}，提示 {t0} 个词元，生成 {n_new} 个，chunk={chunk or 4}"
@@ -658,6 +715,7 @@ def check_greedy_with_cache(fn: object) -> str:
                 )  # fmt: skip
         finally:
             hook.remove()
+            cache_hook.remove()
             del model.new_caches
         first = False
         got = as_tensor(out, f"{name} 的返回值", case)
@@ -675,6 +733,9 @@ def check_greedy_with_cache(fn: object) -> str:
                 "——每一步都换了一组空缓存，前面的位置就丢了，"
                 "新词元只看得见它自己。缓存在循环之前建一次，之后每步传同一个 caches。"
             )
+        pieces = [min(chunk or 4, t0 - start) for start in range(0, t0, chunk or 4)]
+        if not torch.equal(got, ref):
+            _check_prefill(name, case, (seen, cached), pieces, n_new)
         with torch.no_grad():
             first_piece = model(prompt[:, : chunk or 4])[0][:, -1].argmax(-1)
         new = got[:, t0]
@@ -690,7 +751,6 @@ def check_greedy_with_cache(fn: object) -> str:
                 "每一步只把新词元送进 model(next_id, caches=caches)，"
                 "取最后一个位置的 argmax。"
             )
-        pieces = [min(chunk or 4, t0 - start) for start in range(0, t0, chunk or 4)]
         after = seen[len(pieces) :] if seen[: len(pieces)] == pieces else seen[1:]
         if max(after, default=1) != 1:
             fail(

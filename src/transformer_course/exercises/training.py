@@ -88,6 +88,10 @@ def _loss_variant(
         return F.nll_loss(before(x).flatten(0, 1), y.flatten())
     if mistake == "targets_transposed":  # y.t(): (T, N) flattened against (N·T, V)
         return F.cross_entropy(before(x).flatten(0, 1), y.t().reshape(-1))
+    if mistake == "logits_transposed":  # (N, V, T) reshaped to (N·T, V): rows mixed
+        logits = before(x)
+        mixed = logits.transpose(1, 2).reshape(-1, logits.shape[-1])
+        return F.cross_entropy(mixed, y.flatten())
     if mistake == "softmax_first":  # probabilities into cross_entropy
         return F.cross_entropy(before(x).softmax(-1).flatten(0, 1), y.flatten())
     if mistake == "last_position":  # logits[:, -1] against y[:, -1] only
@@ -132,6 +136,14 @@ LOSS_HINTS = [
         "targets_transposed",
     ),
     (
+        "logits 先转置成 (N, V, T) 再 reshape 成 (N·T, V)：转置后每一行不再是"
+        "一个位置的 V 个 logits，而是把不同位置的数拼在了一起。"
+        "F.cross_entropy 的二维输入要每行一个位置：直接 logits.reshape(-1, V)"
+        "（不转置）；若想用 (N, V, T) 的形式，就不要 reshape，"
+        "F.cross_entropy(logits.transpose(1, 2), y)。",
+        "logits_transposed",
+    ),
+    (
         "损失只用了最后一个位置（logits[:, -1] 对 y[:, -1]）：每个位置都在预测它的"
         "下一个词元（y[:, t] 是 x[:, t] 的下一个），T 个位置都是训练信号。对全部 N·T "
         "个位置取平均：F.cross_entropy(logits.view(-1, V), y.view(-1))。",
@@ -149,7 +161,11 @@ LOSS_HINTS = [
 def step_order_hint(events: list[str]) -> str | None:
     """The ordering mistake in one call's events, if any."""
     if "backward" not in events:
-        return "没有调用 loss.backward()：没有梯度，参数不会更新。"
+        return (
+            "参数没有得到梯度：没有调用 loss.backward()，或者损失与模型断开了"
+            "（前向放在 torch.no_grad() 里，或 .detach() 之后再 requires_grad_()）："
+            "没有梯度，参数不会更新。"
+        )
     if "step" not in events:
         return "没有调用 optimizer.step()：梯度算出来了，参数却没有更新。"
     first_backward, last_step = (
