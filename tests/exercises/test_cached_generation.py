@@ -266,14 +266,14 @@ def test_every_hint_is_reached(capsys):
 
 @pytest.mark.parametrize(("mistake", "keyword"), [("mask_triu", "掩码方向反了"), ("mask_no_diagonal", "对角线")])
 def test_wrong_mask_fixes_of_the_bug_hunt_are_named(mistake, keyword, capsys):
-    # learner test 25c, 5.23: "fixes" of the top-left mask got the generic checklist
-    assert_rejects(lambda fn: ex.check_cached_forward(fn, exercise="5.23"), make_forward(mistake), keyword, capsys)
+    # learner test 25c: "fixes" of a top-left mask got the generic checklist
+    assert_rejects(lambda fn: ex.check_cached_forward(fn, exercise="5.17"), make_forward(mistake), keyword, capsys)
 
 
 @torch.no_grad()
 def positions_fixed_mask_left(model, input_ids, caches, num_heads):
-    """Learner test 27c, 5.23: the "fix" moved the positions back by one and left the
-    page's top-left mask in: two mistakes at once."""
+    """Learner test 27c: positions moved back by one and a top-left mask: two mistakes
+    at once."""
     N, T = input_ids.shape
     start = max(0, len(caches[0]) - 1)
     x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(start, start + T))
@@ -290,6 +290,6 @@ def positions_fixed_mask_left(model, input_ids, caches, num_heads):
 
 
 def test_two_mistakes_at_once_are_both_named(capsys):
-    message = rejection(lambda fn: ex.check_cached_forward(fn, exercise="5.23"), positions_fixed_mask_left)
-    assert "有两处错" in message and "位置少算了 1" in message and "看注意力的掩码那一行" in message, message
+    message = rejection(lambda fn: ex.check_cached_forward(fn, exercise="5.17"), positions_fixed_mask_left)
+    assert "有两处错" in message and "位置少算了 1" in message and "对齐到了左上角" in message, message
     assert "逐层对照" not in message, message
