@@ -315,8 +315,7 @@ def buggy_forward_with_cache(model, input_ids, caches, num_heads):  # as printed
         k = attn.k_proj(h).view(N, L, num_heads, -1).transpose(1, 2)
         v = attn.v_proj(h).view(N, L, num_heads, -1).transpose(1, 2)
         K_all, V_all = cache.update(k, v)  # 已缓存的加上新的
-        o, _ = tc.scaled_dot_product_attention(q, K_all, V_all,
-                                               attn_mask=tc.causal_mask(L, K_all.shape[-2]))
+        o, _ = tc.scaled_dot_product_attention(q, K_all, V_all, attn_mask=tc.causal_mask(L, K_all.shape[-2]))
         x = x + attn.out_proj(o.transpose(1, 2).reshape(N, L, -1))
         x = x + block.ffn(block.norm2(x))
     return model.lm_head(model.norm_f(x))  # (N, L, V)
@@ -334,8 +333,7 @@ def copied_forward_with_cache(model, input_ids, caches, num_heads):
         k = attn.k_proj(h).view(N, L, num_heads, -1).transpose(1, 2)
         v = attn.v_proj(h).view(N, L, num_heads, -1).transpose(1, 2)
         K_all, V_all = cache.update(k, v)  # 看这里？
-        o, _ = tc.scaled_dot_product_attention(q, K_all, V_all,
-                                               attn_mask=tc.causal_mask(L, K_all.shape[-2]))
+        o, _ = tc.scaled_dot_product_attention(q, K_all, V_all, attn_mask=tc.causal_mask(L, K_all.shape[-2]))
         x = x + attn.out_proj(o.transpose(1, 2).reshape(N, L, -1))
         x = x + block.ffn(block.norm2(x))
     return model.lm_head(model.norm_f(x))

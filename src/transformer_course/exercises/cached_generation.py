@@ -324,9 +324,7 @@ def _replay(
     return out
 
 
-_POSITIONS_SYMPTOM = (
-    "第一次调用（缓存为空）与整段前向相同，之后逐个送词元就对不上"
-)
+_POSITIONS_SYMPTOM = "第一次调用（缓存为空）与整段前向相同，之后逐个送词元就对不上"
 # the find-the-bug exercise on this checker: the page's bug (position ids counted from 0
 # on every call, as in a forward without a cache) gets a hint that names the symptom and
 # where to look
@@ -346,9 +344,9 @@ _BUG_UNCHANGED = {
         "buggy_forward_with_cache",
         {
             "positions_from_zero": (
-                f"{_POSITIONS_SYMPTOM}。你的函数与题目给的 buggy_forward_with_cache 逐行"
-                "相同（注释除外）：还没有改到 bug。想一想：缓存为空和不空时，哪一行算出的"
-                "东西应当不同？"
+                f"{_POSITIONS_SYMPTOM}。你的函数与题目给的 "
+                "buggy_forward_with_cache 逐行相同（注释除外）：还没有改到 bug。"
+                "想一想：缓存为空和不空时，哪一行算出的东西应当不同？"
             ),
         },
     ),
