@@ -64,11 +64,11 @@ def make_forward(mistake=None):
             if mistake == "top_left_padded":  # learner test: causal_mask(T), padded
                 keep = torch.nn.functional.pad(tc.causal_mask(T), (0, K.shape[-2] - T), value=False)
                 scores = scores.masked_fill(~keep, float("-inf"))
-            elif mistake == "mask_triu":  # learner test 25c, 5.23: the mask "fixed" inverted
+            elif mistake == "mask_triu":  # learner test 25c: a top-left mask "fixed" inverted
                 S = K.shape[-2]
                 keep = torch.ones(T, S, dtype=torch.bool).triu(S - T)
                 scores = scores.masked_fill(~keep, float("-inf"))
-            elif mistake in ("mask_no_diagonal", "mask_no_diagonal_key_0"):  # learner tests 25c, 27c, 5.23
+            elif mistake in ("mask_no_diagonal", "mask_no_diagonal_key_0"):  # learner tests 25c, 27c
                 S = K.shape[-2]
                 keep = torch.ones(T, S, dtype=torch.bool).tril(S - T - 1)
                 if mistake == "mask_no_diagonal_key_0":  # no row left empty
@@ -150,7 +150,7 @@ def test_skeleton(capsys):
 
 NAMED_MISTAKES = [
     ("positions_from_zero", "位置编号从 0 开始"),
-    ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b, 5.23
+    ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b
     ("positions_plus_1", "新词元的位置多算了 1"),
     ("positions_plus_1_cached", "缓存不空时新词元的位置多算了 1"),
     ("no_mask", "因果掩码"),
