@@ -144,6 +144,15 @@ def test_sample_loads_checkpoint_with_weights_only(script, tmp_path, capsys, mon
     assert script.main([*args, "--num-samples", "2", "--top-k", "5", "--seed", "1"]) == 0
     headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("-----")]
     assert headers == ["----- 样本 1/2（检查点第 2 步）", "----- 样本 2/2（检查点第 2 步）"]
+    # a prompt longer than the window (16) is printed whole; stderr says the model saw the end
+    long_prompt = "The fox has a red apple. " * 2
+    assert script.main(["sample", "--ckpt", str(out / "ckpt.pt"), "--prompt", long_prompt,
+                        "--max-new-tokens", "5", "--greedy"]) == 0  # fmt: skip
+    captured = capsys.readouterr()
+    assert captured.out.startswith(long_prompt) and len(captured.out) == len(long_prompt) + 5 + 1
+    assert f"提示有 {len(long_prompt)} 个词元，超过检查点的上下文长度 16" in captured.err
+    assert script.main([*args, "--greedy"]) == 0
+    assert "上下文长度" not in capsys.readouterr().err  # a short prompt: no note
     _expect_usage_error(script, ["sample", "--ckpt", str(out / "ckpt.pt"), "--prompt", "Zürich"],
                         "--prompt 'Zürich' 里有训练文本中没有的字符 ['Z', 'ü']", capsys)  # fmt: skip
     _expect_usage_error(script, ["sample", "--ckpt", str(out / "ckpt.pt"), "--prompt", ""],

@@ -126,9 +126,9 @@ HUNTS = [
         ex.check_cached_forward,
         "5.23",
         "5.17",
-        make_forward("top_left_padded"),
-        "看注意力的掩码那一行",
-        "causal_mask(T, len(缓存) + T)",
+        make_forward("positions_from_zero"),
+        "新词元在整段里排第几",
+        "arange(start, start + T)",
     ),
 ]  # fmt: skip
 
@@ -314,3 +314,75 @@ def test_every_unchanged_bug_hint_is_reached():
         message = rejection(lambda c, n=number, f=checker: f(c, exercise=n), bug)
         for hint in table.values():
             assert hint in message, message
+
+
+# ch05 (5.23): the page's buggy_forward_with_cache (positions counted from 0 on every
+# call) copied unchanged gets the symptom and which call goes wrong, not the line
+
+
+@torch.no_grad()
+def buggy_forward_with_cache(model, input_ids, caches, num_heads):  # as printed
+    N, L = input_ids.shape
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(L))  # (N, L, E)
+    for block, cache in zip(model.blocks, caches, strict=True):
+        attn = block.self_attn
+        h = block.norm1(x)
+        q = attn.q_proj(h).view(N, L, num_heads, -1).transpose(1, 2)  # (N, H, L, D)
+        k = attn.k_proj(h).view(N, L, num_heads, -1).transpose(1, 2)
+        v = attn.v_proj(h).view(N, L, num_heads, -1).transpose(1, 2)
+        K_all, V_all = cache.update(k, v)  # 已缓存的加上新的
+        o, _ = tc.scaled_dot_product_attention(q, K_all, V_all, attn_mask=tc.causal_mask(L, K_all.shape[-2]))
+        x = x + attn.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))  # (N, L, V)
+
+
+@torch.no_grad()
+def copied_forward_with_cache(model, input_ids, caches, num_heads):
+    # the learner's copy under another name, comments changed, nothing else
+    N, L = input_ids.shape
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(L))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        attn = block.self_attn
+        h = block.norm1(x)
+        q = attn.q_proj(h).view(N, L, num_heads, -1).transpose(1, 2)
+        k = attn.k_proj(h).view(N, L, num_heads, -1).transpose(1, 2)
+        v = attn.v_proj(h).view(N, L, num_heads, -1).transpose(1, 2)
+        K_all, V_all = cache.update(k, v)  # 看这里？
+        o, _ = tc.scaled_dot_product_attention(q, K_all, V_all, attn_mask=tc.causal_mask(L, K_all.shape[-2]))
+        x = x + attn.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+@torch.no_grad()
+def changed_forward_with_cache(model, input_ids, caches, num_heads):
+    # changed (the positions written out), the bug still there
+    N, L = input_ids.shape
+    positions = torch.arange(0, L)
+    x = model.tok_emb(input_ids) + model.pos_emb(positions)
+    for block, cache in zip(model.blocks, caches, strict=True):
+        attn = block.self_attn
+        h = block.norm1(x)
+        q, k, v = (p(h).view(N, L, num_heads, -1).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+        K_all, V_all = cache.update(k, v)
+        o, _ = tc.scaled_dot_product_attention(q, K_all, V_all, attn_mask=tc.causal_mask(L, K_all.shape[-2]))
+        x = x + attn.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+def test_ch05_cached_bug_unchanged_gets_the_symptom_only():
+    check = ex.check_cached_forward
+    for unchanged in (buggy_forward_with_cache, copied_forward_with_cache):
+        message = rejection(lambda c: check(c, exercise="5.23"), unchanged)
+        assert "还没有改到 bug" in message and "第一次调用（缓存为空）与整段前向相同" in message, message
+        assert "排第几" not in message and "arange(start" not in message and "位置编号" not in message, message
+        for hint in cached_generation._BUG_UNCHANGED["5.23"][1].values():
+            assert hint in message, message
+    assert cached_generation._BUG_UNCHANGED["5.23"][0] == buggy_forward_with_cache.__name__
+    message = rejection(lambda c: check(c, exercise="5.23"), changed_forward_with_cache)
+    assert "新词元在整段里排第几" in message and "还没有改到" not in message, message
+    assert "arange(start" not in message, message
+    # under 5.17 (the build exercise) the same code gets the fix
+    assert "arange(start, start + T)" in rejection(lambda c: check(c, exercise="5.17"), buggy_forward_with_cache)

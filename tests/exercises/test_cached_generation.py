@@ -64,11 +64,11 @@ def make_forward(mistake=None):
             if mistake == "top_left_padded":  # learner test: causal_mask(T), padded
                 keep = torch.nn.functional.pad(tc.causal_mask(T), (0, K.shape[-2] - T), value=False)
                 scores = scores.masked_fill(~keep, float("-inf"))
-            elif mistake == "mask_triu":  # learner test 25c, 5.23: the mask "fixed" inverted
+            elif mistake == "mask_triu":  # learner test 25c: a top-left mask "fixed" inverted
                 S = K.shape[-2]
                 keep = torch.ones(T, S, dtype=torch.bool).triu(S - T)
                 scores = scores.masked_fill(~keep, float("-inf"))
-            elif mistake in ("mask_no_diagonal", "mask_no_diagonal_key_0"):  # learner tests 25c, 27c, 5.23
+            elif mistake in ("mask_no_diagonal", "mask_no_diagonal_key_0"):  # learner tests 25c, 27c
                 S = K.shape[-2]
                 keep = torch.ones(T, S, dtype=torch.bool).tril(S - T - 1)
                 if mistake == "mask_no_diagonal_key_0":  # no row left empty
@@ -214,7 +214,7 @@ def test_skeleton(capsys):
 
 NAMED_MISTAKES = [
     ("positions_from_zero", "位置编号从 0 开始"),
-    ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b, 5.23
+    ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b
     ("positions_plus_1", "新词元的位置多算了 1"),
     ("positions_plus_1_cached", "缓存不空时新词元的位置多算了 1"),
     ("no_mask", "因果掩码"),
@@ -331,14 +331,14 @@ def test_every_hint_is_reached(capsys):
 
 @pytest.mark.parametrize(("mistake", "keyword"), [("mask_triu", "掩码方向反了"), ("mask_no_diagonal", "对角线")])
 def test_wrong_mask_fixes_of_the_bug_hunt_are_named(mistake, keyword, capsys):
-    # learner test 25c, 5.23: "fixes" of the top-left mask got the generic checklist
-    assert_rejects(lambda fn: ex.check_cached_forward(fn, exercise="5.23"), make_forward(mistake), keyword, capsys)
+    # learner test 25c: "fixes" of a top-left mask got the generic checklist
+    assert_rejects(lambda fn: ex.check_cached_forward(fn, exercise="5.17"), make_forward(mistake), keyword, capsys)
 
 
 @torch.no_grad()
 def positions_fixed_mask_left(model, input_ids, caches, num_heads):
-    """Learner test 27c, 5.23: the "fix" moved the positions back by one and left the
-    page's top-left mask in: two mistakes at once."""
+    """Learner test 27c: positions moved back by one and a top-left mask: two mistakes
+    at once."""
     N, T = input_ids.shape
     start = max(0, len(caches[0]) - 1)
     x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(start, start + T))
@@ -355,6 +355,6 @@ def positions_fixed_mask_left(model, input_ids, caches, num_heads):
 
 
 def test_two_mistakes_at_once_are_both_named(capsys):
-    message = rejection(lambda fn: ex.check_cached_forward(fn, exercise="5.23"), positions_fixed_mask_left)
-    assert "有两处错" in message and "位置少算了 1" in message and "看注意力的掩码那一行" in message, message
+    message = rejection(lambda fn: ex.check_cached_forward(fn, exercise="5.17"), positions_fixed_mask_left)
+    assert "有两处错" in message and "位置少算了 1" in message and "对齐到了左上角" in message, message
     assert "逐层对照" not in message, message

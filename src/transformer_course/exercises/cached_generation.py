@@ -26,6 +26,7 @@ from ._report import (
     check_shape,
     close,
     first_reproduced,
+    same_code,
     where_differs,
 )
 
@@ -352,16 +353,32 @@ def _replay(
     return out
 
 
-# the find-the-bug exercise on this checker: the page's bug (a causal mask aligned
-# top-left) gets a hint that names the symptom and where to look
+_POSITIONS_SYMPTOM = "第一次调用（缓存为空）与整段前向相同，之后逐个送词元就对不上"
+# the find-the-bug exercise on this checker: the page's bug (position ids counted from 0
+# on every call, as in a forward without a cache) gets a hint that names the symptom and
+# where to look
 _BUG_HUNT = {
     "5.23": {
-        "top_left": (
-            "第一次调用（缓存为空）与整段前向相同，之后逐个送词元就对不上：错的量在新词元"
-            "数等于键的个数时恰好正确。看注意力的掩码那一行：逐个送词元时，新词元的查询"
-            "能看到哪些键？"
+        "positions_from_zero": (
+            f"{_POSITIONS_SYMPTOM}：错的量在缓存为空时恰好正确。看进第一个块之前的那一步："
+            "新词元在整段里排第几？"
         ),
     }
+}
+# the page's buggy function, by exercise, and what the hunt says while the learner's
+# code is still that function (comments aside): the symptom and which call goes wrong;
+# the step to look at comes once something was changed
+_BUG_UNCHANGED = {
+    "5.23": (
+        "buggy_forward_with_cache",
+        {
+            "positions_from_zero": (
+                f"{_POSITIONS_SYMPTOM}。你的函数与题目给的 "
+                "buggy_forward_with_cache 逐行相同（注释除外）：还没有改到 bug。"
+                "想一想：缓存为空和不空时，哪一行算出的东西应当不同？"
+            ),
+        },
+    ),
 }
 
 _CRASHES = [
@@ -383,7 +400,11 @@ def check_cached_forward(fn: object, exercise: str | None = None) -> str:
     the pieces must give the logits of one full forward."""
     name = name_of(fn)
     g = seeded_generator(31)
-    hints = bug_hunt_hints(_MISTAKES, exercise, _BUG_HUNT)
+    page_bug, unchanged = _BUG_UNCHANGED.get(str(exercise), (None, {}))
+    bugs = _BUG_HUNT
+    if page_bug is not None and same_code(fn, page_bug):
+        bugs = {str(exercise): unchanged}
+    hints = bug_hunt_hints(_MISTAKES, exercise, bugs)
     # (V, C, E, H, layers, bias, chunk lengths): a prompt, then one token at a time
     configs = [
         (11, 16, 16, 2, 2, True, (5, 1, 1, 1)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -26,7 +27,10 @@ def sample(
     seed: int = 0,
     device: str = "auto",
 ) -> int:
-    """Print ``num_samples`` continuations of ``prompt`` (default: a newline)."""
+    """Print ``num_samples`` continuations of ``prompt`` (default: a newline): the whole
+    prompt, then the new text. A prompt longer than the context window is not cropped in
+    the output; the model sees its last ``context_length`` tokens, and a note on stderr
+    says so."""
     dev = pick_device(device, DistInfo())
     state = read_checkpoint(Path(ckpt), "--ckpt")  # weights_only=True inside
     cfg = saved_model_config(state, "--ckpt")
@@ -36,7 +40,13 @@ def sample(
     model.to(dev).eval()
     prompt_ids = encode_prompt(tok, prompt)
     ids = torch.tensor([prompt_ids] * num_samples, dtype=torch.long, device=dev)
-    ids = ids[:, -cfg.context_length :]
+    if len(prompt_ids) > cfg.context_length:
+        print(
+            f"注意：提示有 {len(prompt_ids)} 个词元，超过检查点的上下文长度 "
+            f"{cfg.context_length}；模型只看得到提示的最后 {cfg.context_length} 个词元"
+            "（下面照样打印完整的提示）",
+            file=sys.stderr,
+        )
     gen = torch.Generator(device=dev).manual_seed(seed)
     out = model.generate(
         ids,
