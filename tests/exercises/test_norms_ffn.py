@@ -200,7 +200,20 @@ def test_bug_hunt_fix_with_a_fixed_dim_is_told_to_use_dim_minus_1():
     assert "任意维数" in message and "打印各个张量的 .shape" not in message, message
 
 
+class CentredInPlace(nn.Module):  # learner test 34a, 3.1/3.8: x -= mean
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight, self.bias = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        x -= x.mean(-1, keepdim=True)
+        var = (x * x).mean(-1, keepdim=True)
+        return x / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
 LAYER_NORM_REJECTS = [
+    pytest.param(ex.check_layer_norm, CentredInPlace, "原地改动了", id="input centred in place"),
     pytest.param(ex.check_layer_norm, make_ln(mistake="unbiased"), "无偏", id="unbiased variance"),
     pytest.param(
         ex.check_layer_norm, make_ln(mistake="std_eps"), "eps 应加在根号里面", id="eps outside the square root"

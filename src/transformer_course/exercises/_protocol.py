@@ -274,7 +274,9 @@ def run_learner(
     """Call the learner's ``fn``; a crash becomes an :class:`ExerciseError` naming the
     inputs; ``NotImplementedError`` (or ``None`` from a ``first`` call) a skeleton.
     ``copy_inputs=False``: the caller passes its own copies, to see in-place edits."""
-    # the learner's code may change its inputs in place: it gets copies
+    # the learner's code may change its inputs in place: it gets copies, and a
+    # layer that edits its input is named (the page's next layer reads that tensor)
+    given = args
     if copy_inputs:
         args = copies(args)
     try:
@@ -290,7 +292,29 @@ def run_learner(
             raise Skeleton(what, "返回了 None——还没写完，或者忘了 return")
         where = f"（{case}）" if case else ""
         fail(f"{what} 返回了 None{where}：这种情况下也要返回结果，是不是漏了 return？")
+    if copy_inputs and isinstance(getattr(fn, "__self__", fn), nn.Module):
+        _refuse_edited_inputs(given, args, what, case)  # a layer's forward: x += ...
     return out
+
+
+def _refuse_edited_inputs(given: tuple, passed: tuple, what: str, case: str) -> None:
+    """Fail when the learner's code changed a tensor it was passed (``x += ...``)."""
+    for i, (a, b) in enumerate(zip(given, passed, strict=True)):
+        if not isinstance(a, Tensor) or a is b:
+            continue
+        if a.shape == b.shape and a.dtype == b.dtype:
+            if not a.is_floating_point() and torch.equal(a, b):
+                continue
+            if a.is_floating_point() and torch.equal(a.isnan(), b.isnan()):
+                if torch.equal(a.nan_to_num(), b.nan_to_num()):
+                    continue
+        where = f"；{case}" if case else ""
+        fail(
+            f"{what} 原地改动了传进来的第 {i + 1} 个张量参数{where}：例如 x += …、"
+            "x -= …、x[...] = …、masked_fill_ 之类带下划线的函数。调用方的张量被改掉，"
+            "页面后面的单元格会用到改过的值，反向传播也会报错。改成 x = x + …，"
+            "或先 clone() 再改。"
+        )
 
 
 @contextmanager
