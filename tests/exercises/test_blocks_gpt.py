@@ -439,6 +439,10 @@ def test_gpt_accepts(capsys):
     assert_skeleton(ex.check_gpt, GPTSkeleton, capsys)
 
 
+class GPTResidualInPlace(GPT):  # learner test 34a, 3.6: blocks with x += sublayer(x)
+    block = ResidualInPlace
+
+
 class NoPositions(GPT):
     def embed(self, input_ids):
         return self.tok_emb(input_ids)
@@ -666,6 +670,7 @@ def gpt_check(cls, keyword, id):
 
 
 GPT_REJECTS = [
+    gpt_check(GPTResidualInPlace, "反向传播却报错", "residual added in place inside the blocks"),
     gpt_check(NoPositions, "忘了加位置嵌入", "no position embedding"),
     gpt_check(PositionsById, "不是按 token id", "positions looked up by token id (crashes)"),
     gpt_check(PositionsFrom1, "位置应从 0 开始", "positions 1..L"),

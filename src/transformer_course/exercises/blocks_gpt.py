@@ -749,7 +749,27 @@ def check_gpt(cls: type) -> str:
                 f"{what} 的 logits 与参考（同样权重的 tc.MiniGPT）不一致（{case}；"
                 f"{where_differs(out, expected)}）。\n可能的原因：{hint}"
             )
-    return "2 组配置、1 到 2 层、L = 1 到 context_length、批量 1 到 3"
+        _check_backward(module, idx, what)
+    return "2 组配置、1 到 2 层、L = 1 到 context_length、批量 1 到 3，再反向传播一次"
+
+
+def _check_backward(module: nn.Module, idx: Tensor, what: str) -> None:
+    """One backward pass, as the chapter's training cell runs it: an activation that
+    a sublayer saved and the learner then changed in place (``x += ...``) fails here."""
+    module.zero_grad(set_to_none=True)
+    with torch.enable_grad():
+        out = run_module(module, idx, what=what, case="反向传播", causes=GPT_CRASHES)
+        try:
+            as_tensor(out, f"{what} 的输出", "反向传播").float().sum().backward()
+        except RuntimeError as err:
+            if "inplace" not in str(err):
+                raise
+            fail(
+                f"{what} 的前向结果对，反向传播却报错：某个激活被原地改动了"
+                "（例如块里写成 x += self.attn(...)；LayerNorm 等已经为反向传播存下了"
+                "原来的 x）。改成 x = x + …，本章的训练单元格才能运行。"
+            )
+    module.zero_grad(set_to_none=True)
 
 
 GPT_CRASHES = [
