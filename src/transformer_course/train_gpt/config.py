@@ -25,8 +25,9 @@ MODEL_FLAGS = ("context_length", "d_model", "num_heads", "num_layers", "dropout"
 #: (twice the context, a larger model, 2.5x the steps) about a quarter of an hour;
 #: both beat the n-gram baseline (README). ``zh`` is a byte-level BPE (1024 ids,
 #: learned on the training split) and a small model on the book's Chinese prose
-#: (``tc.load_text_corpus("zh")``, about 117K characters; regenerated with the book). ``gpu`` is nanoGPT's
-#: character-level Shakespeare model (``config/train_shakespeare_char.py``).
+#: (``tc.load_text_corpus("zh")``, about 117K characters, regenerated with the book).
+#: ``gpu`` is nanoGPT's character-level Shakespeare model
+#: (``config/train_shakespeare_char.py``).
 PRESETS = {
     "cpu-small": dict(
         context_length=128, d_model=96, num_heads=4, num_layers=3, dropout=0.0,
