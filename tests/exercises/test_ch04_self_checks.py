@@ -32,7 +32,7 @@ MARKERS = {
     "4.15": "def check_receptive_field",
     "4.13": "acc_2 = acc_h[(2, 2)]",
     "4.17": "DECAY_EXACT, DECAY_LINEAR =",
-    "4.16": "my_base, (8 / (2 * math.pi)) ** 8",
+    "4.16": "my_base, (7 / (2 * math.pi)) ** 8",
     "4.19 skeleton": "def my_add_memory",
     "4.19": "def check_add_memory",
     "4.21 bug": "def buggy_online_softmax",
@@ -205,12 +205,14 @@ def test_4_17_hints(page, cells, answer, keyword):
 @pytest.mark.parametrize(
     ("answer", "keyword"),
     [
-        ((8 / (2 * math.pi)) ** 4, "要么用了 D = 8"),  # learner test 22b: D = 8, not the third pair
-        ((8 / (2 * math.pi)) ** 16, "指数用错了"),
-        (8.0**8, "漏了 2π"),
-        ((2 * math.pi / 8) ** 8, "解反了"),
-        (5.0, "令它等于 8 解出 b"),
-        (8 / (2 * math.pi), "还要把两边取 8 次方"),  # learner test 25b
+        ((7 / (2 * math.pi)) ** 4, "要么用了 D = 8"),  # learner test 22b: D = 8, not the third pair
+        ((7 / (2 * math.pi)) ** 16, "指数用错了"),
+        (7.0**8, "漏了 2π"),
+        ((2 * math.pi / 7) ** 8, "解反了"),
+        (5.0, "令它等于 7 解出 b"),
+        (7 / (2 * math.pi), "还要把两边取 8 次方"),  # learner test 25b
+        ((8 / (2 * math.pi)) ** 8, "相对距离最远是 7"),  # ch04 review 34: period 8 is off by one
+        (6.907, "相对距离最远是 7"),
     ],
 )
 def test_4_16_hints(page, cells, answer, keyword):
