@@ -1,5 +1,6 @@
 """The preface's routes to running the book (book/intro.md): the Colab cell clones the repository that the
-book's GitHub menu (源码库) links to and installs that clone; the local commands name files and targets that exist."""
+reader copies from the book's GitHub button and installs that clone; the local commands name files and
+targets that exist."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ INTRO = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
 
 
 def test_colab_clones_the_repository_of_the_github_button_and_installs_the_clone():
+    # the book's GitHub button links to _config.yml's repository; the Colab cell asks the reader
+    # to paste that address (the published one), so it shows a placeholder, not a guess
     url = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]["url"]
-    clone = re.findall(r"^\s*!git clone --depth 1 (\S+)$", INTRO, flags=re.M)
-    assert clone == [url + ".git"], clone
-    folder = url.rstrip("/").rsplit("/", 1)[-1]
+    assert url.startswith("https://github.com/"), url
+    repo = re.findall(r'^\s*REPO = "(\S+)"', INTRO, flags=re.M)
+    assert repo == ["https://github.com/<用户名>/<仓库名>"], repo
+    assert "GitHub 图标" in INTRO and "不替换会克隆失败" in INTRO
+    clone = re.findall(r"^\s*!git clone --depth 1 \{REPO\} (\S+)$", INTRO, flags=re.M)
+    assert len(clone) == 1, clone
     # a regular install: an editable one (-e) is importable only after restarting the runtime
-    assert re.findall(r"^\s*%pip install -q (\S+)$", INTRO, flags=re.M) == [f"./{folder}"]
+    assert re.findall(r"^\s*%pip install -q (\S+)$", INTRO, flags=re.M) == [f"./{clone[0]}"]
 
 
 def test_local_routes_name_files_and_targets_that_exist():
