@@ -496,7 +496,9 @@ def _loss_variant(
         "reversed": (tail, head),
     }.get(mistake, (head, tail))
     logits = model(src, dec_in)
-    if mistake != "pad_kept":
+    if mistake == "mask_from_input":  # the pads of the decoder input, one step early
+        labels = labels.masked_fill(dec_in == pad, -100)
+    elif mistake != "pad_kept":
         ignored = 0 if mistake == "pad_zero" else pad
         labels = labels.masked_fill(labels == ignored, -100)
     if mistake == "label_smoothing":
@@ -512,6 +514,8 @@ def _loss_variant(
         flat = logits.transpose(1, 2).reshape(-1, logits.size(-1))
     if mistake == "labels_transposed":  # labels flattened T-major, logits N-major
         target = labels.transpose(0, 1).reshape(-1)
+    if mistake == "logits_transposed":  # logits flattened T-major, labels N-major
+        flat = logits.transpose(0, 1).reshape(-1, logits.size(-1))
     # the sum over the real labels, divided by something other than their number
     divisor = {"sum": 1, "mean_over_all": target.numel()}
     divisor["mean_over_batch"] = tgt.size(0)
@@ -597,6 +601,19 @@ _LOSS_HINTS = [
         "标签展平的顺序与 logits 不同：logits.reshape(-1, V) 按 (N, T) 逐句展平，"
         "标签也要 labels.reshape(-1)，不要先 transpose(0, 1)。",
         "labels_transposed",
+    ),
+    (
+        "logits 展平的顺序与标签不同：logits.transpose(0, 1).reshape(-1, V) 按 "
+        "(T, N) 逐位置展平，标签 labels.reshape(-1) 却按 (N, T) 逐句展平，"
+        "每个位置的分数于是配上了别的句子、别的位置的标签。两者都不转置："
+        "logits.reshape(-1, V) 与 labels.reshape(-1)。",
+        "logits_transposed",
+    ),
+    (
+        "-100 放错了位置：你按解码器输入里的填充去换标签，两者错开一位，"
+        "输入是 <eos> 的那个位置的标签是填充，却没有被换掉、算进了损失。要看标签自己："
+        "labels.masked_fill(labels == pad_id, -100)。",
+        "mask_from_input",
     ),
     (
         "logits 展平时行被打乱了：logits.transpose(1, 2).reshape(N·(T-1), V) 把形状 "
