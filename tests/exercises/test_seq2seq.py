@@ -494,6 +494,8 @@ def make_decode(mistake):
             if mistake in ("sample", "seeded_sample"):
                 g = torch.Generator().manual_seed(len(ids)) if mistake == "seeded_sample" else None
                 nxt = int(torch.multinomial(logits[-1].softmax(-1), 1, generator=g))
+            elif mistake == "argmax_over_positions":  # learner test 34a, 1.6
+                nxt = int(logits.argmax(0)[-1])
             else:
                 nxt = int(logits[0 if mistake == "first_position" else -1].argmax())
             if mistake == "eos_dropped" and nxt == eos_id:
@@ -546,6 +548,7 @@ def test_greedy_decode_skeleton(capsys):
         ("seeded_sample", "不是（前面的词元送进模型后）最后一个位置 logits 的最大者"),
         ("no_bos", "BOS"),
         ("one_too_many", "max_len"),
+        ("argmax_over_positions", "新词元是一个位置的编号"),
     ],
 )
 def test_greedy_decode_rejects(mistake, keyword, capsys):

@@ -744,6 +744,18 @@ def _decode_first_position(
     return ys[0].tolist()
 
 
+def _decode_argmax_over_positions(
+    model: Transformer, src: Tensor, bos: int, eos: int, max_len: int
+) -> list[int]:
+    """Greedy decoding whose argmax runs over the positions (``logits[0].argmax(0)``),
+    the last vocabulary entry's best position taken as the next token."""
+    ys = torch.tensor([[bos]])
+    while ys.size(1) < max_len and (ys.size(1) == 1 or int(ys[0, -1]) != eos):
+        nxt = model(src, ys)[0].argmax(0)[-1].view(1, 1)
+        ys = torch.cat([ys, nxt], dim=1)
+    return ys[0].tolist()
+
+
 def _stop_id(ids: list[int]) -> int | None:
     """A token first emitted at step >= 2 of a no-stop decode: used as EOS, it makes
     the reference stop early."""
@@ -776,6 +788,14 @@ def _decode_hint(
     early = _stopped_early_or_first_position(got, ref, eos, max_len, run)
     if early:
         return early
+    with torch.no_grad():
+        over_positions = _decode_argmax_over_positions(model, src, ref[0], eos, max_len)
+    if got == over_positions:
+        return (
+            "新词元是一个位置的编号：argmax 沿位置那一维取了（logits[0].argmax(0) "
+            "或 argmax(dim=1)），得到的是「哪个位置分数最大」。先取最后一个位置的 "
+            "logits[:, -1]（形状 (1, V)），再沿词表那一维 argmax(-1)。"
+        )
     sampled = _not_argmax(model, src, got)
     if sampled is not None:
         step, rank = sampled
