@@ -561,6 +561,14 @@ class OneTooFew(HeadSum):
         return super().head_contributions(Q, K, V, attn_mask)[1:]
 
 
+class SharedEqually(HeadSum):
+    """Learner test 34a, 3.4: every head given 1/H of the whole output."""
+
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        whole = sum(super().head_contributions(Q, K, V, attn_mask))
+        return [whole / self.h for _ in range(self.h)]
+
+
 class NoMethod(MHA):
     pass
 
@@ -600,6 +608,7 @@ CONTRIBUTION_REJECTS = [
     contributions(HeadsWithoutWO, "还要乘 W^O_h", "head_h without W^O_h"),
     contributions(WOWithoutTranspose, "还要转置", "W^O_h columns not transposed"),
     contributions(WONextHead, "head_h 乘的是下一个头的 W^O", "W^O of the next head"),
+    contributions(SharedEqually, "每个头的贡献都一样", "the whole output shared out equally"),
     contributions(ReturnsTheSum, "应返回 H = 3 个张量的列表", "the sum returned"),
     contributions(OneTooFew, "得到 2 个（list）", "H - 1 contributions"),
     contributions(NoMethod, "缺少方法 head_contributions", "no head_contributions"),

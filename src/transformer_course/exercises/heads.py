@@ -458,6 +458,8 @@ def _contributions(
     if mistake == "w_o_next_head":  # head h times the columns of head h + 1
         return [out @ W[:, heads((h + 1) % H, D)].T for h, out in enumerate(outputs)]
     parts = [out @ W[:, heads(h, D)].T for h, out in enumerate(outputs)]
+    if mistake == "shared_equally":  # every head given 1/H of the whole output
+        return [sum(parts) / H] * H
     if mistake == "bias_split":  # the bias shared out, 1/H of it on each head
         return [p + bias / H for p in parts]
     return [p + bias for p in parts] if mistake == "bias_per_head" else parts
@@ -503,6 +505,12 @@ HEAD_HINTS = [
         "head_h 乘的是下一个头的 W^O（out_proj.weight 的第 (h+1)D 到 (h+2)D−1 列）："
         "head_h 与 W^O_h 要用同一个 h，out_proj.weight[:, h * D : (h + 1) * D].T。",
         "w_o_next_head",
+    ),
+    (
+        "每个头的贡献都一样，都是整个多头输出的 1/H：和是对的，但那不是第 h 个头"
+        "自己的贡献。第 h 个头只用自己那一段特征算注意力 head_h，再乘自己的 "
+        "W^O_h = out_proj.weight[:, h * D : (h + 1) * D].T，各头的贡献一般各不相同。",
+        "shared_equally",
     ),
 ]
 
