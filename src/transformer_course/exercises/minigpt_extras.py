@@ -94,6 +94,13 @@ POST_LN_HINTS = [
         "ffn_residual_from_input",
     ),
     (
+        "norm1 挪到了 FFN 的输入上：注意力子层 x + attn(x) 之后没有归一化，"
+        "只有块的最后一个 LayerNorm 留在残差之后（x + ffn(norm1(x)) 是前归一化的写法）。"
+        "后归一化的每个子层都以 LayerNorm 结尾：h = norm1(x + attn(x))，"
+        "输出 norm2(h + ffn(h))。",
+        "norm1_before_ffn",
+    ),
+    (
         "注意力没有因果掩码，位置看得见未来：调用 self.self_attn(x, is_causal=True)。",
         "no_mask",
     ),
@@ -172,6 +179,9 @@ def _post_ln_variant(ref: TransformerBlock, x: Tensor, mistake: str) -> Tensor:
     if mistake == "attn_unfixed":
         h = x + n1(attend(x))
         return n2(h + ffn(h))
+    if mistake == "norm1_before_ffn":  # only the last LayerNorm after a residual
+        h = x + attend(x)
+        return n2(h + ffn(n1(h)))
     h = n1(x + attend(x))
     if mistake == "ffn_residual_from_input":
         return n2(x + ffn(h))  # "no_mask": the right wiring, attention not causal
