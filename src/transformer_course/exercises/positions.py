@@ -122,7 +122,8 @@ def _base_hint(out: Tensor, max_len: int, d: int) -> str | None:
     # The same table is 10000^(−2i/d') for a denominator d'; a slip in the
     # denominator is likelier than another base.
     denominator = -2 * math.log(10000.0) / math.log(angle)
-    for value, written in ((d - 1, "d_model − 1"), (d + 1, "d_model + 1"), (d / 2, "d_model / 2")):
+    slips = ((d - 1, "d_model − 1"), (d + 1, "d_model + 1"), (d / 2, "d_model / 2"))
+    for value, written in slips:
         if abs(denominator - value) < 1e-3:
             return (
                 f"指数的分母是 {written}（= {value:g}），应是 d_model：频率为 "

@@ -484,6 +484,16 @@ def _loss_model(
     return model, src, tgt
 
 
+def _ignored_labels(labels: Tensor, dec_in: Tensor, mistake: str, pad: int) -> Tensor:
+    """The labels with the pads replaced by -100, or one mistake in doing so."""
+    if mistake == "pad_kept":
+        return labels
+    if mistake == "mask_from_input":  # the pads of the decoder input, one step early
+        return labels.masked_fill(dec_in == pad, -100)
+    ignored = 0 if mistake == "pad_zero" else pad
+    return labels.masked_fill(labels == ignored, -100)
+
+
 def _loss_variant(
     model: Transformer, src: Tensor, tgt: Tensor, mistake: str, pad: int = _PAD
 ) -> Tensor:
@@ -496,11 +506,7 @@ def _loss_variant(
         "reversed": (tail, head),
     }.get(mistake, (head, tail))
     logits = model(src, dec_in)
-    if mistake == "mask_from_input":  # the pads of the decoder input, one step early
-        labels = labels.masked_fill(dec_in == pad, -100)
-    elif mistake != "pad_kept":
-        ignored = 0 if mistake == "pad_zero" else pad
-        labels = labels.masked_fill(labels == ignored, -100)
+    labels = _ignored_labels(labels, dec_in, mistake, pad)
     if mistake == "label_smoothing":
         return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
     if mistake == "mean_per_sentence":
@@ -788,6 +794,26 @@ def _decode_hint(
     early = _stopped_early_or_first_position(got, ref, eos, max_len, run)
     if early:
         return early
+    not_argmax = _not_argmax_hint(got, ref, eos, max_len, run)
+    if not_argmax:
+        return not_argmax
+    if got[: len(ref)] != ref and len(got) > 1 and len(got) == len(ref):
+        return (
+            "下一个词元取错了：用最后一个位置的 logits（logits[:, -1]）的 argmax，"
+            "不是第一个位置。"
+        )
+    return (
+        "每一步：把目前的 ys 送进解码器，取最后一个位置 logits 的 argmax，"
+        "接到 ys 后面。"
+    )
+
+
+def _not_argmax_hint(
+    got: list[int], ref: list[int], eos: int, max_len: int, run: tuple
+) -> str:
+    """The hint for a decode whose new tokens are not the last position's argmax: an
+    argmax over the positions, or some other choice (sampling)."""
+    model, src = run
     with torch.no_grad():
         over_positions = _decode_argmax_over_positions(model, src, ref[0], eos, max_len)
     if got == over_positions:
@@ -797,20 +823,12 @@ def _decode_hint(
             "logits[:, -1]（形状 (1, V)），再沿词表那一维 argmax(-1)。"
         )
     sampled = _not_argmax(model, src, got)
-    if sampled is not None:
-        step, rank = sampled
-        return (
-            f"第 {step} 个新词元不是（前面的词元送进模型后）最后一个位置 logits 的"
-            f"最大者，它排第 {rank}：贪心解码每步取 argmax，不抽样，结果是确定的。"
-        )
-    if got[: len(ref)] != ref and len(got) > 1 and len(got) == len(ref):
-        return (
-            "下一个词元取错了：用最后一个位置的 logits（logits[:, -1]）的 argmax，"
-            "不是第一个位置。"
-        )
+    if sampled is None:
+        return ""
+    step, rank = sampled
     return (
-        "每一步：把目前的 ys 送进解码器，取最后一个位置 logits 的 argmax，"
-        "接到 ys 后面。"
+        f"第 {step} 个新词元不是（前面的词元送进模型后）最后一个位置 logits 的"
+        f"最大者，它排第 {rank}：贪心解码每步取 argmax，不抽样，结果是确定的。"
     )
 
 
