@@ -333,9 +333,14 @@ def _output(out: object, what: str, case: str) -> Tensor:
     if isinstance(out, (tuple, list)):
         fail(
             f"{what}.forward 返回了 {len(out)} 个值的 {type(out).__name__}（{case}）："
-            "练习要的是一个形状 (N, L, E) 的张量。nn.MultiheadAttention 返回"
-            "（输出, 注意力权重），这里只返回输出 return self.out_proj(...)："
-            "后面的块要做 x + self_attn(...)，加不上一个元组。"
+            "练习要的是一个形状 (N, L, E) 的 torch.Tensor。"
+            + (
+                "nn.MultiheadAttention 返回（输出, 注意力权重），这里只返回输出 "
+                "return self.out_proj(...)："
+                if len(out) == 2
+                else "只返回输出投影的结果 return self.out_proj(...)："
+            )
+            + "后面的块要做 x + self_attn(...)，加不上一个元组。"
         )
     return as_tensor(out, f"{what} 的输出", case)
 
