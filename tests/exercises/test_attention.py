@@ -397,6 +397,16 @@ def scale_by_value_dim(Q, K, V, attn_mask=None):
     return scores.softmax(-1) @ V
 
 
+def always_causal(Q, K, V, attn_mask=None):
+    """Learner test 34a, 1.1: a lower triangle built in, whatever mask is passed."""
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    allowed = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+    if attn_mask is not None:
+        allowed = allowed & attn_mask
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+    return weights @ V, weights
+
+
 def check(fn, keyword, id):
     return pytest.param(ex.check_self_attention, fn, keyword, id=id)
 
@@ -436,6 +446,7 @@ REJECTS = [
     check(online_without_rescale, "重新缩放", "online softmax without rescaling"),
     check(online_nan_on_masked_first_block, "NaN", "online softmax: NaN on a masked first block"),
     check(k_dot_t, "K.transpose(-2, -1)", "K.T"),
+    check(always_causal, "自己加了一个因果", "causal mask built in"),
     check(no_transpose, "形状对不上", "Q @ K without the transpose"),
     check(raw_scores_as_weights, "softmax 之前的分数", "raw scores returned as weights"),
     check(returns_weights, "weights @ V", "returns the weights"),

@@ -158,6 +158,15 @@ class Parallel(Block):
         return x + self.attn(self.norm1(x)) + self.ffn(self.norm2(x))
 
 
+class FFNFromAttentionOnly(Block):
+    """Learner test 34a, 3.5: the FFN fed norm2 of the attention output, no residual."""
+
+    def forward(self, x):
+        a = self.attn(self.norm1(x))
+        x = x + a
+        return x + self.ffn(self.norm2(a))
+
+
 class FFNFromNormedInput(Block):
     """Learner test (5.7): the FFN fed norm2(h), h = norm1(x) from before the attention."""
 
@@ -324,6 +333,7 @@ BLOCK_REJECTS = [
     block_check(ResidualFromNorm1Only, "注意力子层的残差加在了 norm1(x) 上", "residual adds norm1(x)"),
     block_check(ResidualFromNorm2Only, "FFN 子层的残差加在了 norm2(x) 上", "residual adds norm2(x)"),
     block_check(Parallel, "串行", "parallel sublayers"),
+    block_check(FFNFromAttentionOnly, "FFN 的输入只有注意力的输出", "FFN fed the attention output alone"),
     block_check(SequentialFFN, "ffn 是 nn.Sequential", "ffn as an nn.Sequential"),
     block_check(FFNFromNormedInput, "FFN 的输入用了注意力之前的 h", "FFN fed norm2(h)"),
     block_check(FFNFromH, "FFN 的输入用了注意力之前的 h", "FFN fed h"),
@@ -612,6 +622,13 @@ class PositionsReversed(GPT):
         return self.tok_emb(input_ids) + self.pos_emb(torch.arange(input_ids.size(1)).flip(0))
 
 
+class PositionsByBatchIndex(GPT):
+    """Learner test 34a, 3.6: pos_emb(arange(N)), one row per sequence."""
+
+    def embed(self, input_ids):
+        return self.tok_emb(input_ids) + self.pos_emb(torch.arange(input_ids.size(0)))[:, None]
+
+
 class PlainListOfBlocks(GPT):
     """Learner test: the blocks in a Python list (not registered)."""
 
@@ -699,6 +716,7 @@ GPT_REJECTS = [
     gpt_check(GPTListReturn, "应只返回 logits", "[logits, None] returned"),
     gpt_check(PositionsByClampedId, "按 token id 查的", "positions looked up by clamped token id"),
     gpt_check(PositionsReversed, "位置嵌入的顺序反了", "positions reversed"),
+    gpt_check(PositionsByBatchIndex, "位置嵌入按批里的序号查了", "positions looked up by batch index"),
     gpt_check(PlainListOfBlocks, "nn.ModuleList", "blocks in a Python list"),
     gpt_check(BlocksReassignedToList, "nn.ModuleList", "ModuleList reassigned to a list (crashes)"),
     gpt_check(HeadWithBias, "lm_head 不应带偏置", "lm_head with a bias"),

@@ -386,6 +386,8 @@ def make_cache(mistake=None):
 
         def update(self, k, v):
             self.updates += 1
+            if mistake == "values_twice":  # learner test 34a, 3.15: update(v, v)
+                k = v
             if mistake == "shared":
                 self.shared.append(k)
             dim = {"dim0": 0, "dim1": 1, "dim_last": -1}.get(mistake, -2)
@@ -435,6 +437,7 @@ KV_CACHE_REJECTS = [
     pytest.param(ex.check_kv_cache, make_cache("shared"), "共享", id="class-level storage"),
     pytest.param(ex.check_kv_cache, make_cache("len_batch"), "批大小 N = 2", id="len is the batch size"),
     pytest.param(ex.check_kv_cache, make_cache("keys_twice"), "值 V 没有返回", id="(K, K)"),
+    pytest.param(ex.check_kv_cache, make_cache("values_twice"), "键存成了 v", id="(V, V)"),
     pytest.param(ex.check_kv_cache, make_cache("transposed_new"), "拼接的维度不对", id="cat of mismatched shapes"),
 ]
 

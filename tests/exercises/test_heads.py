@@ -58,18 +58,28 @@ class MHAEinsumLoop(MHA):
         return self.out_proj(torch.cat(outs, dim=-1))
 
 
-class MHASdpaTuple(MHA):
-    """unflatten/permute, torch's SDPA, and (output, None) returned."""
+class MHASdpa(MHA):
+    """unflatten/permute and torch's SDPA."""
 
     def forward(self, Q, K, V, attn_mask=None):
         q, k, v = (p(x).unflatten(-1, (self.h, self.d)).permute(0, 2, 1, 3)
                    for p, x in ((self.q_proj, Q), (self.k_proj, K), (self.v_proj, V)))  # fmt: skip
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-        return self.out_proj(out.permute(0, 2, 1, 3).flatten(2)), None
+        return self.out_proj(out.permute(0, 2, 1, 3).flatten(2))
+
+
+class ReturnsWeights(MHA):
+    """Learner test 34a, 1.2: (output, weights) returned like nn.MultiheadAttention;
+    a later x + self_attn(x) cannot add a tuple."""
+
+    def forward(self, Q, K, V, attn_mask=None):
+        q, k, v = self.split(self.q_proj(Q)), self.split(self.k_proj(K)), self.split(self.v_proj(V))
+        out, w = tc.scaled_dot_product_attention(q, k, v, attn_mask)
+        return self.out_proj(self.merge(out)), w
 
 
 def test_multi_head_attention_accepts(capsys):
-    for cls in (tc.MultiHeadAttention, MHA, MHAEinsumLoop, MHASdpaTuple):
+    for cls in (tc.MultiHeadAttention, MHA, MHAEinsumLoop, MHASdpa):
         assert_passes(ex.check_multi_head_attention, cls, capsys)
 
 
@@ -357,7 +367,8 @@ REJECTS = [
     check(NoBias, "应带偏置", "bias-free projection"),
     check(OtherNames, "缺少属性 q_proj", "other names"),
     check(WithDropout, "dropout", "dropout"),
-    check(ThreeValues, "torch.Tensor", "three values"),
+    check(ThreeValues, "返回了 3 个值的 tuple", "three values"),
+    check(ReturnsWeights, "加不上一个元组", "(output, weights) returned"),
     check(MaskTransposedWhenSquare, "掩码转置了", "mask transposed"),
 ]
 
@@ -550,6 +561,14 @@ class OneTooFew(HeadSum):
         return super().head_contributions(Q, K, V, attn_mask)[1:]
 
 
+class SharedEqually(HeadSum):
+    """Learner test 34a, 3.4: every head given 1/H of the whole output."""
+
+    def head_contributions(self, Q, K, V, attn_mask=None):
+        whole = sum(super().head_contributions(Q, K, V, attn_mask))
+        return [whole / self.h for _ in range(self.h)]
+
+
 class NoMethod(MHA):
     pass
 
@@ -589,6 +608,7 @@ CONTRIBUTION_REJECTS = [
     contributions(HeadsWithoutWO, "还要乘 W^O_h", "head_h without W^O_h"),
     contributions(WOWithoutTranspose, "还要转置", "W^O_h columns not transposed"),
     contributions(WONextHead, "head_h 乘的是下一个头的 W^O", "W^O of the next head"),
+    contributions(SharedEqually, "每个头的贡献都一样", "the whole output shared out equally"),
     contributions(ReturnsTheSum, "应返回 H = 3 个张量的列表", "the sum returned"),
     contributions(OneTooFew, "得到 2 个（list）", "H - 1 contributions"),
     contributions(NoMethod, "缺少方法 head_contributions", "no head_contributions"),

@@ -207,6 +207,11 @@ def var_zero(a, p):  # learner test 27a, 3.16: "the row sums stay 1"
     return torch.zeros(a.shape[:-1])
 
 
+def var_sampled(a, p):  # learner test 34a, 3.16: an estimate from 2000 dropout draws
+    draws = F.dropout(a.unsqueeze(0).expand(2000, *a.shape), p)
+    return draws.sum(-1).var(0)
+
+
 def var_skeleton(a, p):
     raise NotImplementedError
 
@@ -231,6 +236,7 @@ VARIANCE_REJECTS = [
         (var_sample_variance, "权重本身的样本方差"),
         (var_standard_deviation, "这是标准差"),
         (var_zero, "行和不再恒为 1"),
+        (var_sampled, "同样的输入调用两次，结果不一样"),
     ]
 ]
 

@@ -81,6 +81,9 @@ def post_ln_block(mistake=None):
             if mistake == "ffn_residual_from_input":  # learner test 7a, 3.11
                 h = self.norm1(x + attn(x))
                 return self.norm2(x + self.ffn(h))
+            if mistake == "norm1_before_ffn":  # learner test 34a, 3.11: only the last LN kept
+                x = x + attn(x)
+                return self.norm2(x + self.ffn(self.norm1(x)))
             if mistake == "norms_swapped":  # learner test 9a, 3.11
                 h = self.norm2(x + attn(x))
                 return self.norm1(h + self.ffn(h))
@@ -255,6 +258,7 @@ BLOCK_REJECTS = [
         ("attn_unfixed", "只改好了 FFN 这一层"),
         ("ffn_residual_from_input", "FFN 这一层的残差加的是块的输入 x"),
         ("norms_swapped", "两个 LayerNorm 却用反了"),
+        ("norm1_before_ffn", "norm1 挪到了 FFN 的输入上"),
         ("ffn_from_input", "FFN 读的是块的输入 x"),
         ("norm_twice", "子层的输入也先归一化了"),
         ("norm_on_residual", "LayerNorm 只包住了残差一支"),

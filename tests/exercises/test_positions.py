@@ -83,6 +83,19 @@ def pe_with_log(log):
     return fn
 
 
+def pe_with_denominator(denominator):
+    """Learner test 34a (2.4): 10000 ** (arange(0, d, 2) / (d − 1)) — the slip is the
+    denominator, not the base (an equivalent base fits the same table)."""
+
+    def fn(max_len, d_model):
+        angles = torch.arange(max_len).float()[:, None] / 10000 ** (
+            torch.arange(0, d_model, 2).float() / denominator(d_model)
+        )
+        return torch.stack([angles.sin(), angles.cos()], -1).flatten(1)
+
+    return fn
+
+
 def test_sinusoidal_encoding(capsys):
     for fn in (sinusoidal_written_out, make_pe(None)):
         assert_passes(ex.check_sinusoidal_encoding, fn, capsys)
@@ -105,6 +118,12 @@ PE_REJECTS = [
     pytest.param(ex.check_sinusoidal_encoding, pe_with_log(1.0), "少了 ln 10000", id="base e"),
     pytest.param(ex.check_sinusoidal_encoding, pe_with_log(math.log10(10000.0)), "频率的底是 54.6", id="log10"),
     pytest.param(ex.check_sinusoidal_encoding, sinusoidal, "不要直接调用", id="the package table called"),
+    pytest.param(
+        ex.check_sinusoidal_encoding, pe_with_denominator(lambda d: d - 1), "分母是 d_model − 1", id="2i/(d-1)"
+    ),
+    pytest.param(
+        ex.check_sinusoidal_encoding, pe_with_denominator(lambda d: d // 2), "分母是 d_model / 2", id="2i/(d/2)"
+    ),
 ]
 
 

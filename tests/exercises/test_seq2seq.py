@@ -345,6 +345,9 @@ def make_loss(mistake):
         if mistake == "pad_zero":  # learner test 8a, 1.4: ignore_index=0, not pad_id
             logits = model(src, dec_in)
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=0)
+        if mistake == "mask_from_input":  # learner test 34a, 1.5: pads of the decoder input
+            labels = labels.masked_fill(dec_in == pad_id, -100)
+            return F.cross_entropy(model(src, dec_in).flatten(0, 1), labels.flatten())
         if mistake == "no_pad_mask":
             logits = model(src, dec_in)
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
@@ -369,6 +372,9 @@ def make_loss(mistake):
             return F.cross_entropy(logits.flatten(0, 1), labels.transpose(0, 1).reshape(-1))
         if mistake == "logits_scrambled":  # learner test 21a, 1.5: (N, V, T) read as (N, T, V)
             flat = logits.transpose(1, 2).reshape(-1, logits.size(-1))
+            return F.cross_entropy(flat, labels.reshape(-1))
+        if mistake == "logits_transposed":  # learner test 34a, 1.5: logits flattened T-major
+            flat = logits.transpose(0, 1).reshape(-1, logits.size(-1))
             return F.cross_entropy(flat, labels.reshape(-1))
         if mistake == "not_flattened":  # learner test: logits (N, T, V) as they are
             return F.cross_entropy(logits, labels)
@@ -419,6 +425,8 @@ LOSS_REJECTS = [
         ("nll_raw", "F.nll_loss 直接用了 logits"),
         ("nll_probs", "F.nll_loss 拿到的是 softmax 的概率"),
         ("mean_over_all", "填充位置也算进了分母"),
+        ("logits_transposed", "logits 展平的顺序与标签不同"),
+        ("mask_from_input", "按解码器输入里的填充去换标签"),
     ]
 ]
 
@@ -486,6 +494,8 @@ def make_decode(mistake):
             if mistake in ("sample", "seeded_sample"):
                 g = torch.Generator().manual_seed(len(ids)) if mistake == "seeded_sample" else None
                 nxt = int(torch.multinomial(logits[-1].softmax(-1), 1, generator=g))
+            elif mistake == "argmax_over_positions":  # learner test 34a, 1.6
+                nxt = int(logits.argmax(0)[-1])
             else:
                 nxt = int(logits[0 if mistake == "first_position" else -1].argmax())
             if mistake == "eos_dropped" and nxt == eos_id:
@@ -538,6 +548,7 @@ def test_greedy_decode_skeleton(capsys):
         ("seeded_sample", "不是（前面的词元送进模型后）最后一个位置 logits 的最大者"),
         ("no_bos", "BOS"),
         ("one_too_many", "max_len"),
+        ("argmax_over_positions", "新词元是一个位置的编号"),
     ],
 )
 def test_greedy_decode_rejects(mistake, keyword, capsys):

@@ -76,6 +76,11 @@ def rolled(tgt, pad_id):  # learner test 8a, 1.9: labels by a cyclic shift of de
     return dec_in, labels.masked_fill(labels == pad_id, -100)
 
 
+def shifted_two(tgt, pad_id):  # learner test 34a, 1.9: labels tgt[:, 2:], padded back
+    labels = torch.cat([tgt[:, 2:], torch.full_like(tgt[:, :1], pad_id)], 1)
+    return tgt[:, :-1], labels.masked_fill(labels == pad_id, -100)
+
+
 def labels_edited_in_place(tgt, pad_id):  # learner test 9a, 1.9: labels is a view of tgt
     labels = tgt[:, 1:]
     labels[labels == pad_id] = -100
@@ -130,6 +135,7 @@ REJECTS = [
     pytest.param(ex.check_decoder_batch, one_tensor, "两个张量", id="one-tensor"),
     pytest.param(ex.check_decoder_batch, pair_swapped, "两个返回值的顺序反了", id="pair-swapped"),
     pytest.param(ex.check_decoder_batch, rolled, "torch.roll", id="rolled"),
+    pytest.param(ex.check_decoder_batch, shifted_two, "标签右移了两位", id="shifted-two"),
     pytest.param(ex.check_decoder_batch, eos_masked, "<eos> 也换成了 -100", id="eos-masked"),
     pytest.param(ex.check_decoder_batch, labels_edited_in_place, "原地修改了传进来的 tgt", id="in-place"),
 ]

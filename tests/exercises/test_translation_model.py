@@ -194,9 +194,13 @@ def make_transformer(mistake):
             x = x0 = self.embed(self.src_tok_emb, self.src_pos_emb, src, "src")
             for block in self.encoder_blocks:  # learner test 24a: every block fed x0
                 x = block(x0 if mistake == "encoder_not_chained" else x, attn_mask=enc_mask)
+                if mistake == "norm_each_layer":  # learner test 34a, 1.18
+                    x = self.encoder_norm_f(x)
             enc_norm, dec_norm = self.encoder_norm_f, self.decoder_norm_f
             if mistake == "final_norms_swapped":
                 enc_norm, dec_norm = dec_norm, enc_norm
+            if mistake == "norm_each_layer":
+                enc_norm = dec_norm = nn.Identity()
             memory = x if mistake in ("memory_before_norm", "no_final_norms") else enc_norm(x)
             if mistake == "src_table_for_tgt":
                 y = self.tgt_pos_emb(self.src_tok_emb(tgt) * math.sqrt(self.lm_head.in_features))
@@ -205,6 +209,8 @@ def make_transformer(mistake):
             y0 = y
             for block in self.decoder_blocks:
                 y = block(y0 if mistake == "decoder_not_chained" else y, memory, memory_mask=mem_mask)
+                if mistake == "norm_each_layer":
+                    y = self.decoder_norm_f(y)
             if mistake == "lm_head_before_norm":
                 return self.decoder_norm_f(self.lm_head(y))
             if mistake == "no_lm_head":
@@ -256,6 +262,7 @@ MISTAKES = [
     ("no_lm_head", "少了最后的 lm_head"),
     ("softmax", "未经 softmax"),
     ("shift_inside", "forward 里又把 tgt 移了一位"),
+    ("norm_each_layer", "每一层之后都做了一次"),
 ]
 REJECTS = [pytest.param(ex.check_transformer, make_transformer(m), k, id=m) for m, k in MISTAKES]
 

@@ -82,6 +82,9 @@ def _attention_variant(
         "scale_dv": math.sqrt(V.size(-1)),
     }
     scores = raw / scale.get(mistake, math.sqrt(d))
+    if mistake == "always_causal":  # a lower triangle added to whatever was passed
+        causal = torch.ones(Q.size(-2), s, dtype=torch.bool, device=Q.device).tril()
+        mask = causal if mask is None else mask & causal
     if mask is not None and mistake != "mask_ignored":
         fill = {"mask_zero": 0.0, "mask_inverted": -1e9}.get(mistake, -math.inf)
         scores = scores.masked_fill(mask if mistake == "mask_inverted" else ~mask, fill)
@@ -185,6 +188,12 @@ ATTENTION_HINTS = [
         "第 i 行是查询 i 对各个键的权重，直接 weights @ V；{L} = {S} 时形状对得上，"
         "结果却是按键汇总的。",
         "weights_transposed",
+    ),
+    (
+        "你的函数自己加了一个因果（下三角）掩码：没有传 attn_mask 时每个查询都应能看"
+        "所有键。因果掩码由调用者传进来（attn_mask=tc.causal_mask(L)），"
+        "函数里只屏蔽 attn_mask 为 False 的位置，不要写死 tril。",
+        "always_causal",
     ),
 ]
 

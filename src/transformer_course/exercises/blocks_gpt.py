@@ -305,6 +305,7 @@ _RESIDUAL_MISTAKES = (
     "parallel",
     "ffn_from_h",
     "ffn_from_h_no_norm2",
+    "ffn_from_attn",
 )
 
 
@@ -338,6 +339,9 @@ def _residual_variant(
         h = norm1(x)
         x = x + attn(h)
         return x + ffn(h if mistake == "ffn_from_h_no_norm2" else norm2(h))
+    if mistake == "ffn_from_attn":  # FFN fed the attention output alone
+        a = attn(norm1(x))
+        return x + a + ffn(norm2(a))
     return x + attn(norm1(x)) + ffn(norm2(x))  # "parallel"
 
 
@@ -411,6 +415,11 @@ BLOCK_HINTS = [
             mistake,
         )
         for mistake in ("ffn_from_h", "ffn_from_h_no_norm2")
+    ),
+    (
+        "FFN 的输入只有注意力的输出 a = self_attn(h)，没有残差：ffn(norm2(a))。"
+        "FFN 要读加过残差的 x：先 x = x + self_attn(h)，再 x = x + ffn(norm2(x))。",
+        "ffn_from_attn",
     ),
     (
         "只有查询用了归一化后的 h：键和值用的是原来的 x（self_attn(norm1(x), x, x)）。"
@@ -574,6 +583,9 @@ def _gpt_embeddings(ref: nn.Module, idx: Tensor, mistake: str) -> Tensor | None:
         return (tok + pos[:L]) * math.sqrt(tok.size(-1))
     if mistake == "pos_reversed":
         return tok + pos[:L].flip(0)
+    if mistake == "pos_by_batch":  # pos_emb(arange(N)): one row per sequence
+        N = idx.size(0)
+        return tok + pos[:N, None] if N <= pos.size(0) else None
     return tok + (pos[-L:] if mistake == "pos_last" else pos[:L])
 
 
@@ -624,6 +636,12 @@ GPT_HINTS = [
         "位置嵌入的顺序反了：第 t 个词元加第 t 行，pos_emb(torch.arange(L))，"
         "不要翻转（flip）或倒着数。",
         "pos_reversed",
+    ),
+    (
+        "位置嵌入按批里的序号查了（pos_emb(torch.arange(N))，N = input_ids.size(0)）："
+        "同一句的所有词元加的是同一行。位置是第 1 维（列）：L = input_ids.size(1)，"
+        "pos_emb(torch.arange(L))，第 t 个词元加第 t 行。",
+        "pos_by_batch",
     ),
     ("lm_head 之前忘了最后的 norm_f。", "no_norm_f"),
     (

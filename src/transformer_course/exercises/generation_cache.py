@@ -859,6 +859,12 @@ def _check_cache_contents(
             f"{name}.update 返回的 V_all 就是 K_all（{case}）：两个返回值都是键，"
             "值 V 没有返回。值要像键一样存下、沿 dim=-2 拼接，返回 (K_all, V_all)。"
         )
+    if torch.equal(K_all, exp_v) and torch.equal(V_all, exp_v):
+        fail(
+            f"{name}.update 返回的 K_all 就是 V_all（{case}）：两个返回值都是值，"
+            "键存成了 v（像是 update(v, v) 或 self.k = v）。键 k 要单独存下、"
+            "沿 dim=-2 拼接，返回 (K_all, V_all)。"
+        )
     if torch.equal(K_all, exp_k):
         fail(
             f"{name}.update 返回的 K_all 对了，V_all 不对（{case}）：值 v 要像键 k "

@@ -328,9 +328,20 @@ def _projections(module: nn.Module, E: int, what: str) -> list[nn.Linear]:
 
 
 def _output(out: object, what: str, case: str) -> Tensor:
-    """The output tensor of ``forward`` (the first of ``(output, weights)``)."""
-    if isinstance(out, (tuple, list)) and len(out) == 2:
-        out = out[0]
+    """The output tensor of ``forward``; an ``(output, weights)`` pair is refused: the
+    later cells add the output to a residual."""
+    if isinstance(out, (tuple, list)):
+        fail(
+            f"{what}.forward 返回了 {len(out)} 个值的 {type(out).__name__}（{case}）："
+            "练习要的是一个形状 (N, L, E) 的 torch.Tensor。"
+            + (
+                "nn.MultiheadAttention 返回（输出, 注意力权重），这里只返回输出 "
+                "return self.out_proj(...)："
+                if len(out) == 2
+                else "只返回输出投影的结果 return self.out_proj(...)："
+            )
+            + "后面的块要做 x + self_attn(...)，加不上一个元组。"
+        )
     return as_tensor(out, f"{what} 的输出", case)
 
 
@@ -452,6 +463,8 @@ def _contributions(
     if mistake == "w_o_next_head":  # head h times the columns of head h + 1
         return [out @ W[:, heads((h + 1) % H, D)].T for h, out in enumerate(outputs)]
     parts = [out @ W[:, heads(h, D)].T for h, out in enumerate(outputs)]
+    if mistake == "shared_equally":  # every head given 1/H of the whole output
+        return [sum(parts) / H] * H
     if mistake == "bias_split":  # the bias shared out, 1/H of it on each head
         return [p + bias / H for p in parts]
     return [p + bias for p in parts] if mistake == "bias_per_head" else parts
@@ -497,6 +510,12 @@ HEAD_HINTS = [
         "head_h 乘的是下一个头的 W^O（out_proj.weight 的第 (h+1)D 到 (h+2)D−1 列）："
         "head_h 与 W^O_h 要用同一个 h，out_proj.weight[:, h * D : (h + 1) * D].T。",
         "w_o_next_head",
+    ),
+    (
+        "每个头的贡献都一样，都是整个多头输出的 1/H：和是对的，但那不是第 h 个头"
+        "自己的贡献。第 h 个头只用自己那一段特征算注意力 head_h，再乘自己的 "
+        "W^O_h = out_proj.weight[:, h * D : (h + 1) * D].T，各头的贡献一般各不相同。",
+        "shared_equally",
     ),
 ]
 

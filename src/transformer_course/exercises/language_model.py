@@ -233,6 +233,19 @@ def _dropout_variant(a: Tensor, p: float, mistake: str) -> Tensor:
     }[mistake]
 
 
+def _random_result(
+    fn: Callable, a: Tensor, p: float, got: Tensor, name: str, case: str
+) -> bool:
+    """Whether ``fn(a, p)`` called once more (under another random state, the
+    caller's left as it was) returns something other than ``got``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1234)
+        again = run_learner(fn, a, p, what=name, case=case)
+    if not isinstance(again, Tensor) or again.shape != got.shape:
+        return False
+    return not close(again, got)
+
+
 @checker("注意力 dropout 后行和的方差")
 def check_dropout_row_sum_variance(fn: Callable) -> str:
     """Grade ``fn(a, p)``: ``a`` holds attention rows ``(..., S)`` (each a probability
@@ -272,6 +285,13 @@ def check_dropout_row_sum_variance(fn: Callable) -> str:
             hint = (
                 "这是标准差 √(p/(1-p)·Σa²)：题目要的是方差本身，最后不要开平方根"
                 "（去掉 .sqrt() / ** 0.5）。"
+            )
+        if hint is None and _random_result(fn, a, p, got, name, case):
+            hint = (
+                "同样的输入调用两次，结果不一样：你像是用 dropout 抽样、再算样本方差。"
+                "抽样只能给出近似值（样本越多越准，但永远有误差）；题目要的是精确值："
+                "把行和写成 Σ a_j·m_j/(1-p)，m_j 是独立的伯努利(1-p) 变量，逐项求方差，"
+                "得到一个只含 a 和 p 的公式。"
             )
         fail(
             f"{name} 的方差不对（{case}）：应为 {ref.flatten()[:3].tolist()}，"

@@ -94,6 +94,14 @@ POST_LN_HINTS = [
         "ffn_residual_from_input",
     ),
     (
+        "norm1 挪到了 FFN 的输入上：注意力子层 x + attn(x) 之后没有归一化，"
+        "只有块的最后一个 LayerNorm 留在残差之后"
+        "（x + ffn(norm1(x)) 是前归一化的写法）。"
+        "后归一化的每个子层都以 LayerNorm 结尾：h = norm1(x + attn(x))，"
+        "输出 norm2(h + ffn(h))。",
+        "norm1_before_ffn",
+    ),
+    (
         "注意力没有因果掩码，位置看得见未来：调用 self.self_attn(x, is_causal=True)。",
         "no_mask",
     ),
@@ -131,9 +139,9 @@ def _post_ln_sublayer_mistake(
     if mistake == "norm_on_residual":  # LN(x) + F(x)
         h = n1(x) + attend(x)
         return n2(h) + ffn(h)
-    if mistake == "no_norm1":  # the attention sublayer's LayerNorm left out
-        h = x + attend(x)
-        return n2(h + ffn(h))
+    if mistake in ("no_norm1", "norm1_before_ffn"):  # no LayerNorm after attention
+        h = x + attend(x)  # "norm1_before_ffn": norm1 moved onto the FFN's input
+        return n2(h + ffn(n1(h) if mistake == "norm1_before_ffn" else h))
     h = n1((0 if mistake == "no_res_attn" else x) + attend(x))
     if mistake == "no_res_ffn":
         return n2(ffn(h))

@@ -119,6 +119,16 @@ def _base_hint(out: Tensor, max_len: int, d: int) -> str | None:
     base = angle ** (-d / 2)
     if not close(out, _pe_variant(max_len, d, "", base), 1e-4, 1e-4):
         return None
+    # The same table is 10000^(−2i/d') for a denominator d'; a slip in the
+    # denominator is likelier than another base.
+    denominator = -2 * math.log(10000.0) / math.log(angle)
+    slips = ((d - 1, "d_model − 1"), (d + 1, "d_model + 1"), (d / 2, "d_model / 2"))
+    for value, written in slips:
+        if abs(denominator - value) < 1e-3:
+            return (
+                f"指数的分母是 {written}（= {value:g}），应是 d_model：频率为 "
+                "10000^(−2i/d_model)，即 torch.arange(0, d_model, 2) / d_model。"
+            )
     if abs(base - math.e) < 1e-3:
         return (
             "频率的底成了 e：exp(−2i/d_model) 里少了 ln 10000。应为 "

@@ -484,6 +484,16 @@ def _loss_model(
     return model, src, tgt
 
 
+def _ignored_labels(labels: Tensor, dec_in: Tensor, mistake: str, pad: int) -> Tensor:
+    """The labels with the pads replaced by -100, or one mistake in doing so."""
+    if mistake == "pad_kept":
+        return labels
+    if mistake == "mask_from_input":  # the pads of the decoder input, one step early
+        return labels.masked_fill(dec_in == pad, -100)
+    ignored = 0 if mistake == "pad_zero" else pad
+    return labels.masked_fill(labels == ignored, -100)
+
+
 def _loss_variant(
     model: Transformer, src: Tensor, tgt: Tensor, mistake: str, pad: int = _PAD
 ) -> Tensor:
@@ -496,9 +506,7 @@ def _loss_variant(
         "reversed": (tail, head),
     }.get(mistake, (head, tail))
     logits = model(src, dec_in)
-    if mistake != "pad_kept":
-        ignored = 0 if mistake == "pad_zero" else pad
-        labels = labels.masked_fill(labels == ignored, -100)
+    labels = _ignored_labels(labels, dec_in, mistake, pad)
     if mistake == "label_smoothing":
         return F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=0.1)
     if mistake == "mean_per_sentence":
@@ -512,6 +520,8 @@ def _loss_variant(
         flat = logits.transpose(1, 2).reshape(-1, logits.size(-1))
     if mistake == "labels_transposed":  # labels flattened T-major, logits N-major
         target = labels.transpose(0, 1).reshape(-1)
+    if mistake == "logits_transposed":  # logits flattened T-major, labels N-major
+        flat = logits.transpose(0, 1).reshape(-1, logits.size(-1))
     # the sum over the real labels, divided by something other than their number
     divisor = {"sum": 1, "mean_over_all": target.numel()}
     divisor["mean_over_batch"] = tgt.size(0)
@@ -597,6 +607,19 @@ _LOSS_HINTS = [
         "标签展平的顺序与 logits 不同：logits.reshape(-1, V) 按 (N, T) 逐句展平，"
         "标签也要 labels.reshape(-1)，不要先 transpose(0, 1)。",
         "labels_transposed",
+    ),
+    (
+        "logits 展平的顺序与标签不同：logits.transpose(0, 1).reshape(-1, V) 按 "
+        "(T, N) 逐位置展平，标签 labels.reshape(-1) 却按 (N, T) 逐句展平，"
+        "每个位置的分数于是配上了别的句子、别的位置的标签。两者都不转置："
+        "logits.reshape(-1, V) 与 labels.reshape(-1)。",
+        "logits_transposed",
+    ),
+    (
+        "-100 放错了位置：你按解码器输入里的填充去换标签，两者错开一位，"
+        "输入是 <eos> 的那个位置的标签是填充，却没有被换掉、算进了损失。要看标签自己："
+        "labels.masked_fill(labels == pad_id, -100)。",
+        "mask_from_input",
     ),
     (
         "logits 展平时行被打乱了：logits.transpose(1, 2).reshape(N·(T-1), V) 把形状 "
@@ -727,6 +750,18 @@ def _decode_first_position(
     return ys[0].tolist()
 
 
+def _decode_argmax_over_positions(
+    model: Transformer, src: Tensor, bos: int, eos: int, max_len: int
+) -> list[int]:
+    """Greedy decoding whose argmax runs over the positions (``logits[0].argmax(0)``),
+    the last vocabulary entry's best position taken as the next token."""
+    ys = torch.tensor([[bos]])
+    while ys.size(1) < max_len and (ys.size(1) == 1 or int(ys[0, -1]) != eos):
+        nxt = model(src, ys)[0].argmax(0)[-1].view(1, 1)
+        ys = torch.cat([ys, nxt], dim=1)
+    return ys[0].tolist()
+
+
 def _stop_id(ids: list[int]) -> int | None:
     """A token first emitted at step >= 2 of a no-stop decode: used as EOS, it makes
     the reference stop early."""
@@ -759,13 +794,9 @@ def _decode_hint(
     early = _stopped_early_or_first_position(got, ref, eos, max_len, run)
     if early:
         return early
-    sampled = _not_argmax(model, src, got)
-    if sampled is not None:
-        step, rank = sampled
-        return (
-            f"第 {step} 个新词元不是（前面的词元送进模型后）最后一个位置 logits 的"
-            f"最大者，它排第 {rank}：贪心解码每步取 argmax，不抽样，结果是确定的。"
-        )
+    not_argmax = _not_argmax_hint(got, ref, eos, max_len, run)
+    if not_argmax:
+        return not_argmax
     if got[: len(ref)] != ref and len(got) > 1 and len(got) == len(ref):
         return (
             "下一个词元取错了：用最后一个位置的 logits（logits[:, -1]）的 argmax，"
@@ -774,6 +805,30 @@ def _decode_hint(
     return (
         "每一步：把目前的 ys 送进解码器，取最后一个位置 logits 的 argmax，"
         "接到 ys 后面。"
+    )
+
+
+def _not_argmax_hint(
+    got: list[int], ref: list[int], eos: int, max_len: int, run: tuple
+) -> str:
+    """The hint for a decode whose new tokens are not the last position's argmax: an
+    argmax over the positions, or some other choice (sampling)."""
+    model, src = run
+    with torch.no_grad():
+        over_positions = _decode_argmax_over_positions(model, src, ref[0], eos, max_len)
+    if got == over_positions:
+        return (
+            "新词元是一个位置的编号：argmax 沿位置那一维取了（logits[0].argmax(0) "
+            "或 argmax(dim=1)），得到的是「哪个位置分数最大」。先取最后一个位置的 "
+            "logits[:, -1]（形状 (1, V)），再沿词表那一维 argmax(-1)。"
+        )
+    sampled = _not_argmax(model, src, got)
+    if sampled is None:
+        return ""
+    step, rank = sampled
+    return (
+        f"第 {step} 个新词元不是（前面的词元送进模型后）最后一个位置 logits 的"
+        f"最大者，它排第 {rank}：贪心解码每步取 argmax，不抽样，结果是确定的。"
     )
 
 

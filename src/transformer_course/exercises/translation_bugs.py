@@ -79,6 +79,12 @@ DECODER_BATCH_HINTS = [
         "（再把 pad_id 换成 -100）。",
         "rolled",
     ),
+    (
+        "标签右移了两位：位置 t 的输入是 tgt[:, t]，标签应是紧跟着的 tgt[:, t+1]，"
+        "你用的是 tgt[:, t+2]（每个位置都要跳过一个词预测，第一个词永远不是标签）。"
+        "labels = tgt[:, 1:]，再把 pad_id 换成 -100。",
+        "shifted_two",
+    ),
 ]
 
 
@@ -114,6 +120,8 @@ def _batch_variant(tgt: Tensor, pad_id: int, mistake: str) -> tuple[Tensor, Tens
         labels = torch.roll(dec_in, -1, 1)
     elif mistake == "reversed":
         dec_in, labels = labels, dec_in
+    elif mistake == "shifted_two":  # tgt[:, 2:], padded back to T-1 columns
+        labels = torch.cat([tgt[:, 2:], torch.full_like(tgt[:, :1], pad_id)], 1)
     dec_in = {"input_shifted": tgt[:, 1:], "input_full": tgt}.get(mistake, dec_in)
     if mistake == "mask_from_input":
         labels = labels.masked_fill(dec_in == pad_id, IGNORE)

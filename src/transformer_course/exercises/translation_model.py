@@ -144,6 +144,13 @@ TRANSFORMER_HINTS = [
         "no_decoder_norm",
     ),
     (
+        "最后的归一化放进了循环、每一层之后都做了一次：encoder_norm_f 和 "
+        "decoder_norm_f 各只在所有层之后用一次（Pre-LN 的层内已各有自己的 LN）："
+        "循环结束后 memory = self.encoder_norm_f(x)，"
+        "最后 self.lm_head(self.decoder_norm_f(y))。",
+        "norm_each_layer",
+    ),
+    (
         "forward 应返回 logits（未经 softmax）：损失函数和贪心解码都从 logits 出发。",
         "softmax",
     ),
@@ -217,19 +224,22 @@ def _transformer_variant(
         return pos(table(ids) * s)
 
     x = embed(ref.src_tok_emb, ref.src_pos_emb, src, "src")
-    x0 = x  # "*_not_chained": every block reads the embeddings, the last one counts
-    for block in ref.encoder_blocks:
-        x = block(x0 if mistake == "encoder_not_chained" else x, attn_mask=enc_mask)
     enc_norm, dec_norm = ref.encoder_norm_f, ref.decoder_norm_f
     if mistake == "final_norms_swapped":
         enc_norm, dec_norm = dec_norm, enc_norm
-    no_enc_norm = mistake in ("memory_before_norm", "no_final_norms")
-    no_dec_norm = mistake in ("no_decoder_norm", "no_final_norms")
+    each = mistake == "norm_each_layer"  # the final norm after every block, not once
+    x0 = x  # "*_not_chained": every block reads the embeddings, the last one counts
+    for block in ref.encoder_blocks:
+        x = block(x0 if mistake == "encoder_not_chained" else x, attn_mask=enc_mask)
+        x = enc_norm(x) if each else x
+    no_enc_norm = mistake in ("memory_before_norm", "no_final_norms") or each
+    no_dec_norm = mistake in ("no_decoder_norm", "no_final_norms") or each
     memory = x if no_enc_norm else enc_norm(x)
     y = y0 = embed(ref.tgt_tok_emb, ref.tgt_pos_emb, tgt, "tgt")
     for block in ref.decoder_blocks:
         y_in = y0 if mistake == "decoder_not_chained" else y
         y = block(y_in, memory, memory_mask=mem_mask)
+        y = dec_norm(y) if each else y
     logits = ref.lm_head(y if no_dec_norm else dec_norm(y))
     return logits.softmax(-1) if mistake == "softmax" else logits
 
