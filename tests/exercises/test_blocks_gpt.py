@@ -316,12 +316,20 @@ class ResidualInPlace(Block):  # learner test 34a, 1.3/2.5/3.5: x += sublayer(x)
         return x + self.ffn(self.norm2(x))
 
 
+class FFNResidualInPlace(Block):  # learner test 38c, 5.6: x += ffn(norm2(x)) after x = x + ...
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        x += self.ffn(self.norm2(x))
+        return x
+
+
 def block_check(cls, keyword, id):
     return pytest.param(ex.check_transformer_block, cls, keyword, id=id)
 
 
 BLOCK_REJECTS = [
     block_check(ResidualInPlace, "原地改动了传进来的第 1 个张量参数", "residual added in place"),
+    block_check(FFNResidualInPlace, "反向传播却报错", "FFN residual added in place"),
     block_check(NoResidualAttention, "少了注意力子层的残差连接", "missing residual (attention)"),
     block_check(NoResidualFFN, "少了 FFN 子层的残差连接", "missing residual (FFN)"),
     block_check(NoResidual, "两个子层都少了残差连接", "no residual at all"),

@@ -556,7 +556,8 @@ def check_transformer_block(cls: type) -> str:
             f"{what} 的输出与参考（同样权重的 tc.TransformerBlock.gpt）不一致"
             f"（{case}；{where_differs(out, ref)}）。\n可能的原因：{hint}"
         )
-    return "3 组 (d_model, 头数, 形状)，含 L = 1，因果性与 Pre-LN 连线"
+    _check_backward(module, x.detach().clone().requires_grad_(True) * 1.0, what)
+    return "3 组 (d_model, 头数, 形状)，含 L = 1，因果性与 Pre-LN 连线，再反向传播一次"
 
 
 def _gpt_reference(V: int, C: int, E: int, H: int, n_layers: int) -> MiniGPT:
@@ -771,12 +772,12 @@ def check_gpt(cls: type) -> str:
     return "2 组配置、1 到 2 层、L = 1 到 context_length、批量 1 到 3，再反向传播一次"
 
 
-def _check_backward(module: nn.Module, idx: Tensor, what: str) -> None:
+def _check_backward(module: nn.Module, inputs: Tensor, what: str) -> None:
     """One backward pass, as the chapter's training cell runs it: an activation that
     a sublayer saved and the learner then changed in place (``x += ...``) fails here."""
     module.zero_grad(set_to_none=True)
     with torch.enable_grad():
-        out = run_module(module, idx, what=what, case="反向传播", causes=GPT_CRASHES)
+        out = run_module(module, inputs, what=what, case="反向传播", causes=GPT_CRASHES)
         try:
             as_tensor(out, f"{what} 的输出", "反向传播").float().sum().backward()
         except RuntimeError as err:
