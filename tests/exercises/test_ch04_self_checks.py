@@ -248,6 +248,8 @@ def weights(model, x):
         (lambda m, x: diagonal(m, x, 0).mean(dim=(0, 2)), "放给自己（键 i）"),
         (lambda m, x: attention(m, x).triu(1).sum(-1)[..., :-1].mean(dim=(0, 2)), "所有后面的键"),
         (lambda m, x: diagonal(m, x, 1)[0].mean(-1), "只用了第一个样本"),
+        # learner test 36b: only query 0 averaged
+        (lambda m, x: diagonal(m, x, 1)[..., 0].mean(0), "只用了查询 0"),
         # learner test 24b: a list or an ndarray was a raw TypeError from torch.stack
         (lambda m, x: weights(m, x).mean(dim=(0, 2)).tolist(), "应返回 torch.Tensor，收到 list"),
         (lambda m, x: weights(m, x).mean(dim=(0, 2)).numpy(), "应返回 torch.Tensor，收到 ndarray"),
