@@ -369,6 +369,9 @@ def online_softmax(mistake):
             elif mistake == "ell_fixed_after_add":  # learner test 25b: inf, not nan
                 ell = (ell + p.sum(-1, keepdim=True)) * fix
                 o = o * fix + pv
+            elif mistake == "ell_not_carried":  # learner test 36b: ℓ restarts every block
+                ell = p.sum(-1, keepdim=True)
+                o = o * fix + pv
             elif mistake == "neither_rescaled":  # learner test 25b
                 ell = ell + p.sum(-1, keepdim=True)
                 o = o + pv
@@ -390,6 +393,7 @@ def online_softmax(mistake):
         ("ell_fixed_after_add", "校正放在了加法之后"),
         ("unscaled", "分数没有除以 √D"),  # learner test 25b: was "缩放与最后的 o / ℓ"
         ("neither_rescaled", "ℓ 和 o 都没有乘校正因子"),
+        ("ell_not_carried", "ℓ 没有跨块累加"),  # learner test 36b: was sent to o
         ("c_not_updated", "c 没有更新"),  # learner test 30b: got the generic hint
         ("block_max", "减的是这一块自己的最大值"),  # learner test 30b
     ],
