@@ -789,6 +789,16 @@ def prefix_suffix_blind(L, prefix):  # learner test 25b: the suffix cannot see t
     return ((i < prefix) & (j < prefix)) | ((i >= prefix) & (j >= prefix) & (j <= i))
 
 
+def prefix_and_self(L, prefix):  # learner test 36b: the suffix sees the prefix and itself only
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    return (j < prefix) & ((i < prefix) | (j <= i)) | (i == j)
+
+
+def prefix_block_and_diagonal(L, prefix):  # learner test 36b: the suffix sees only itself
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    return (i < prefix) & (j < prefix) | (i == j)
+
+
 def test_prefix_lm_mask_skeleton(capsys):
     assert_skeleton(ex.check_prefix_lm_mask, prefix_skeleton, capsys)
 
@@ -801,6 +811,8 @@ def test_prefix_lm_mask_skeleton(capsys):
         (prefix_float, "布尔"),
         (prefix_additive, "你返回的是加性掩码"),
         (prefix_suffix_blind, "前缀之后的位置看不到前缀了"),
+        (prefix_and_self, "只看得到前缀和自己"),
+        (prefix_block_and_diagonal, "只看得到自己（只有对角线）"),
         (prefix_off_by_one, "多开了一列"),
         (prefix_plain_causal, "普通的因果掩码"),
         (prefix_transposed, "掩码转置了"),

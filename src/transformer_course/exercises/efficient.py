@@ -1235,6 +1235,12 @@ def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
         mask[:, :prefix] = True
     elif mistake == "zero_means_all" and prefix == 0:  # e.g. mask[:prefix or L, ...]
         mask[:] = True
+    elif mistake in ("suffix_prefix_self", "suffix_self"):  # suffix rows: no earlier suffix
+        mask = torch.eye(L, dtype=torch.bool)
+        mask[:prefix, :prefix] = True
+        if mistake == "suffix_prefix_self":
+            mask[:, :prefix] = True
+        return mask
     elif mistake == "suffix_blind":  # the prefix block, then causal among the rest only
         mask[:prefix, :prefix] = True
         mask[prefix:, :prefix] = False
@@ -1276,6 +1282,17 @@ _PREFIX_MISTAKES = [
         "前缀之后的位置看不到前缀了：它们仍是因果的，j ≤ i 包括前缀里的全部位置；"
         "只在因果掩码上再打开前缀块（或前 prefix 列），不要关掉别的。",
         "suffix_blind",
+    ),
+    (
+        "前缀之后的位置只看得到前缀和自己，看不到它前面的后缀词元：前缀之后仍是"
+        "因果的，位置 i 要看所有 j ≤ i（在因果掩码 tril() 上再打开前 prefix 列）。",
+        "suffix_prefix_self",
+    ),
+    (
+        "前缀之后的位置只看得到自己（只有对角线）：前缀之后仍是因果的，位置 i 要看"
+        "所有 j ≤ i，包括前缀和它前面的后缀词元；从因果掩码 tril() 起步，再打开"
+        "前 prefix 列。",
+        "suffix_self",
     ),
 ]
 
