@@ -494,7 +494,7 @@ def _gqa_masked(s: Tensor, mask: Tensor, G: int, mistake: str) -> Tensor:
         return s
     if mistake == "mask_own_tril":  # the passed mask ignored, tril() built instead
         mask = torch.ones_like(mask).tril()
-    if mistake == "mask_first_group":  # the (L, S) mask on the first L grouped rows only
+    if mistake == "mask_first_group":  # the mask on the first L grouped rows only
         rows = torch.ones(G * mask.size(0), mask.size(1), dtype=torch.bool)
         rows[: mask.size(0)] = mask
         mask = rows.view(G, mask.size(0), -1).repeat(s.size(1) // G, 1, 1)
@@ -1235,21 +1235,29 @@ def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
         mask[:, :prefix] = True
     elif mistake == "zero_means_all" and prefix == 0:  # e.g. mask[:prefix or L, ...]
         mask[:] = True
-    elif mistake in ("suffix_prefix_self", "suffix_self"):  # suffix rows: no earlier suffix
-        mask = torch.eye(L, dtype=torch.bool)
-        mask[:prefix, :prefix] = True
-        if mistake == "suffix_prefix_self":
-            mask[:, :prefix] = True
-        return mask
-    elif mistake == "suffix_blind":  # the prefix block, then causal among the rest only
-        mask[:prefix, :prefix] = True
-        mask[prefix:, :prefix] = False
+    elif mistake in ("suffix_blind", "suffix_prefix_self", "suffix_self"):
+        return _suffix_variant(L, prefix, mistake)
     else:
         mask[:, :prefix] = True
     if mistake == "inverted":
         mask = ~mask
     if mistake == "transposed":  # row = key, column = query
         mask = mask.T
+    return mask
+
+
+def _suffix_variant(L: int, prefix: int, mistake: str) -> Tensor:
+    """The prefix block right, the positions after it seeing too little: not the prefix
+    (``suffix_blind``), or no earlier suffix position (``suffix_prefix_self``: the
+    prefix and itself; ``suffix_self``: only itself)."""
+    if mistake == "suffix_blind":  # the prefix block, then causal among the rest only
+        mask = causal_mask(L).clone()
+        mask[prefix:, :prefix] = False
+    else:
+        mask = torch.eye(L, dtype=torch.bool)
+        if mistake == "suffix_prefix_self":
+            mask[:, :prefix] = True
+    mask[:prefix, :prefix] = True
     return mask
 
 
