@@ -103,7 +103,15 @@ def keyed_by_seed(run, arms, seeds, margin):  # one entry per seed, not per arm
     return by_seed, all(y > (1 + margin) * x for x, y in by_seed.values())
 
 
+def swapped_arguments(run, arms, seeds, margin):  # learner test 36b, 4.12: run(seed, arm)
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds {seeds!r}")
+    losses = {a: [run(s, a) for s in seeds] for a in arms}
+    return losses, all(y > (1 + margin) * x for x, y in zip(*losses.values(), strict=True))
+
+
 REJECTS = [
+    pytest.param(ex.check_paired_ablation, swapped_arguments, "run(seed, arm)", id="swapped"),
     pytest.param(ex.check_paired_ablation, pairs_list, "你返回的是 list", id="pairs_list"),
     pytest.param(ex.check_paired_ablation, keyed_by_seed, "你的键是 [7, 3, 11]", id="keyed_by_seed"),
     pytest.param(ex.check_paired_ablation, additive_margin, "不是绝对的差", id="absolute"),

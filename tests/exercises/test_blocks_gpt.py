@@ -256,6 +256,22 @@ class NoAffineNorm(Block):
         self.norm1 = nn.LayerNorm(d_model, elementwise_affine=False)
 
 
+class UnbiasedLayerNorm(nn.Module):  # learner test 36b: a hand-written LayerNorm with x.var(-1)
+    def __init__(self, d_model):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + 1e-5) * self.weight + self.bias
+
+
+class UnbiasedNorms(Block):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.norm1, self.norm2 = UnbiasedLayerNorm(d_model), UnbiasedLayerNorm(d_model)
+
+
 class WithDropout(Block):
     def __init__(self, d_model, num_heads):
         super().__init__(d_model, num_heads)
@@ -360,6 +376,7 @@ BLOCK_REJECTS = [
     block_check(SmallEps, "eps", "LayerNorm(eps=1e-6)"),
     block_check(NoAffineNorm, "elementwise_affine=False", "LayerNorm without γ/β"),
     block_check(WithDropout, "dropout", "dropout"),
+    block_check(UnbiasedNorms, "无偏方差", "LayerNorm with the unbiased variance"),
     block_check(TanhGeluFFN, "FFN 里用了 GELU 的 tanh 近似", "tanh-GELU FFN"),
     block_check(ReluFFN, "FFN 里激活函数用了 ReLU", "ReLU FFN"),
 ]
@@ -579,6 +596,10 @@ class WithoutCausal(GPT):
     block = NoCausalMask
 
 
+class WithUnbiasedNorms(GPT):
+    block = UnbiasedNorms
+
+
 class WithPostLN(GPT):
     block = PostLN
 
@@ -715,6 +736,7 @@ GPT_REJECTS = [
     gpt_check(Flattened, "展平", "flattened logits"),
     gpt_check(WithoutCausal, "因果掩码", "blocks without causal mask"),
     gpt_check(WithPostLN, "的输出与参考块不一致：这是 Post-LN", "post-LN blocks"),
+    gpt_check(WithUnbiasedNorms, "块里的 LayerNorm 用了无偏方差", "blocks' LayerNorm unbiased"),
     gpt_check(UntiedHead, "共享", "untied lm_head"),
     gpt_check(RepeatedBlock, "同一个块对象", "one block object repeated"),
     gpt_check(BiasFreeFFNGPT, "缺少偏置", "bias-free FFN inside"),

@@ -248,6 +248,8 @@ def weights(model, x):
         (lambda m, x: diagonal(m, x, 0).mean(dim=(0, 2)), "放给自己（键 i）"),
         (lambda m, x: attention(m, x).triu(1).sum(-1)[..., :-1].mean(dim=(0, 2)), "所有后面的键"),
         (lambda m, x: diagonal(m, x, 1)[0].mean(-1), "只用了第一个样本"),
+        # learner test 36b: only query 0 averaged
+        (lambda m, x: diagonal(m, x, 1)[..., 0].mean(0), "只用了查询 0"),
         # learner test 24b: a list or an ndarray was a raw TypeError from torch.stack
         (lambda m, x: weights(m, x).mean(dim=(0, 2)).tolist(), "应返回 torch.Tensor，收到 list"),
         (lambda m, x: weights(m, x).mean(dim=(0, 2)).numpy(), "应返回 torch.Tensor，收到 ndarray"),
@@ -367,6 +369,9 @@ def online_softmax(mistake):
             elif mistake == "ell_fixed_after_add":  # learner test 25b: inf, not nan
                 ell = (ell + p.sum(-1, keepdim=True)) * fix
                 o = o * fix + pv
+            elif mistake == "ell_not_carried":  # learner test 36b: ℓ restarts every block
+                ell = p.sum(-1, keepdim=True)
+                o = o * fix + pv
             elif mistake == "neither_rescaled":  # learner test 25b
                 ell = ell + p.sum(-1, keepdim=True)
                 o = o + pv
@@ -388,6 +393,7 @@ def online_softmax(mistake):
         ("ell_fixed_after_add", "校正放在了加法之后"),
         ("unscaled", "分数没有除以 √D"),  # learner test 25b: was "缩放与最后的 o / ℓ"
         ("neither_rescaled", "ℓ 和 o 都没有乘校正因子"),
+        ("ell_not_carried", "ℓ 没有跨块累加"),  # learner test 36b: was sent to o
         ("c_not_updated", "c 没有更新"),  # learner test 30b: got the generic hint
         ("block_max", "减的是这一块自己的最大值"),  # learner test 30b
     ],

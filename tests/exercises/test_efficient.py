@@ -58,6 +58,24 @@ def gqa_mask_interleaved(q, k, v, mask):  # repeat_interleave where repeat was m
     return (s.softmax(-1) @ v).view(N, H, L, D)
 
 
+def gqa_own_tril(q, k, v, mask):  # learner test 36b: the passed mask ignored, tril() instead
+    N, H, L, D = q.shape
+    Hkv, S = k.shape[1:3]
+    m = torch.ones(L, S, dtype=torch.bool).tril()
+    s = (q.view(N, Hkv, H // Hkv * L, D) @ k.mT / math.sqrt(D)).view(N, Hkv, H // Hkv, L, S)
+    s = s.masked_fill(~m, -math.inf).flatten(2, 3)
+    return (s.softmax(-1) @ v).reshape(N, H, L, D)
+
+
+def gqa_mask_first_group(q, k, v, mask):  # learner test 36b: the mask on the first L rows only
+    N, H, L, D = q.shape
+    Hkv, S = k.shape[1:3]
+    rows = torch.ones(H // Hkv * L, S, dtype=torch.bool)
+    rows[:L] = mask
+    s = (q.reshape(N, Hkv, H // Hkv * L, D) @ k.mT / math.sqrt(D)).masked_fill(~rows, -math.inf)
+    return (s.softmax(-1) @ v).reshape(N, H, L, D)
+
+
 def gqa_mask_multiplied(q, k, v, mask):
     N, H, L, D = q.shape
     G = H // k.size(1)
@@ -289,6 +307,8 @@ def test_grouped_attention_skeleton(capsys):
         (gqa_mask_interleaved, "mask.repeat_interleave(G, 0) 给的是"),
         (gqa_rows_l_g_mask_tiled, "掩码却用 mask.repeat(G, 1) 按 (G, L) 铺开"),  # learner test 30b
         (gqa_mask_multiplied, "分数乘了掩码"),
+        (gqa_own_tril, "自己用 tril() 造了一个因果掩码"),
+        (gqa_mask_first_group, "mask 只加在了每组的前 L 行"),
         (gqa_mask_as_is, "view 成 (N, H_kv, G, L, S)，mask 就能直接广播"),
     ],
 )
@@ -302,7 +322,7 @@ GQA_REJECTS = [
                gqa_scale_by_keys, gqa_groups_transposed, gqa_groups_as_l_g, gqa_q_transposed(back=True),
                gqa_q_transposed(back=False), gqa_split_order, gqa_split_order_manual_softmax,
                gqa_repeat_tiled, gqa_ignores_mask, gqa_mask_interleaved, gqa_mask_multiplied,
-               gqa_mask_as_is, gqa_rows_l_g_mask_tiled)
+               gqa_mask_as_is, gqa_rows_l_g_mask_tiled, gqa_own_tril, gqa_mask_first_group)
 ]  # fmt: skip
 
 
@@ -769,6 +789,16 @@ def prefix_suffix_blind(L, prefix):  # learner test 25b: the suffix cannot see t
     return ((i < prefix) & (j < prefix)) | ((i >= prefix) & (j >= prefix) & (j <= i))
 
 
+def prefix_and_self(L, prefix):  # learner test 36b: the suffix sees the prefix and itself only
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    return (j < prefix) & ((i < prefix) | (j <= i)) | (i == j)
+
+
+def prefix_block_and_diagonal(L, prefix):  # learner test 36b: the suffix sees only itself
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    return (i < prefix) & (j < prefix) | (i == j)
+
+
 def test_prefix_lm_mask_skeleton(capsys):
     assert_skeleton(ex.check_prefix_lm_mask, prefix_skeleton, capsys)
 
@@ -781,6 +811,8 @@ def test_prefix_lm_mask_skeleton(capsys):
         (prefix_float, "布尔"),
         (prefix_additive, "你返回的是加性掩码"),
         (prefix_suffix_blind, "前缀之后的位置看不到前缀了"),
+        (prefix_and_self, "只看得到前缀和自己"),
+        (prefix_block_and_diagonal, "只看得到自己（只有对角线）"),
         (prefix_off_by_one, "多开了一列"),
         (prefix_plain_causal, "普通的因果掩码"),
         (prefix_transposed, "掩码转置了"),

@@ -38,6 +38,11 @@ ABLATION_HINTS = [
         "unpaired",
     ),
     (
+        "run 的参数顺序反了：签名是 run(arm, seed)，先方案、后种子；你调用的是 "
+        "run(seed, arm)。",
+        "swapped",
+    ),
+    (
         "losses[arm] 应是按 seeds 的顺序排列的每个种子的损失列表（不要排序、求均值）。",
         "losses",
     ),
@@ -199,7 +204,8 @@ def check_paired_ablation(fn) -> str:
         expected_calls = [(a, s) for a in arms for s in seeds]
         if Counter(run.calls) != Counter(expected_calls):
             seen = {s for _, s in run.calls}
-            key = "unpaired" if seen - set(seeds) else "calls"
+            swapped = Counter((s, a) for a, s in run.calls) == Counter(expected_calls)
+            key = "swapped" if swapped else "unpaired" if seen - set(seeds) else "calls"
             fail(
                 f"{what} 调用 run 的 (方案, 种子) 是 {run.calls}，"
                 f"应是 {expected_calls} 各一次（{case}）。\n可能的原因：{_HINT[key]}"

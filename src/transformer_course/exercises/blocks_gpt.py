@@ -283,15 +283,33 @@ def _block_variant(block: nn.Module, x: Tensor, mistake: str) -> Tensor:
     if mistake == "kv_from_x":  # only the query normalised
         x = x + block.self_attn(norm1(x), x, x, is_causal=True)
         return x + ffn(norm2(x))
-    # the norm mistakes: the right wiring, with the wrong norm (or none)
-    if mistake == "norm1_twice":
-        norm2 = norm1
-    elif mistake == "no_norm2":
-        norm2 = nn.Identity()
-    elif mistake == "no_norm":
-        norm1 = norm2 = nn.Identity()
+    norm1, norm2 = _norm_variant(norm1, norm2, mistake)
     x = x + attn(norm1(x))
     return x + ffn(norm2(x))
+
+
+def _norm_variant(norm1: nn.Module, norm2: nn.Module, mistake: str) -> tuple:
+    """The norm mistakes: the right wiring, with the wrong norm (or none)."""
+    if mistake == "norm1_twice":
+        return norm1, norm1
+    if mistake == "no_norm2":
+        return norm1, nn.Identity()
+    if mistake == "no_norm":
+        return nn.Identity(), nn.Identity()
+    if mistake == "ln_unbiased":  # both norms with the n − 1 variance
+        return _unbiased_norm(norm1), _unbiased_norm(norm2)
+    return norm1, norm2
+
+
+def _unbiased_norm(norm: nn.Module) -> Callable[[Tensor], Tensor]:
+    """``norm`` (an ``nn.LayerNorm``) computed with the unbiased variance."""
+
+    def fn(x: Tensor) -> Tensor:
+        centred = x - x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=True)
+        return centred / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
+
+    return fn
 
 
 _RESIDUAL_MISTAKES = (
@@ -369,6 +387,12 @@ _BLOCK_ATTENTION_MISTAKES = (
 )
 
 BLOCK_HINTS = [
+    (
+        "块里的 LayerNorm 用了无偏方差（除以 n − 1）：torch.var / x.std 默认 "
+        "unbiased=True，LayerNorm 要有偏方差，x.var(-1, keepdim=True, unbiased=False)"
+        "（或直接用 nn.LayerNorm）。",
+        "ln_unbiased",
+    ),
     ("少了注意力子层的残差连接：x = x + self_attn(norm1(x))。", "no_res_attn"),
     ("少了 FFN 子层的残差连接：x = x + ffn(norm2(x))。", "no_res_ffn"),
     (

@@ -492,6 +492,12 @@ def _gqa_masked(s: Tensor, mask: Tensor, G: int, mistake: str) -> Tensor:
     r % L)."""
     if mistake == "mask_ignored":
         return s
+    if mistake == "mask_own_tril":  # the passed mask ignored, tril() built instead
+        mask = torch.ones_like(mask).tril()
+    if mistake == "mask_first_group":  # the mask on the first L grouped rows only
+        rows = torch.ones(G * mask.size(0), mask.size(1), dtype=torch.bool)
+        rows[: mask.size(0)] = mask
+        mask = rows.view(G, mask.size(0), -1).repeat(s.size(1) // G, 1, 1)
     if mistake == "mask_multiplied":
         return s * mask
     if mistake == "mask_interleaved":
@@ -579,6 +585,18 @@ _GQA_MISTAKES = [
         "mask 没有用上：被屏蔽的键也分到了权重。softmax 之前把 mask 为 False 的分数"
         "填成 −∞。",
         "mask_ignored",
+    ),
+    (
+        "没有用传进来的 mask，自己用 tril() 造了一个因果掩码：缓存之后预填充时，查询 i "
+        "在全部 S 个键里的位置是 S − L + i，应看键 j ≤ S − L + i，tril() 却只让它看 "
+        "j ≤ i（有填充时它也不知道哪些键是填充）。直接用参数 mask。",
+        "mask_own_tril",
+    ),
+    (
+        "mask 只加在了每组的前 L 行（第一个查询头）上：分组后的 G·L 行里，每个查询头"
+        "都要用同一个 (L, S) 的 mask。把分数 view 成 (N, H_kv, G, L, S)，mask 直接"
+        "广播；或用 mask.repeat(G, 1)。",
+        "mask_first_group",
     ),
     (
         "分数乘了掩码：被屏蔽的分数成了 0，不是 −∞，exp 之后仍有权重。"
@@ -1217,15 +1235,29 @@ def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
         mask[:, :prefix] = True
     elif mistake == "zero_means_all" and prefix == 0:  # e.g. mask[:prefix or L, ...]
         mask[:] = True
-    elif mistake == "suffix_blind":  # the prefix block, then causal among the rest only
-        mask[:prefix, :prefix] = True
-        mask[prefix:, :prefix] = False
+    elif mistake in ("suffix_blind", "suffix_prefix_self", "suffix_self"):
+        return _suffix_variant(L, prefix, mistake)
     else:
         mask[:, :prefix] = True
     if mistake == "inverted":
         mask = ~mask
     if mistake == "transposed":  # row = key, column = query
         mask = mask.T
+    return mask
+
+
+def _suffix_variant(L: int, prefix: int, mistake: str) -> Tensor:
+    """The prefix block right, the positions after it seeing too little: not the prefix
+    (``suffix_blind``), or no earlier suffix position (``suffix_prefix_self``: the
+    prefix and itself; ``suffix_self``: only itself)."""
+    if mistake == "suffix_blind":  # the prefix block, then causal among the rest only
+        mask = causal_mask(L).clone()
+        mask[prefix:, :prefix] = False
+    else:
+        mask = torch.eye(L, dtype=torch.bool)
+        if mistake == "suffix_prefix_self":
+            mask[:, :prefix] = True
+    mask[:prefix, :prefix] = True
     return mask
 
 
@@ -1258,6 +1290,17 @@ _PREFIX_MISTAKES = [
         "前缀之后的位置看不到前缀了：它们仍是因果的，j ≤ i 包括前缀里的全部位置；"
         "只在因果掩码上再打开前缀块（或前 prefix 列），不要关掉别的。",
         "suffix_blind",
+    ),
+    (
+        "前缀之后的位置只看得到前缀和自己，看不到它前面的后缀词元：前缀之后仍是"
+        "因果的，位置 i 要看所有 j ≤ i（在因果掩码 tril() 上再打开前 prefix 列）。",
+        "suffix_prefix_self",
+    ),
+    (
+        "前缀之后的位置只看得到自己（只有对角线）：前缀之后仍是因果的，位置 i 要看"
+        "所有 j ≤ i，包括前缀和它前面的后缀词元；从因果掩码 tril() 起步，再打开"
+        "前 prefix 列。",
+        "suffix_self",
     ),
 ]
 
