@@ -123,6 +123,7 @@ def self_check_message(page, cells, key, name, answer):
         (3.397, "多加了 1"),
         (math.log(9 * 99), "大了一倍"),
         (0.5 * math.log(9 * 100), "不是 S 个"),
+        (math.log(900), "两处"),  # learner test 36b: neither the 1/2 nor 9·99
         (0.5 * math.log(99 / 9), "不等式解反了"),
         (0.5 * math.log10(891), "以 10 为底"),  # learner test 25b
         (0.5 * math.log2(891), "以 2 为底"),
@@ -174,7 +175,8 @@ def test_4_1_hints(page, cells, answer, keyword):
         (3.36, "漏了瞎猜的部分"),  # learner test 24b: was "只是有效数字不够"
         (3.15, "不是 1/4"),  # the 1/4-guess formula, rounded
         (3.0, "只是有效数字不够"),
-        (2.5, "由 acc = (k + (4 − k)/8)/4 解出 k"),
+        (2.0, "由 acc = (k + (4 − k)/8)/4 解出 k"),
+        (2.5, "乘反了"),  # learner test 36b: (4·acc − 1/2)·7/8
         (0.84, "这是准确率本身"),  # learner test 25b
         (2.4, "这是 H = 1 的 4·acc"),
     ],
