@@ -369,9 +369,22 @@ def probe_changes_row_0_only(model, ids, t):
     return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
 
 
+def probe_replacing_with_the_same(model, ids, t):
+    """Learner test 38c (5.21): replacements drawn at random that, in batch row 1,
+    equal the original tokens (here: row 1 written back unchanged)."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
+    changed[1, t:] = ids[1, t:]
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("probe", "keyword"),
-    [(probe_row_0_only, "只比较了第 0 行"), (probe_changes_row_0_only, "只改了第 0 行的词元")],
+    [
+        (probe_row_0_only, "只比较了第 0 行"),
+        (probe_changes_row_0_only, "只改了第 0 行"),
+        (probe_replacing_with_the_same, "换上的恰好与原来相同"),
+    ],
 )
 def test_causality_probe_catches_a_leak_in_one_batch_row(probe, keyword, capsys):
     message = rejection(ex.check_causality_probe, probe)

@@ -490,12 +490,16 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
 
 def _rows_missed(fed: list[Tensor], ids: Tensor, t: int) -> str:
     """The hint for a probe that calls the model leaking only in batch row 1 causal:
-    it changed, or compared, batch row 0 alone."""
+    it fed row 1 unchanged (row 0 alone changed, or the replacements equal to the
+    originals), or compared row 0 alone."""
     changed_rows = [x[1:, t:] != ids[1:, t:] for x in fed if x.shape == ids.shape]
     what = (
-        "只改了第 0 行的词元，第 1 行送进模型的还是原来的"
-        if not any(bool(c.any()) for c in changed_rows)
-        else "多半只比较了第 0 行（logits[0, :t]）"
+        "多半只比较了第 0 行（logits[0, :t]）"
+        if any(bool(c.any()) for c in changed_rows)
+        # learner test 38c: random replacements that happened to equal the originals
+        else f"送进模型的第 1 行，位置 ≥ {t} 的词元一个也没变（只改了第 0 行，"
+        "或换上的恰好与原来相同，例如随机抽的；每个位置都要换成别的词元，例如 "
+        "ids2[:, t:] = (input_ids[:, t:] + 1) % vocab_size）"
     )
     return (
         f"这个模型的第 0 行是因果的，只有第 1 行看得见未来：你的探针{what}。"
