@@ -39,6 +39,8 @@ def make_forward(mistake=None):
         start = 0 if mistake == "positions_from_zero" else max(len(caches[0]) + shift, 0)
         if mistake == "positions_plus_1_cached" and start:  # learner test 27c, 5.17
             start += 1
+        if mistake == "positions_plus_T_minus_1":  # learner test 38c, a 5.23 "fix"
+            start = len(caches[0]) + T - 1
         x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(start, start + T))
         for i, block in enumerate(model.blocks):
             if mistake == "one_cache":
@@ -226,6 +228,7 @@ NAMED_MISTAKES = [
     ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b
     ("positions_plus_1", "新词元的位置多算了 1"),
     ("positions_plus_1_cached", "缓存不空时新词元的位置多算了 1"),
+    ("positions_plus_T_minus_1", "新词元的位置多加了 T − 1"),
     ("no_mask", "因果掩码"),
     ("no_scale", "√D"),
     ("no_norm_f", "norm_f"),
@@ -395,3 +398,10 @@ def test_two_mistakes_at_once_are_both_named(capsys):
     message = rejection(lambda fn: ex.check_cached_forward(fn, exercise="5.17"), positions_fixed_mask_left)
     assert "有两处错" in message and "位置少算了 1" in message and "对齐到了左上角" in message, message
     assert "逐层对照" not in message, message
+
+
+def test_bug_hunt_fix_off_by_the_chunk_length_is_named(capsys):
+    # learner test 38c, 5.23: the page's bug "fixed" with + len(caches[0]) + L - 1,
+    # right one token at a time; it got the generic checklist
+    message = rejection(lambda f: ex.check_cached_forward(f, exercise="5.23"), make_forward("positions_plus_T_minus_1"))
+    assert "多加了 T − 1" in message and "逐层对照" not in message, message

@@ -107,6 +107,13 @@ _MISTAKES = [
         "positions_plus_1_cached",
     ),
     (
+        "新词元的位置多加了 T − 1（T 是这次送进的词元数）：一次送一个词元时恰好对，"
+        "送进整段提示或几个词元时，第一个新词元的位置应是 len(缓存)，不是 "
+        "len(缓存) + T − 1：pos_emb(torch.arange(start, start + T))，"
+        "start = len(缓存)。",
+        "positions_plus_T_minus_1",
+    ),
+    (
         "一次送进多个新词元（例如整段提示）时没有用因果掩码：新的查询也只能看到自己"
         "和之前的位置，attn_mask = tc.causal_mask(T, len(缓存) + T)。",
         "no_mask",
@@ -291,6 +298,8 @@ def _cached_variant(
         start = 0
     if "positions_plus_1_cached" in has and old:  # right on the first call only
         start = old + 1
+    if "positions_plus_T_minus_1" in has:  # right when one token is fed
+        start = old + T - 1
     tokens = model.tok_emb(ids)
     x = tokens + model.pos_emb(torch.arange(start, start + T))
     for i, block in enumerate(model.blocks):
