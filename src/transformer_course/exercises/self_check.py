@@ -618,6 +618,42 @@ def _counted(make: Callable, made: list[int], *args, **kwargs):
     return make(*args, **kwargs)
 
 
+def _check_greedy_picks(
+    name: str,
+    case: str,
+    model_prompt: tuple[MiniGPT, Tensor],
+    got: Tensor,
+    ref: Tensor,
+    last_piece: int,
+) -> None:
+    """Learner test 38c (5.22b): the first new token read at the first position of the
+    last prefill chunk (``logits[:, 0]``), or one argmax over the whole batch."""
+    model, prompt = model_prompt
+    t0 = prompt.size(1)
+    if torch.equal(got, ref):
+        return
+    with torch.no_grad():
+        at_chunk_start = model(prompt)[0][:, t0 - last_piece].argmax(-1)
+    if (
+        last_piece > 1
+        and not torch.equal(got[:, t0], ref[:, t0])
+        and torch.equal(got[:, t0], at_chunk_start)
+    ):
+        fail(
+            f"{name} 生成的第一个新词元取自最后一块提示的第一个位置（logits[:, 0]，"
+            f"即提示的位置 {t0 - last_piece}）（{case}）：那个位置还没看到这一块后面"
+            "的词元。下一个词元的分布在最后一个位置：logits[:, -1].argmax(-1)。"
+        )
+    if torch.equal(got[0, t0:], got[1, t0:]) and not torch.equal(
+        ref[0, t0:], ref[1, t0:]
+    ):
+        fail(
+            f"{name} 给批里两行生成了完全相同的新词元（{case}），不用缓存的贪心生成"
+            "两行并不相同：argmax 没有写 dim=-1，整批 logits 取了一个最大值。"
+            "每一行各取各的：logits[:, -1].argmax(dim=-1, keepdim=True)。"
+        )
+
+
 def _record(seen: list[int], module: object, args: tuple, out: object) -> None:
     """Forward hook: how many tokens the model was fed."""
     seen.append(args[0].shape[1])
@@ -749,6 +785,7 @@ def check_greedy_with_cache(fn: object) -> str:
                 "它只看到了提示的前几个词元。要用最后一块的 logits："
                 "最后一块的最后一个位置才看过整段提示。"
             )
+        _check_greedy_picks(name, case, (model, prompt), got, ref, pieces[-1])
         if not torch.equal(got, ref):
             fail(
                 f"{name} 的结果与不用缓存的贪心生成不同（{case}）：预填充整段提示后，"
