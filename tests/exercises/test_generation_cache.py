@@ -389,6 +389,9 @@ def make_cache(mistake=None):
             if mistake == "shared":
                 self.shared.append(k)
             dim = {"dim0": 0, "dim1": 1, "dim_last": -1}.get(mistake, -2)
+            if mistake == "never_stores":  # learner test 38c: concatenated, returned only
+                old_k, old_v = (k[..., :0, :], v[..., :0, :]) if self.k is None else (self.k, self.v)
+                return torch.cat([old_k, k], dim), torch.cat([old_v, v], dim)
             if self.k is None or mistake == "new_only":
                 self.k, self.v = k, v
             elif mistake == "transposed_new":
@@ -434,6 +437,7 @@ KV_CACHE_REJECTS = [
     pytest.param(ex.check_kv_cache, make_cache("count_updates"), "调用次数", id="len counts updates"),
     pytest.param(ex.check_kv_cache, make_cache("shared"), "共享", id="class-level storage"),
     pytest.param(ex.check_kv_cache, make_cache("len_batch"), "批大小 N = 2", id="len is the batch size"),
+    pytest.param(ex.check_kv_cache, make_cache("never_stores"), "没有存回去", id="never stores"),
     pytest.param(ex.check_kv_cache, make_cache("keys_twice"), "值 V 没有返回", id="(K, K)"),
     pytest.param(ex.check_kv_cache, make_cache("transposed_new"), "拼接的维度不对", id="cat of mismatched shapes"),
 ]

@@ -892,6 +892,12 @@ def _check_cache_len(
                 f"：这是批大小 N = {batch}（dim=0）。__len__ 应返回缓存的位置数，"
                 "即时间维 dim=-2 的长度：self.k.size(-2)。"
             )
+        elif n_len == 0:  # learner test 38c: update concatenated, never stored
+            extra = (
+                "：缓存里一个位置也没存下。多半 update 只把拼接的结果返回了，没有存回"
+                "去：self.k = torch.cat([self.k, k], dim=-2)（v 也一样），再返回"
+                " self.k, self.v；或者 __len__ 读的不是 update 存下的那个属性。"
+            )
         else:
             extra = "：len 应是缓存的位置数（dim=-2 的长度）。"
         fail(f"len({name}) 应为 {total}，得到 {n_len}（{case}）{extra}")
