@@ -361,8 +361,28 @@ def test_cache_layout_is_named(capsys):
     assert_rejects(ex.check_cached_forward, cache_heads_last, "(N, H, T, D)", capsys)
 
 
+@torch.no_grad()
+def square_mask(model, input_ids, caches, num_heads):
+    """Learner test 38c (5.17): tc.causal_mask(L), a crash once the cache is not empty."""
+    N, L = input_ids.shape
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(len(caches[0]), len(caches[0]) + L))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a, h = block.self_attn, block.norm1(x)
+        split = lambda t: t.view(N, L, num_heads, -1).transpose(1, 2)  # noqa: E731
+        K, V = cache.update(split(a.k_proj(h)), split(a.v_proj(h)))
+        o, _ = tc.scaled_dot_product_attention(split(a.q_proj(h)), K, V, attn_mask=tc.causal_mask(L))
+        x = x + a.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+def test_square_mask_crash_is_explained(capsys):
+    assert_rejects(ex.check_cached_forward, square_mask, "掩码是方的 (T, T)", capsys)
+
+
 def test_every_hint_is_reached(capsys):
     mutants = [make_forward(m) for m, _ in NAMED_MISTAKES] + [positions_after_first_update, negative_first_position]
+    mutants.append(square_mask)
     mutants += [top_left_unless_one, tril_sign_flipped, query_from_x]
     rejects = [pytest.param(ex.check_cached_forward, fn, None) for fn in mutants]
     tables = {"_MISTAKES": cached_generation._MISTAKES, "_CRASHES": cached_generation._CRASHES}

@@ -445,11 +445,16 @@ _BUG_UNCHANGED = {
 }
 
 _CRASHES = [
+    (  # learner test 38c: tc.causal_mask(T), square, on a non-empty cache
+        r"mask of shape \((\d+), \1\) does not broadcast",
+        "掩码是方的 (T, T)，可缓存不空时键有 len(缓存) + T 个：掩码要是 "
+        "(T, len(缓存) + T) 的，右下角对齐：tc.causal_mask(T, len(缓存) + T)。",
+    ),
     (
         r"index out of range",
         "嵌入表的下标越界：新词元的位置是 len(缓存) + 0..T-1，第一次调用（缓存为空）"
         "从 0 开始，不会是负数，也不超过 context_length − 1。",
-    )
+    ),
 ]
 
 
