@@ -940,6 +940,13 @@ def _cache_shape_hint(got: tuple, chunk: tuple, expected: tuple, updates: int) -
                 f"拼接的维度不对：你沿 dim={dim} 拼接了；应沿时间维 dim=-2"
                 "（(N, H, T, D) 的 T）拼接。"
             )
+    if len(got) == 4 and got[:2] == (N, H) and got[-1] == D and got[2] > T_all:
+        # learner test 38c: a preallocated buffer returned whole
+        return (
+            f"返回的像是整块预分配的缓冲区（{got[2]} 个位置），只有前 {T_all} 个"
+            "填过：返回到目前为止的部分，self.k[:, :, :n]、self.v[:, :, :n]"
+            "（n 是已存的位置数），或者用 torch.cat 拼接。"
+        )
     if got[:2] == (N, H) and got[-1] != D:
         return (
             "拼接的维度不对：你沿最后一维拼接了；应沿时间维 dim=-2"
