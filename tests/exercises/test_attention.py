@@ -196,6 +196,11 @@ def float_mask_added(Q, K, V, attn_mask=None):  # learner test 27c, 5.3: the 0/1
     return weights @ V, weights
 
 
+def float_mask_to_sdpa(Q, K, V, attn_mask=None):  # learner test 38c, 5.3: output only
+    mask = None if attn_mask is None else attn_mask.float()
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
+
+
 def mask_after_softmax(Q, K, V, attn_mask=None):
     w = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1)), -1)
     if attn_mask is not None:
@@ -436,6 +441,7 @@ REJECTS = [
     check(masked_to_zero, "填成了 0", "masked scores set to 0"),
     check(masked_fill_value(0.0), "填 0 不行", "masked scores set to 0, weights returned"),
     check(float_mask_added, "0/1 的浮点数加到了分数上", "0/1 mask added to the scores"),
+    check(float_mask_to_sdpa, "0/1 的浮点掩码被当成了加性掩码", "0/1 mask to F.sdpa"),
     check(masked_fill_value(-10.0), "有限值（约 -10）", "masked scores filled with -10"),
     check(mask_transposed, "掩码用转置了", "square mask transposed"),
     check(weights_before_mask, "返回的权重是没有屏蔽的 softmax", "weights from before the mask"),

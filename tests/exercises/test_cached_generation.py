@@ -39,6 +39,8 @@ def make_forward(mistake=None):
         start = 0 if mistake == "positions_from_zero" else max(len(caches[0]) + shift, 0)
         if mistake == "positions_plus_1_cached" and start:  # learner test 27c, 5.17
             start += 1
+        if mistake == "positions_plus_T_minus_1":  # learner test 38c, a 5.23 "fix"
+            start = len(caches[0]) + T - 1
         x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(start, start + T))
         for i, block in enumerate(model.blocks):
             if mistake == "one_cache":
@@ -47,10 +49,14 @@ def make_forward(mistake=None):
             h = x if mistake == "no_norm1" else block.norm1(x)
             if mistake in ("heads_no_transpose", "split_no_transpose"):  # learner tests 6b, 19: (N, H, T, D)
                 q, k, v = (p(h).reshape(N, num_heads, T, -1) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
-            else:
+            else:  # learner test 38c, 5.17: k and/or v projected from x, not norm1(x)
+                inputs = {"k_from_x": (h, x, h), "v_from_x": (h, h, x), "kv_from_x": (h, x, x)}.get(mistake, (h, h, h))
                 q, k, v = (
-                    p(h).view(N, T, num_heads, -1).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj)
+                    p(t).view(N, T, num_heads, -1).transpose(1, 2)
+                    for p, t in zip((attn.q_proj, attn.k_proj, attn.v_proj), inputs, strict=True)
                 )
+                if mistake == "q_split_no_transpose":  # learner test 38c: q only
+                    q = attn.q_proj(h).view(N, num_heads, T, -1)
             old = len(caches[i])
             K, V = caches[i].update(*((v, k) if mistake == "kv_swapped" else (k, v)))
             if mistake == "past_only" and old:  # learner test 24c: the new token skips itself
@@ -81,9 +87,14 @@ def make_forward(mistake=None):
                 o = o.transpose(1, 2)
             # learner test 19, 5.17: the residual taken from h = norm1(x)
             x = (h if mistake in ("res_from_norm1", "res_from_norm") else x) + attn.out_proj(o.reshape(N, T, -1))
+            if mistake == "no_res_attn":  # learner test 38c
+                x = attn.out_proj(o.reshape(N, T, -1))
             if mistake == "res_from_norm":  # both sublayers: h2 + ffn(h2)
                 h2 = block.norm2(x)
                 x = h2 + block.ffn(h2)
+                continue
+            if mistake == "no_res_ffn":  # learner test 38c
+                x = block.ffn(block.norm2(x))
                 continue
             # learner test 9b, 5.17: norm2 skipped
             x = x + block.ffn(
@@ -217,6 +228,7 @@ NAMED_MISTAKES = [
     ("positions_minus_1", "新词元的位置少算了 1"),  # learner test 10b
     ("positions_plus_1", "新词元的位置多算了 1"),
     ("positions_plus_1_cached", "缓存不空时新词元的位置多算了 1"),
+    ("positions_plus_T_minus_1", "新词元的位置多加了 T − 1"),
     ("no_mask", "因果掩码"),
     ("no_scale", "√D"),
     ("no_norm_f", "norm_f"),
@@ -237,6 +249,13 @@ NAMED_MISTAKES = [
     ("mask_triu", "掩码方向反了"),
     ("mask_no_diagonal", "掩码把对角线也遮住了"),
     ("mask_no_diagonal_key_0", "每一行都看得见第 0 个键"),
+    # learner test 38c: with nearly uniform attention these got another mistake's hint
+    ("k_from_x", "不是 k_proj(x)"),
+    ("v_from_x", "不是 v_proj(x)"),
+    ("kv_from_x", "k 和 v 是从没有归一化的 x 投影的"),
+    ("no_res_attn", "注意力子层少了残差"),
+    ("no_res_ffn", "FFN 子层少了残差"),
+    ("q_split_no_transpose", "q 分头时直接 view 成了 (N, H, T, D)"),
 ]
 
 
@@ -321,8 +340,49 @@ def test_skeleton_attributes_are_available(capsys):
     assert_passes(ex.check_cached_forward, skeleton_attribute_forward, capsys)
 
 
+@torch.no_grad()
+def cache_heads_last(model, input_ids, caches, num_heads):
+    """Learner test 38c (5.17): the cache handed (N, T, H, D), transposed back after."""
+    N, L = input_ids.shape
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(len(caches[0]), len(caches[0]) + L))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a, h = block.self_attn, block.norm1(x)
+        K, V = cache.update(a.k_proj(h).view(N, L, num_heads, -1), a.v_proj(h).view(N, L, num_heads, -1))
+        q = a.q_proj(h).view(N, L, num_heads, -1).transpose(1, 2)
+        K, V = K.transpose(1, 2), V.transpose(1, 2)
+        o, _ = tc.scaled_dot_product_attention(q, K, V, attn_mask=tc.causal_mask(L, K.shape[-2]))
+        x = x + a.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+def test_cache_layout_is_named(capsys):
+    # learner test 38c: "every layer must write its cache", though every layer did
+    assert_rejects(ex.check_cached_forward, cache_heads_last, "(N, H, T, D)", capsys)
+
+
+@torch.no_grad()
+def square_mask(model, input_ids, caches, num_heads):
+    """Learner test 38c (5.17): tc.causal_mask(L), a crash once the cache is not empty."""
+    N, L = input_ids.shape
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(len(caches[0]), len(caches[0]) + L))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a, h = block.self_attn, block.norm1(x)
+        split = lambda t: t.view(N, L, num_heads, -1).transpose(1, 2)  # noqa: E731
+        K, V = cache.update(split(a.k_proj(h)), split(a.v_proj(h)))
+        o, _ = tc.scaled_dot_product_attention(split(a.q_proj(h)), K, V, attn_mask=tc.causal_mask(L))
+        x = x + a.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+def test_square_mask_crash_is_explained(capsys):
+    assert_rejects(ex.check_cached_forward, square_mask, "掩码是方的 (T, T)", capsys)
+
+
 def test_every_hint_is_reached(capsys):
     mutants = [make_forward(m) for m, _ in NAMED_MISTAKES] + [positions_after_first_update, negative_first_position]
+    mutants.append(square_mask)
     mutants += [top_left_unless_one, tril_sign_flipped, query_from_x]
     rejects = [pytest.param(ex.check_cached_forward, fn, None) for fn in mutants]
     tables = {"_MISTAKES": cached_generation._MISTAKES, "_CRASHES": cached_generation._CRASHES}
@@ -358,3 +418,10 @@ def test_two_mistakes_at_once_are_both_named(capsys):
     message = rejection(lambda fn: ex.check_cached_forward(fn, exercise="5.17"), positions_fixed_mask_left)
     assert "有两处错" in message and "位置少算了 1" in message and "对齐到了左上角" in message, message
     assert "逐层对照" not in message, message
+
+
+def test_bug_hunt_fix_off_by_the_chunk_length_is_named(capsys):
+    # learner test 38c, 5.23: the page's bug "fixed" with + len(caches[0]) + L - 1,
+    # right one token at a time; it got the generic checklist
+    message = rejection(lambda f: ex.check_cached_forward(f, exercise="5.23"), make_forward("positions_plus_T_minus_1"))
+    assert "多加了 T − 1" in message and "逐层对照" not in message, message

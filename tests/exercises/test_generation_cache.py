@@ -391,6 +391,9 @@ def make_cache(mistake=None):
             if mistake == "shared":
                 self.shared.append(k)
             dim = {"dim0": 0, "dim1": 1, "dim_last": -1}.get(mistake, -2)
+            if mistake == "never_stores":  # learner test 38c: concatenated, returned only
+                old_k, old_v = (k[..., :0, :], v[..., :0, :]) if self.k is None else (self.k, self.v)
+                return torch.cat([old_k, k], dim), torch.cat([old_v, v], dim)
             if self.k is None or mistake == "new_only":
                 self.k, self.v = k, v
             elif mistake == "transposed_new":
@@ -415,6 +418,26 @@ def make_cache(mistake=None):
     return Cache
 
 
+class PreallocatedWholeBuffer:
+    """Learner test 38c (5.16): a preallocated buffer, returned whole, not up to n."""
+
+    def __init__(self):
+        self.k = self.v = None
+        self.n = 0
+
+    def update(self, k, v):
+        if self.k is None:
+            shape = (*k.shape[:2], 64, k.shape[-1])
+            self.k, self.v = k.new_zeros(shape), v.new_zeros(shape)
+        T = k.size(-2)
+        self.k[:, :, self.n : self.n + T], self.v[:, :, self.n : self.n + T] = k, v
+        self.n += T
+        return self.k, self.v
+
+    def __len__(self):
+        return self.n
+
+
 class CacheSkeleton:
     def __init__(self):
         pass
@@ -436,6 +459,8 @@ KV_CACHE_REJECTS = [
     pytest.param(ex.check_kv_cache, make_cache("count_updates"), "调用次数", id="len counts updates"),
     pytest.param(ex.check_kv_cache, make_cache("shared"), "共享", id="class-level storage"),
     pytest.param(ex.check_kv_cache, make_cache("len_batch"), "批大小 N = 2", id="len is the batch size"),
+    pytest.param(ex.check_kv_cache, PreallocatedWholeBuffer, "整块预分配的缓冲区", id="whole buffer returned"),
+    pytest.param(ex.check_kv_cache, make_cache("never_stores"), "没有存回去", id="never stores"),
     pytest.param(ex.check_kv_cache, make_cache("keys_twice"), "值 V 没有返回", id="(K, K)"),
     pytest.param(ex.check_kv_cache, make_cache("values_twice"), "键存成了 v", id="(V, V)"),
     pytest.param(ex.check_kv_cache, make_cache("transposed_new"), "拼接的维度不对", id="cat of mismatched shapes"),

@@ -211,11 +211,23 @@ def back_off_relative_frequency(counts, history, c, vocab_size):  # learner test
     return 1 / vocab_size
 
 
+def highest_order_skipped(counts, history, c, vocab_size):  # learner test 38c, 5.9
+    p = 1.0 / vocab_size
+    for k in range(min(len(counts) - 1, len(history))):
+        after = counts[k].get(history[len(history) - k :])
+        if not after:
+            break
+        u = len(after)
+        p = (after[c] + u * p) / (sum(after.values()) + u)
+    return p
+
+
 def test_mistakes_get_their_hint(capsys):
     assert_rejects(ex.check_witten_bell, back_off, "这是回退（back-off），不是插值", capsys)
     assert_rejects(ex.check_witten_bell, back_off_relative_frequency, "这是回退（back-off），不是插值", capsys)
     assert_rejects(ex.check_witten_bell, escape_mass_vocab_size, "u(h) 写成了词表大小", capsys)
     assert_rejects(ex.check_witten_bell, unigram_skipped, "跳过了 k = 0 这一阶", capsys)
+    assert_rejects(ex.check_witten_bell, highest_order_skipped, "少了最高的一阶", capsys)
     assert_rejects(ex.check_witten_bell, no_uniform_base, "均匀分布", capsys)
     assert_rejects(ex.check_witten_bell, escape_missing_in_denominator, "分母里少了 u(h)", capsys)
     assert_rejects(ex.check_witten_bell, types_twice_in_denominator, "分母写成了 u(h) + u(h)", capsys)
@@ -250,7 +262,7 @@ def test_witten_bell_hints_all_reached(capsys):
         escape_mass_vocab_size, unigram_skipped, escape_mass_from_token_count, first_k_characters,
         last_k_by_negative_index,
         add_one_escape, escape_to_uniform, unseen_history_not_skipped, indexes,
-        escape_missing_in_denominator, types_twice_in_denominator,
+        escape_missing_in_denominator, types_twice_in_denominator, highest_order_skipped,
     )  # fmt: skip
     rejects = [pytest.param(ex.check_witten_bell, fn, None) for fn in mutants]
     tables = {

@@ -270,7 +270,15 @@ def shifted_left(logits, p):  # learner test 27c: the classic shift, written the
     return logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
 
 
+def one_nucleus_for_the_batch(logits, p):  # learner test 38c, 5.15: all rows as one distribution
+    sorted_logits, idx = torch.sort(logits.view(-1), descending=True)
+    probs = torch.softmax(sorted_logits, -1)
+    drop = (probs.cumsum(-1) - probs) >= p
+    return logits.masked_fill(drop.scatter(-1, idx, drop).view(logits.shape), float("-inf"))
+
+
 REJECTS = [
+    pytest.param(check, one_nucleus_for_the_batch, "整批被当成了一个分布", id="flattened-batch"),
     pytest.param(check, filtered_in_place, "原地改动了传进来的 logits", id="index-assign-in-place"),
     pytest.param(check, masked_fill_underscore, "不带下划线的 logits.masked_fill", id="masked-fill-in-place"),
     pytest.param(check, everything_along_dim_1, "第 1 维却是位置 T", id="everything-along-dim-1"),

@@ -369,9 +369,22 @@ def probe_changes_row_0_only(model, ids, t):
     return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
 
 
+def probe_replacing_with_the_same(model, ids, t):
+    """Learner test 38c (5.21): replacements drawn at random that, in batch row 1,
+    equal the original tokens (here: row 1 written back unchanged)."""
+    changed = ids.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % model.cfg.vocab_size
+    changed[1, t:] = ids[1, t:]
+    return torch.allclose(model(ids)[0][:, :t], model(changed)[0][:, :t], atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("probe", "keyword"),
-    [(probe_row_0_only, "只比较了第 0 行"), (probe_changes_row_0_only, "只改了第 0 行的词元")],
+    [
+        (probe_row_0_only, "只比较了第 0 行"),
+        (probe_changes_row_0_only, "只改了第 0 行"),
+        (probe_replacing_with_the_same, "换上的恰好与原来相同"),
+    ],
 )
 def test_causality_probe_catches_a_leak_in_one_batch_row(probe, keyword, capsys):
     message = rejection(ex.check_causality_probe, probe)
@@ -502,6 +515,24 @@ def greedy_first_chunk_logits(model, ids, n_new, chunk=4):
     return ids
 
 
+@torch.no_grad()
+def greedy_one_argmax_for_the_batch(model, ids, n_new, chunk=4):
+    """Learner test 38c (5.22b): argmax without dim, over the whole batch."""
+    caches, logits = prefilled(model, ids, chunk)
+    for step in range(n_new):
+        nxt = (logits[:, -1].argmax() % logits.size(-1)).view(1, 1).expand(ids.size(0), 1)
+        ids = torch.cat([ids, nxt], dim=1)
+        if step + 1 < n_new:
+            logits, _ = model(nxt, caches=caches)
+    return ids
+
+
+def test_greedy_with_cache_one_argmax_for_the_batch_is_named(capsys):
+    # learner test 38c: it got the generic "differs from greedy", as did logits[:, 0]
+    # (greedy_first_position, test_greedy_with_cache_mistakes)
+    assert_rejects(ex.check_greedy_with_cache, greedy_one_argmax_for_the_batch, "argmax 没有写 dim=-1", capsys)
+
+
 def test_feeding_the_last_token_back_fails_and_counts_as_not_passed(capsys):
     # the text forbids it: "最后选出的词元不要再送进模型"
     from transformer_course.exercises import _protocol
@@ -606,4 +637,4 @@ def test_greedy_with_cache_learner_31c_mistakes(capsys):
 def test_greedy_with_cache_mistakes(capsys):
     assert_rejects(ex.check_greedy_with_cache, greedy_two_forwards_too_many, "不必再送", capsys)
     assert_rejects(ex.check_greedy_with_cache, greedy_refeeds_everything, "只送新词元", capsys)
-    assert_rejects(ex.check_greedy_with_cache, greedy_first_position, "不用缓存的贪心", capsys)
+    assert_rejects(ex.check_greedy_with_cache, greedy_first_position, "最后一块提示的第一个位置", capsys)

@@ -85,6 +85,8 @@ def _attention_variant(
     if mistake == "always_causal":  # a lower triangle added to whatever was passed
         causal = torch.ones(Q.size(-2), s, dtype=torch.bool, device=Q.device).tril()
         mask = causal if mask is None else mask & causal
+    if mistake == "mask_float_added":  # learner test 38c: mask.float() to SDPA
+        return torch.softmax(scores + mask.to(scores.dtype), dim=-1) @ V
     if mask is not None and mistake != "mask_ignored":
         fill = {"mask_zero": 0.0, "mask_inverted": -1e9}.get(mistake, -math.inf)
         scores = scores.masked_fill(mask if mistake == "mask_inverted" else ~mask, fill)
@@ -151,6 +153,14 @@ ATTENTION_HINTS = [
     (
         "被屏蔽的位置仍有权重：掩码没有起作用（attn_mask 参数被忽略了？）。",
         "mask_ignored",
+    ),
+    (
+        "被屏蔽的位置仍有权重：0/1 的浮点掩码被当成了加性掩码，加到了分数上"
+        "（可以看的加 1，未来的加 0，一个也没屏蔽）。F.scaled_dot_product_attention "
+        "只把 bool 掩码当“True = 可以看”：直接传 bool 的 attn_mask，不要 .float()；"
+        "或者自己 masked_fill(~attn_mask, -inf)（第 5 章的选读“0/1 浮点下三角矩阵"
+        "怎样当掩码用？”专讲这个坑）。",
+        "mask_float_added",
     ),
     (
         "被屏蔽的位置仍有权重：屏蔽时把分数填成了 0，应填 -inf"

@@ -52,9 +52,16 @@ class _ConcatCache:
         return 0 if self.keys is None else self.keys.shape[-2]
 
 
+_QK_GAIN, _EMB_GAIN = 8.0, 15.0
+
+
 class _ExerciseGPT(nn.Module):
     """A :class:`MiniGPT`'s modules under the exercise's names (``pos_emb`` is the
-    bare ``nn.Embedding``); ``forward`` is the MiniGPT's, without a cache."""
+    bare ``nn.Embedding``); ``forward`` is the MiniGPT's, without a cache. The q and k
+    projections and the embeddings are scaled up: a fresh model's attention is nearly
+    uniform and its x tiny beside norm1(x), so k or v from x instead of norm1(x)
+    changed the logits by ~1e-4 only and looked like another mistake (learner test
+    38c)."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
@@ -65,6 +72,12 @@ class _ExerciseGPT(nn.Module):
         self.num_heads = cfg.num_heads
         for block in self.blocks:  # the source's skeleton names d_k (the head size)
             block.self_attn.d_k = cfg.d_model // cfg.num_heads
+            with torch.no_grad():  # peaky attention: mistakes in it show
+                block.self_attn.q_proj.weight.mul_(_QK_GAIN)
+                block.self_attn.k_proj.weight.mul_(_QK_GAIN)
+        with torch.no_grad():
+            self.tok_emb.weight.mul_(_EMB_GAIN)
+            self.pos_emb.weight.mul_(_EMB_GAIN)
 
     def forward(self, input_ids: Tensor) -> Tensor:
         return self.gpt(input_ids)[0]
@@ -94,6 +107,13 @@ _MISTAKES = [
         "positions_plus_1_cached",
     ),
     (
+        "新词元的位置多加了 T − 1（T 是这次送进的词元数）：一次送一个词元时恰好对，"
+        "送进整段提示或几个词元时，第一个新词元的位置应是 len(缓存)，不是 "
+        "len(缓存) + T − 1：pos_emb(torch.arange(start, start + T))，"
+        "start = len(缓存)。",
+        "positions_plus_T_minus_1",
+    ),
+    (
         "一次送进多个新词元（例如整段提示）时没有用因果掩码：新的查询也只能看到自己"
         "和之前的位置，attn_mask = tc.causal_mask(T, len(缓存) + T)。",
         "no_mask",
@@ -115,6 +135,34 @@ _MISTAKES = [
         "注意力之前漏了 norm1：q、k、v 都从 h = block.norm1(x) 投影，"
         "残差加回的才是 x。",
         "no_norm1",
+    ),
+    (
+        "k 是从没有归一化的 x 投影的：q、k、v 都要从 h = block.norm1(x) 投影"
+        "（block.self_attn.k_proj(h)，不是 k_proj(x)）。",
+        "k_from_x",
+    ),
+    (
+        "v 是从没有归一化的 x 投影的：q、k、v 都要从 h = block.norm1(x) 投影"
+        "（block.self_attn.v_proj(h)，不是 v_proj(x)）。",
+        "v_from_x",
+    ),
+    (
+        "k 和 v 是从没有归一化的 x 投影的（q 是对的）：q、k、v 都要从 "
+        "h = block.norm1(x) 投影（k_proj(h)、v_proj(h)）。",
+        "k_from_x+v_from_x",
+    ),
+    (
+        "注意力子层少了残差：x = x + out_proj(…)，不是 x = out_proj(…)。",
+        "no_res_attn",
+    ),
+    (
+        "FFN 子层少了残差：x = x + block.ffn(block.norm2(x))，不是 x = block.ffn(…)。",
+        "no_res_ffn",
+    ),
+    (
+        "q 分头时直接 view 成了 (N, H, T, D)（k、v 是对的）：这样会把不同位置的数"
+        "拼进同一个头。应先 view(N, T, H, D)，再 transpose(1, 2)。",
+        "q_split_no_transpose",
     ),
     (
         "第一个块的 k、v 是在加位置嵌入之前算的（从 norm1(tok_emb(ids)) 投影）：缓存"
@@ -250,6 +298,8 @@ def _cached_variant(
         start = 0
     if "positions_plus_1_cached" in has and old:  # right on the first call only
         start = old + 1
+    if "positions_plus_T_minus_1" in has:  # right when one token is fed
+        start = old + T - 1
     tokens = model.tok_emb(ids)
     x = tokens + model.pos_emb(torch.arange(start, start + T))
     for i, block in enumerate(model.blocks):
@@ -257,12 +307,18 @@ def _cached_variant(
         h = x if "no_norm1" in has else block.norm1(x)
         kv_from = block.norm1(tokens) if "kv_before_pos" in has and i == 0 else h
         q_from = x if "q_from_x" in has else h
+        k_from = x if "k_from_x" in has else kv_from
+        v_from = x if "v_from_x" in has else kv_from
         o = _cached_attention(
-            block.self_attn, model.num_heads, (q_from, kv_from), cache, has
+            block.self_attn, model.num_heads, (q_from, k_from, v_from), cache, has
         )
-        x = (h if "res_from_norm1" in has else x) + o
+        if "no_res_attn" in has:
+            x = o
+        else:
+            x = (h if "res_from_norm1" in has else x) + o
         h2 = h if "ffn_from_h" in has else block.norm2(x)
-        x = x + block.ffn(x if "no_norm2" in has else h2)
+        f = block.ffn(x if "no_norm2" in has else h2)
+        x = f if "no_res_ffn" in has else x + f
     if "no_norm_f" not in has:
         x = model.norm_f(x)
     return model.lm_head(x)
@@ -271,18 +327,18 @@ def _cached_variant(
 def _cached_attention(
     attn: nn.Module,
     H: int,
-    inputs: tuple[Tensor, Tensor],
+    inputs: tuple[Tensor, Tensor, Tensor],
     cache: _ConcatCache,
     has: set[str],
 ) -> Tensor:
-    """One block's attention output (after ``out_proj``) for the new positions: queries
-    from ``inputs[0]``, keys and values from ``inputs[1]`` (both ``(N, T, E)``), with
-    the mistakes ``has``."""
-    h, kv_from = inputs
+    """One block's attention output (after ``out_proj``) for the new positions: queries,
+    keys and values projected from ``inputs`` (each ``(N, T, E)``), with the mistakes
+    ``has``."""
+    h, k_from, v_from = inputs
     N, T, E = h.shape
     flat = bool(has & {"heads_no_transpose", "split_no_transpose"})
-    q = _heads(attn.q_proj(h), H, flat)
-    k, v = _heads(attn.k_proj(kv_from), H, flat), _heads(attn.v_proj(kv_from), H, flat)
+    q = _heads(attn.q_proj(h), H, flat or "q_split_no_transpose" in has)
+    k, v = _heads(attn.k_proj(k_from), H, flat), _heads(attn.v_proj(v_from), H, flat)
     old = len(cache)
     K, V = cache.update(k, v)
     if "past_only" in has and old:  # only the cached positions, not the new ones
@@ -336,6 +392,13 @@ def _two_mistakes(hints: list[tuple[str, str]]) -> list[tuple[str, str]]:
     ]
 
 
+def _heads_last(cache: _ConcatCache, H: int, T: int) -> bool:
+    """Whether ``cache`` holds ``T`` positions as ``(N, T, H, D)``: the keys handed
+    over before the transpose to ``(N, H, T, D)``."""
+    keys = cache.keys
+    return keys is not None and keys.dim() == 4 and tuple(keys.shape[1:3]) == (T, H)
+
+
 def _same_or_both_nan(got: Tensor, ref: Tensor) -> bool:
     """:func:`close`, with NaN where the mistake gives NaN (a fully masked row)."""
     nan = ref.isnan()
@@ -382,11 +445,16 @@ _BUG_UNCHANGED = {
 }
 
 _CRASHES = [
+    (  # learner test 38c: tc.causal_mask(T), square, on a non-empty cache
+        r"mask of shape \((\d+), \1\) does not broadcast",
+        "掩码是方的 (T, T)，可缓存不空时键有 len(缓存) + T 个：掩码要是 "
+        "(T, len(缓存) + T) 的，右下角对齐：tc.causal_mask(T, len(缓存) + T)。",
+    ),
     (
         r"index out of range",
         "嵌入表的下标越界：新词元的位置是 len(缓存) + 0..T-1，第一次调用（缓存为空）"
         "从 0 开始，不会是负数，也不超过 context_length − 1。",
-    )
+    ),
 ]
 
 
@@ -457,6 +525,15 @@ def check_cached_forward(fn: object, exercise: str | None = None) -> str:
             done += T
             lengths_now = [len(c) for c in caches]
             if lengths_now != [done] * n_layers:
+                if all(_heads_last(c, H, done) for c in caches):
+                    fail(
+                        f"{name} 运行后各层缓存的位置数是 {lengths_now}，应都是 {done}"
+                        f"（{case}）：交给 cache.update 的 k、v 是 (N, T, H, D) 的"
+                        f"（缓存里键的形状是 {tuple(caches[0].keys.shape)}），"
+                        "len(缓存) 数到的是头数 H。缓存约定的布局是 (N, H, T, D)"
+                        "：分头之后 transpose(1, 2)，再 cache.update(k, v)，"
+                        "位置在倒数第二维。"
+                    )
                 fail(
                     f"{name} 运行后各层缓存的位置数是 {lengths_now}，应都是 {done}"
                     f"（{case}）：每一层都要把新词元的 k、v 写进自己的缓存"

@@ -898,6 +898,12 @@ def _check_cache_len(
                 f"：这是批大小 N = {batch}（dim=0）。__len__ 应返回缓存的位置数，"
                 "即时间维 dim=-2 的长度：self.k.size(-2)。"
             )
+        elif n_len == 0:  # learner test 38c: update concatenated, never stored
+            extra = (
+                "：缓存里一个位置也没存下。多半 update 只把拼接的结果返回了，没有存回"
+                "去：self.k = torch.cat([self.k, k], dim=-2)（v 也一样），再返回"
+                " self.k, self.v；或者 __len__ 读的不是 update 存下的那个属性。"
+            )
         else:
             extra = "：len 应是缓存的位置数（dim=-2 的长度）。"
         fail(f"len({name}) 应为 {total}，得到 {n_len}（{case}）{extra}")
@@ -940,6 +946,13 @@ def _cache_shape_hint(got: tuple, chunk: tuple, expected: tuple, updates: int) -
                 f"拼接的维度不对：你沿 dim={dim} 拼接了；应沿时间维 dim=-2"
                 "（(N, H, T, D) 的 T）拼接。"
             )
+    if len(got) == 4 and got[:2] == (N, H) and got[-1] == D and got[2] > T_all:
+        # learner test 38c: a preallocated buffer returned whole
+        return (
+            f"返回的像是整块预分配的缓冲区（{got[2]} 个位置），只有前 {T_all} 个"
+            "填过：返回到目前为止的部分，self.k[:, :, :n]、self.v[:, :, :n]"
+            "（n 是已存的位置数），或者用 torch.cat 拼接。"
+        )
     if got[:2] == (N, H) and got[-1] != D:
         return (
             "拼接的维度不对：你沿最后一维拼接了；应沿时间维 dim=-2"

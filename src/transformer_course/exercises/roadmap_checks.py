@@ -105,7 +105,8 @@ def _interpolate(
     """``P(c | history)`` as a learner with ``mistake`` computes it (the right recursion
     is :func:`~transformer_course.char_ngram_loss`'s)."""
     p = 1.0 / vocab_size
-    for k in range(mistake == "skip_unigram", min(len(counts), len(history) + 1)):
+    top = min(len(counts), len(history) + 1) - (mistake == "skip_highest")
+    for k in range(mistake == "skip_unigram", top):
         h = {"first_k": history[:k], "minus_k": history[-k:]}.get(
             mistake, history[len(history) - k :]
         )
@@ -184,6 +185,13 @@ _WITTEN_BELL_HINTS = [
         "跳过了 k = 0 这一阶（空历史，counts[0][''] 的一元频率）：插值从均匀分布出发，"
         "先到 k = 0，再到 k = 1, 2, …，range 从 0 开始。",
         "skip_unigram",
+    ),
+    (
+        "少了最高的一阶：k 要一直走到 min(n − 1, len(history))（含；n = len(counts)），"
+        "range 的上界是 min(len(counts), len(history) + 1)。写成 "
+        "range(min(len(counts) − 1, len(history))) 就停在了最长历史的前一阶，"
+        "最长的历史没用上。",
+        "skip_highest",
     ),
 ]
 

@@ -116,6 +116,14 @@ TOP_P_HINTS = [
     ),
 ]
 
+# learner test 38c: the whole batch sorted, normalised and summed as one distribution
+FLAT_HINT = (
+    "整批被当成了一个分布：sort、softmax、cumsum 作用在 logits.view(-1)（或 flatten）"
+    "上，所有行的概率一起归一化、一起累加，核是整批共用的一个。每一行有自己的分布"
+    "和自己的核：不要展平，直接在 (..., V) 上沿最后一维做，sort(logits, dim=-1, "
+    "descending=True)、softmax(..., dim=-1)、cumsum(dim=-1)。"
+)
+
 BATCH_HINT = (
     "每一行单独送进来时保留的词元都对，整批一起送就错了：有一步把几行混在了一起。"
     "每一行有自己的核：排序、softmax、cumsum、比较都沿最后一维（dim=-1）逐行做，"
@@ -134,6 +142,8 @@ TOP_P_CRASHES = [
 
 def _kept_by(logits: Tensor, p: float, mistake: str) -> Tensor:
     """The kept set (bool, like ``logits``) that ``mistake`` gives."""
+    if mistake == "flat":  # one nucleus for the whole batch
+        return _kept_by(logits.reshape(1, -1), p, "").reshape(logits.shape)
     if mistake in ("softmax_first_dim", "cumsum_first_dim"):
         return _kept_first_dim(logits, p, mistake)
     if mistake == "dim_1":  # every step along dim 1: right only where that is V
@@ -383,6 +393,12 @@ def _check_kept_set(
             + f"），不是 logits（{case}）。这道练习返回 logits，核外的设成 -inf："
             "之后的 softmax 会给核外的词元概率 0，并自动把核内的重新归一化。"
             "若交给 softmax 的是概率，核外的 0 会变成 exp(0) 的权重。"
+        )
+    if torch.equal(kept, _kept_by(logits, p, "flat")):  # before the empty-row hint
+        fail(
+            f"{name} 保留的词元不对（{case}）。"
+            + _row_hint(logits, ref_kept, kept, p)
+            + FLAT_HINT
         )
     if not bool(kept.any(-1).all()):
         row = tuple(int(i) for i in (~kept.any(-1)).nonzero()[0])

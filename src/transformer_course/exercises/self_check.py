@@ -490,12 +490,16 @@ def _probe_mistake(fed: list[Tensor], ids: Tensor, t: int, leak: str) -> str:
 
 def _rows_missed(fed: list[Tensor], ids: Tensor, t: int) -> str:
     """The hint for a probe that calls the model leaking only in batch row 1 causal:
-    it changed, or compared, batch row 0 alone."""
+    it fed row 1 unchanged (row 0 alone changed, or the replacements equal to the
+    originals), or compared row 0 alone."""
     changed_rows = [x[1:, t:] != ids[1:, t:] for x in fed if x.shape == ids.shape]
     what = (
-        "只改了第 0 行的词元，第 1 行送进模型的还是原来的"
-        if not any(bool(c.any()) for c in changed_rows)
-        else "多半只比较了第 0 行（logits[0, :t]）"
+        "多半只比较了第 0 行（logits[0, :t]）"
+        if any(bool(c.any()) for c in changed_rows)
+        # learner test 38c: random replacements that happened to equal the originals
+        else f"送进模型的第 1 行，位置 ≥ {t} 的词元一个也没变（只改了第 0 行，"
+        "或换上的恰好与原来相同，例如随机抽的；每个位置都要换成别的词元，例如 "
+        "ids2[:, t:] = (input_ids[:, t:] + 1) % vocab_size）"
     )
     return (
         f"这个模型的第 0 行是因果的，只有第 1 行看得见未来：你的探针{what}。"
@@ -612,6 +616,42 @@ def _counted(make: Callable, made: list[int], *args, **kwargs):
     """``make(*args, **kwargs)``, noting the call in ``made``."""
     made.append(1)
     return make(*args, **kwargs)
+
+
+def _check_greedy_picks(
+    name: str,
+    case: str,
+    model_prompt: tuple[MiniGPT, Tensor],
+    got: Tensor,
+    ref: Tensor,
+    last_piece: int,
+) -> None:
+    """Learner test 38c (5.22b): the first new token read at the first position of the
+    last prefill chunk (``logits[:, 0]``), or one argmax over the whole batch."""
+    model, prompt = model_prompt
+    t0 = prompt.size(1)
+    if torch.equal(got, ref):
+        return
+    with torch.no_grad():
+        at_chunk_start = model(prompt)[0][:, t0 - last_piece].argmax(-1)
+    if (
+        last_piece > 1
+        and not torch.equal(got[:, t0], ref[:, t0])
+        and torch.equal(got[:, t0], at_chunk_start)
+    ):
+        fail(
+            f"{name} 生成的第一个新词元取自最后一块提示的第一个位置（logits[:, 0]，"
+            f"即提示的位置 {t0 - last_piece}）（{case}）：那个位置还没看到这一块后面"
+            "的词元。下一个词元的分布在最后一个位置：logits[:, -1].argmax(-1)。"
+        )
+    if torch.equal(got[0, t0:], got[1, t0:]) and not torch.equal(
+        ref[0, t0:], ref[1, t0:]
+    ):
+        fail(
+            f"{name} 给批里两行生成了完全相同的新词元（{case}），不用缓存的贪心生成"
+            "两行并不相同：argmax 没有写 dim=-1，整批 logits 取了一个最大值。"
+            "每一行各取各的：logits[:, -1].argmax(dim=-1, keepdim=True)。"
+        )
 
 
 def _record(seen: list[int], module: object, args: tuple, out: object) -> None:
@@ -745,6 +785,7 @@ def check_greedy_with_cache(fn: object) -> str:
                 "它只看到了提示的前几个词元。要用最后一块的 logits："
                 "最后一块的最后一个位置才看过整段提示。"
             )
+        _check_greedy_picks(name, case, (model, prompt), got, ref, pieces[-1])
         if not torch.equal(got, ref):
             fail(
                 f"{name} 的结果与不用缓存的贪心生成不同（{case}）：预填充整段提示后，"
