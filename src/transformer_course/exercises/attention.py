@@ -64,6 +64,12 @@ def _transposed_variant(scores: Tensor, V: Tensor, mistake: str) -> Tensor | Non
     return torch.softmax(scores, dim=-1).transpose(-2, -1) @ V  # weights_transposed
 
 
+def _always_causal(Q: Tensor, s: int, mask: Tensor | None) -> Tensor:
+    """A lower triangle added to whatever mask was passed (learner test 34a, 1.1)."""
+    causal = torch.ones(Q.size(-2), s, dtype=torch.bool, device=Q.device).tril()
+    return causal if mask is None else mask & causal
+
+
 def _attention_variant(
     Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None, mistake: str
 ) -> Tensor | None:
@@ -82,11 +88,9 @@ def _attention_variant(
         "scale_dv": math.sqrt(V.size(-1)),
     }
     scores = raw / scale.get(mistake, math.sqrt(d))
-    if mistake == "always_causal":  # a lower triangle added to whatever was passed
-        causal = torch.ones(Q.size(-2), s, dtype=torch.bool, device=Q.device).tril()
-        mask = causal if mask is None else mask & causal
     if mistake == "mask_float_added":  # learner test 38c: mask.float() to SDPA
         return torch.softmax(scores + mask.to(scores.dtype), dim=-1) @ V
+    mask = _always_causal(Q, s, mask) if mistake == "always_causal" else mask
     if mask is not None and mistake != "mask_ignored":
         fill = {"mask_zero": 0.0, "mask_inverted": -1e9}.get(mistake, -math.inf)
         scores = scores.masked_fill(mask if mistake == "mask_inverted" else ~mask, fill)
