@@ -110,7 +110,19 @@ def swapped_arguments(run, arms, seeds, margin):  # learner test 36b, 4.12: run(
     return losses, all(y > (1 + margin) * x for x, y in zip(*losses.values(), strict=True))
 
 
+def of_worse(run, arms, seeds, margin):  # learner test 44b: (y - x) / y, relative to the worse arm
+    losses = _paired(run, arms, seeds)
+    return losses, all((y - x) / y > margin for x, y in zip(*losses.values(), strict=True))
+
+
+def of_mean(run, arms, seeds, margin):  # learner test 44b: relative to the mean of the two losses
+    losses = _paired(run, arms, seeds)
+    return losses, all((y - x) / ((x + y) / 2) > margin for x, y in zip(*losses.values(), strict=True))
+
+
 REJECTS = [
+    pytest.param(ex.check_paired_ablation, of_worse, "除以了第二个方案的损失", id="of_worse"),
+    pytest.param(ex.check_paired_ablation, of_mean, "除以了两个损失的平均", id="of_mean"),
     pytest.param(ex.check_paired_ablation, swapped_arguments, "run(seed, arm)", id="swapped"),
     pytest.param(ex.check_paired_ablation, pairs_list, "你返回的是 list", id="pairs_list"),
     pytest.param(ex.check_paired_ablation, keyed_by_seed, "你的键是 [7, 3, 11]", id="keyed_by_seed"),

@@ -428,6 +428,14 @@ def sparsemax_tau_without_minus_one(z):  # learner test
     return torch.clamp(z - cs.gather(-1, support - 1) / support, min=0)
 
 
+def sparsemax_tau_without_parentheses(z):  # learner test 44b, 4.6: cs[k-1] / k - 1
+    zs = z.sort(dim=-1, descending=True).values
+    cs = zs.cumsum(-1)
+    support = (1 + torch.arange(1, z.size(-1) + 1, dtype=z.dtype) * zs > cs).sum(-1, keepdim=True)
+    tau = cs.gather(-1, support - 1) / support - 1
+    return torch.clamp(z - tau, min=0)
+
+
 def sparsemax_one_row_only(z):  # learner test: right for a vector, int() of a count
     zs = z.sort(descending=True).values
     k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
@@ -557,6 +565,7 @@ SPARSEMAX_REJECTS = [
     (sparsemax_no_k, "判据少了名次 k"),
     (sparsemax_sum_shifted, "不是 cs[k]"),
     (sparsemax_tau_without_minus_one, "τ 少了 −1"),
+    (sparsemax_tau_without_parentheses, "τ 那一行少了括号"),
     (sparsemax_tau_over_length, "应除以支撑集的大小 k(z)"),
     (sparsemax_tau_from_the_mean_of_the_support, "非零的位置（支撑集）对了，值不对：错的是 τ"),
     (sparsemax_no_one, "判据少了 1"),
@@ -580,6 +589,13 @@ def test_sparsemax_rejects_an_in_place_edit_of_z(exercise, capsys):
     attention scores would be corrupted); the checker gives the learner its own copy."""
     message = rejection(lambda c: ex.check_sparsemax(c, exercise=exercise), sparsemax_in_place)
     assert "原地修改了传进来的 z" in message and "torch.clamp(z - tau, min=0)" in message, message
+
+
+def test_sparsemax_tau_without_parentheses_in_the_bug_hunt(capsys):
+    """Learner test 44b (4.6): the support fixed, the τ line broken by a missing pair of
+    parentheses: the hint names the τ line, not the support test."""
+    message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.6"), sparsemax_tau_without_parentheses)
+    assert "τ 那一行少了括号" in message and "判据" not in message, message
 
 
 def test_sparsemax_support_plus_one_in_the_bug_hunt(capsys):

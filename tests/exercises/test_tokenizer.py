@@ -90,6 +90,10 @@ def counts_list_of_pairs(ids):
     return list(zip(ids, ids[1:], strict=False))
 
 
+def counts_most_common(ids):  # learner test 44b: the counts, ranked into a list
+    return Counter(zip(ids, ids[1:], strict=False)).most_common()
+
+
 def counts_reversed(ids):  # learner test 18b: zip(ids[1:], ids)
     return Counter(zip(ids[1:], ids, strict=False))
 
@@ -122,7 +126,8 @@ def counts_crash_on_empty(ids):
         (counts_wrap_around, "首尾相接"),
         (counts_set, "没有计数"),
         (counts_list_keys, "二元组"),
-        (counts_list_of_pairs, "应返回字典"),
+        (counts_list_of_pairs, "应返回字典.*不只是列出相邻对"),
+        (counts_most_common, "most_common\\(\\) 把计数排成了"),
         (counts_crash_on_empty, r"ids=\[\].*IndexError"),
         (counts_reversed, r"顺序反了.*zip\(ids, ids\[1:\]\)"),
         (counts_skipping_repeats, r"\(a, a\) 后跳过了一个位置"),
@@ -198,6 +203,22 @@ def merge_no_skip(ids, pair, new_id):
     out = []
     for i in range(len(ids)):
         out.append(new_id if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair else ids[i])
+    return out
+
+
+def merge_for_range_no_skip(ids, pair, new_id):  # learner test 44b: no skip, last id dropped
+    return [new_id if (ids[i], ids[i + 1]) == pair else ids[i] for i in range(len(ids) - 1)]
+
+
+def merge_first_id_only(ids, pair, new_id):  # learner test 44b: ids[i] == pair[0] alone
+    out, i = [], 0
+    while i < len(ids):
+        if ids[i] == pair[0] and i + 1 < len(ids):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
     return out
 
 
@@ -310,6 +331,8 @@ def merge_returns_string(ids, pair, new_id):
         (merge_first_only, "只替换了第一次出现"),
         (merge_no_skip, "i\\+2"),
         (merge_right_to_left, "从右往左"),
+        (merge_for_range_no_skip, "有两处错：合并之后没有跳过"),
+        (merge_first_id_only, "只比较了 ids\\[i\\] == pair\\[0\\]"),
         (merge_drops_tail, "漏了最后一个元素"),
         (merge_list_slice_vs_tuple, "没有做任何替换"),
         (merge_in_place, "改动了传进来的 ids"),
@@ -421,7 +444,8 @@ def step_smallest_pair_ignoring_counts(ids, new_id):  # learner test 25b
 
 def test_bpe_pick_that_ignores_the_counts_is_told_to_compare_counts(capsys):
     message = rejection(bx.check_bpe_merge, step_smallest_pair_ignoring_counts)
-    assert "选的时候却没看次数" in message and "min(counts) 只比较对本身" in message, message
+    assert "与次数无关" in message and "min(counts)" in message, message
+    assert "max(counts, key=counts.get)" not in message, message  # the text forbids it (ties)
 
 
 def step_least_frequent_pair(ids, new_id):  # min where max was meant
@@ -432,7 +456,7 @@ def step_least_frequent_pair(ids, new_id):  # min where max was meant
 
 def test_bpe_pick_of_a_rarer_pair_is_told_to_compare_counts(capsys):
     message = rejection(bx.check_bpe_merge, step_least_frequent_pair)
-    assert "却只出现" in message and "选的时候要比次数" in message, message
+    assert "却只出现" in message and "选的时候要先比次数" in message, message
 
 
 def step_returns_input(ids, new_id):  # learner test 18b: the merge computed, its result dropped

@@ -87,6 +87,19 @@ ABLATION_HINTS = [
         "no_one",
     ),
     (
+        "margin 是相对第一个方案（arms[0]）的损失：要求 "
+        "loss_1 > (1 + margin) * loss_0，即 (loss_1 − loss_0) / loss_0 > margin。"
+        "你把差值除以了第二个方案的损失，阈值就变严了：margin = 0.2 时要求的损失比"
+        "成了 1/(1 − 0.2) = 1.25，而不是 1.2。",
+        "of_worse",
+    ),
+    (
+        "margin 是相对第一个方案（arms[0]）的损失：要求 "
+        "(loss_1 − loss_0) / loss_0 > margin。你把差值除以了两个损失的平均，阈值就"
+        "变严了：margin = 0.2 时要求的损失比成了 2.2/1.8 ≈ 1.22，而不是 1.2。",
+        "of_mean",
+    ),
+    (
         "方向：holds 说的是第二个方案（arms[1]）的损失比第一个方案（arms[0]）"
         "高出 margin。",
         "direction",
@@ -139,11 +152,18 @@ def _verdict(loss0, loss1, margin, mistake=None) -> bool:
         return any(b > (1 + margin) * a for a, b in pairs)
     if mistake == "no_one":  # the 1 + left out
         return all(b > margin * a for a, b in pairs)
+    if mistake == "of_worse":  # the difference divided by the worse arm's loss
+        return all((b - a) / b > margin for a, b in pairs)
+    if mistake == "of_mean":  # ... by the mean of the two losses
+        return all((b - a) / ((a + b) / 2) > margin for a, b in pairs)
     return all(b > (1 + margin) * a for a, b in pairs)
 
 
 # the wrong verdicts a learner's holds is compared with, over all the cases at once
-_VERDICT_MISTAKES = ("direction", "margin", "absolute", "ge", "mean", "any", "no_one")
+_VERDICT_MISTAKES = (
+    "direction", "margin", "absolute", "ge", "mean", "any", "no_one", "of_worse",
+    "of_mean",
+)  # fmt: skip
 
 
 # (description, arms, seeds, margin, losses of arms[0], losses of arms[1])
@@ -162,6 +182,11 @@ _CASES = [
      [5.0, 6.0], [5.3, 6.3]),
     ("只在一个种子上更差", ("A", "B"), [1, 2], 0.2,
      [1.0, 1.0], [1.5, 0.1]),
+    # learner test 44b: a margin relative to the worse loss, or to the mean of the two
+    ("每个种子上高出 22%，阈值 20%", ("A", "B"), [4, 5], 0.2,
+     [1.0, 2.0], [1.22, 2.44]),
+    ("每个种子上高出 23%，阈值 20%", ("A", "B"), [6, 7], 0.2,
+     [1.0, 2.0], [1.23, 2.46]),
 ]  # fmt: skip
 
 

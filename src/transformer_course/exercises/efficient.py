@@ -793,6 +793,8 @@ def _sparsemax_tau(cs: Tensor, k: Tensor, mistake: str) -> Tensor:
         return (cs.gather(-1, k.clamp(max=n - 1)) - 1) / k
     if mistake == "no_minus_one":
         return cs.gather(-1, k - 1) / k
+    if mistake == "no_parentheses":  # cs[k - 1] / k - 1: divided first, then 1 taken
+        return cs.gather(-1, k - 1) / k - 1
     if mistake == "tau_over_n":  # the right sum, divided by the length n
         return (cs.gather(-1, k - 1) - 1) / n
     return (cs.gather(-1, k - 1) - 1) / k
@@ -858,6 +860,11 @@ _SPARSEMAX_MISTAKES = [
         "sum_shifted",
     ),
     ("τ 少了 −1：τ = (前 k 大之和 − 1) / k。", "no_minus_one"),
+    (
+        "τ 那一行少了括号：cs.gather(-1, k - 1) / k - 1 是先除以 k 再减 1，"
+        "应是 (前 k 大之和 − 1) / k，即 (cs.gather(-1, k - 1) - 1) / k。",
+        "no_parentheses",
+    ),
     (
         "τ 除以了 z 的全部元素个数 n（z.size(-1)），应除以支撑集的大小 k(z)："
         "τ = (前 k 大之和 − 1) / k(z)。支撑集和前 k 大之和你都算对了。",

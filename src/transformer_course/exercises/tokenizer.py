@@ -72,9 +72,22 @@ def _explain(
 def _as_counts(name: str, out: object, ids: list[int]) -> dict:
     """The candidate's result as ``{(a, b): count}`` without zero counts."""
     if not isinstance(out, Mapping):
+        ranked = isinstance(out, list) and all(
+            isinstance(x, tuple)
+            and len(x) == 2
+            and isinstance(x[0], tuple)
+            and isinstance(x[1], int)
+            for x in out
+        )
         fail(
             f"{name}({ids}) 应返回字典 {{(a, b): 次数}}（dict 或 Counter），得到的是 "
-            f"{type(out).__name__}：{out!r:.80}。只列出相邻对而不计数是不够的。"
+            f"{type(out).__name__}：{out!r:.80}。"
+            + (
+                "most_common() 把计数排成了 [(对, 次数), …] 的列表；次数没错，"
+                "但后面的代码按键查次数：直接返回 Counter 本身。"
+                if ranked and out
+                else "要记下每一对出现的次数，不只是列出相邻对。"
+            )
         )
     bad = [k for k in out if not (isinstance(k, tuple) and len(k) == 2)]
     if any(isinstance(k, (set, frozenset)) for k in bad):
@@ -104,9 +117,7 @@ def _count_variants(ids: list[int]) -> dict:
         "多了首尾相接的一对：最后一个元素后面没有元素，不要绕回开头。": dict(
             count_pairs([*ids, ids[0]]) if ids else {}
         ),
-        "只记了哪些对出现过，没有计数：同一对每出现一次加 1（或者计数对了，"
-        "选的时候却没看次数：min(counts) 只比较对本身，"
-        "要 max(counts, key=counts.get)）。": dict.fromkeys(want, 1),
+        "只记了哪些对出现过，没有计数：同一对每出现一次加 1。": dict.fromkeys(want, 1),
         "对的两个元素顺序反了：位置 i 贡献 (ids[i], ids[i + 1])，左边的在前，"
         "即 zip(ids, ids[1:])，不是 zip(ids[1:], ids)。": {
             (b, a): n for (a, b), n in want.items()
@@ -164,14 +175,16 @@ def _scan(
     skip: int = 2,
     stop: int = 0,
     ahead: int = 1,
+    first_only: bool = False,
 ) -> list[int]:
     """A left-to-right merge with three knobs that reproduce common bugs: ``skip=1``
     forgets to skip the second element of a match, ``stop=1`` ends the loop one
     element early, ``ahead=2`` only matches where ``i + 2 < len(ids)`` (the final pair
-    is never merged)."""
+    is never merged), ``first_only`` matches ``ids[i] == pair[0]`` alone."""
     out, i = [], 0
     while i < len(ids) - stop:
-        if i + ahead < len(ids) and (ids[i], ids[i + 1]) == pair:
+        here = (ids[i],) if first_only else tuple(ids[i : i + 2])
+        if i + ahead < len(ids) and here == tuple(pair[: len(here)]):
             out.append(new_id)
             i += skip
         else:
@@ -231,6 +244,16 @@ def _merge_variants(ids: list[int], pair: tuple[int, int], new_id: int) -> dict:
         ),
         "漏了结尾的那一对：最后一对是位置 len(ids) − 2 和 len(ids) − 1，条件应是 "
         "i + 1 < len(ids)，不是 i + 2 < len(ids)。": _scan(ids, pair, new_id, ahead=2),
+        "有两处错：合并之后没有跳过第二个元素（[7, 7, 7] 应变成 [new_id, 7]），"
+        "而且循环只走到倒数第二个位置，最后一个元素没有放进结果。"
+        "for i in range(len(ids) - 1) 做不到跳过：用 while 循环，合并时 i += 2，"
+        "否则 i += 1，最后一个元素没被合并时也要放进结果。": _scan(
+            ids, pair, new_id, skip=1, stop=1
+        ),
+        "只比较了 ids[i] == pair[0]，没有看 ids[i + 1]：两个元素都要对上，"
+        "(ids[i], ids[i + 1]) == pair 才合并。": _scan(
+            ids, pair, new_id, first_only=True
+        ),
         "最后一个元素放了两次：它已经并进了最后一个 new_id，循环结束后只在它没有被"
         "合并时才补上 ids[-1]。": _scan(ids, pair, new_id, stop=1) + ids[-1:],
         _LOOK_BEHIND.format(
@@ -388,6 +411,13 @@ def _diagnose_choices(name: str, picks: list[tuple[list[int], tuple]]) -> None:
                 else ""
             )
         )
+    if all(p == min(count_pairs(i)) for i, p in picks):
+        fail(
+            head
+            + "你每次选的都是最小的一对，与次数无关：像是 min(counts)，它比较的是对"
+            "本身（元组的大小），不看次数；或者你数的时候只记了哪些对出现过。选的时候先比"
+            "次数（次数多的在前），次数相同再比对本身（小的在前）。"
+        )
     if counted:
         fail(head + f"你选的是数错了的相邻对里最多的一对：{counted[0]}")
     if counts.get(pair, 0) == counts[want]:  # a tie that wrong counts hid
@@ -398,9 +428,9 @@ def _diagnose_choices(name: str, picks: list[tuple[list[int], tuple]]) -> None:
         )
     fail(
         head + f"要合并的是出现次数最多的一对，{pair} 却只出现 "
-        f"{counts.get(pair, 0)} 次（最多的出现 {counts[want]} 次）：选的时候要比次数，"
-        "例如 max(counts, key=counts.get)；min(counts) 只比较对本身，不看次数。"
-        "若选法没错，先用上一题的检查确认相邻对的计数（重叠的对也要数）。"
+        f"{counts.get(pair, 0)} 次（最多的出现 {counts[want]} 次）："
+        "选的时候要先比次数，次数相同再比对本身。若选法没错，先用上一题的检查确认"
+        "相邻对的计数（重叠的对也要数）。"
     )
 
 
