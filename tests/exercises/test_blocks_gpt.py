@@ -109,6 +109,18 @@ class PostLN(Block):
         return self.norm2(x + self.ffn(x))
 
 
+class PostLNFFNOnly(Block):  # learner test 44c, 5.6: x + attn(norm1(x)), then norm2(x + ffn(x))
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return self.norm2(x + self.ffn(x))
+
+
+class PostLNAttentionOnly(Block):
+    def forward(self, x):
+        x = self.norm1(x + self.attn(x))
+        return x + self.ffn(self.norm2(x))
+
+
 class NoCausalMask(Block):
     def attn(self, h):
         return self.self_attn(h, h, h)
@@ -350,6 +362,8 @@ BLOCK_REJECTS = [
     block_check(NoResidualFFN, "少了 FFN 子层的残差连接", "missing residual (FFN)"),
     block_check(NoResidual, "两个子层都少了残差连接", "no residual at all"),
     block_check(PostLN, "Post-LN", "post-LN instead of pre-LN"),
+    block_check(PostLNFFNOnly, "FFN 子层写成了 Post-LN", "post-LN FFN sublayer"),
+    block_check(PostLNAttentionOnly, "注意力子层写成了 Post-LN", "post-LN attention sublayer"),
     block_check(NoCausalMask, "因果掩码", "no causal mask"),
     block_check(InvertedMask, "方向", "causal mask inverted"),
     block_check(TriuMask, "块里建的掩码是上三角（.triu()）", "triu mask built in the block"),

@@ -376,8 +376,27 @@ def square_mask(model, input_ids, caches, num_heads):
     return model.lm_head(model.norm_f(x))
 
 
-def test_square_mask_crash_is_explained(capsys):
-    assert_rejects(ex.check_cached_forward, square_mask, "掩码是方的 (T, T)", capsys)
+@torch.no_grad()
+def square_mask_filled(model, input_ids, caches, num_heads):
+    """Learner test 44c (5.17): tc.causal_mask(L, L) in the learner's own masked_fill."""
+    N, L = input_ids.shape
+    x = model.tok_emb(input_ids) + model.pos_emb(torch.arange(len(caches[0]), len(caches[0]) + L))
+    for block, cache in zip(model.blocks, caches, strict=True):
+        a, h = block.self_attn, block.norm1(x)
+        split = lambda t: t.view(N, L, num_heads, -1).transpose(1, 2)  # noqa: E731
+        q = split(a.q_proj(h))
+        K, V = cache.update(split(a.k_proj(h)), split(a.v_proj(h)))
+        s = q @ K.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        s = s.masked_fill(~tc.causal_mask(L, L), float("-inf"))
+        o = s.softmax(-1) @ V
+        x = x + a.out_proj(o.transpose(1, 2).reshape(N, L, -1))
+        x = x + block.ffn(block.norm2(x))
+    return model.lm_head(model.norm_f(x))
+
+
+@pytest.mark.parametrize("fn", [square_mask, square_mask_filled])
+def test_square_mask_crash_is_explained(fn, capsys):
+    assert_rejects(ex.check_cached_forward, fn, "掩码是方的 (T, T)", capsys)
 
 
 def test_every_hint_is_reached(capsys):

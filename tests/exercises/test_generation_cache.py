@@ -453,7 +453,7 @@ KV_CACHE_REJECTS = [
     pytest.param(ex.check_kv_cache, make_cache("dim0"), "dim=0", id="cache concatenated on dim 0"),
     pytest.param(ex.check_kv_cache, make_cache("dim1"), "dim=1", id="cache concatenated on dim 1"),
     pytest.param(ex.check_kv_cache, make_cache("dim_last"), "最后一维", id="cache concatenated on the last dim"),
-    pytest.param(ex.check_kv_cache, make_cache("new_only"), "只返回了这一步", id="returns only the new k/v"),
+    pytest.param(ex.check_kv_cache, make_cache("new_only"), "只有这一步的长度", id="returns only the new k/v"),
     pytest.param(ex.check_kv_cache, make_cache("reversed"), "旧的位置在前", id="new before old"),
     pytest.param(ex.check_kv_cache, make_cache("swapped"), "K 和 V 顺序反了", id="(V, K)"),
     pytest.param(ex.check_kv_cache, make_cache("count_updates"), "调用次数", id="len counts updates"),

@@ -314,6 +314,8 @@ def _unbiased_norm(norm: nn.Module) -> Callable[[Tensor], Tensor]:
 
 _RESIDUAL_MISTAKES = (
     "post_ln",
+    "post_ln_ffn",
+    "post_ln_attn",
     "no_res_attn",
     "no_res_ffn",
     "no_res",
@@ -336,9 +338,12 @@ def _residual_variant(
     mistake: str,
 ) -> Tensor:
     """The block with one of the :data:`_RESIDUAL_MISTAKES`."""
-    if mistake == "post_ln":
-        x = norm1(x + attn(x))
-        return norm2(x + ffn(x))
+    if mistake.startswith("post_ln"):  # post_ln_ffn: learner test 44c
+        if mistake != "post_ln_ffn":  # the attention sublayer post-LN
+            x = norm1(x + attn(x))
+        else:
+            x = x + attn(norm1(x))
+        return norm2(x + ffn(x)) if mistake != "post_ln_attn" else x + ffn(norm2(x))
     if mistake == "no_res_attn":
         x = attn(norm1(x))
         return x + ffn(norm2(x))
@@ -404,6 +409,16 @@ BLOCK_HINTS = [
         "这是 Post-LN（先加残差再归一化：norm(x + self_attn(x))）；本练习要 Pre-LN："
         "x + self_attn(norm1(x))。",
         "post_ln",
+    ),
+    (
+        "FFN 子层写成了 Post-LN：norm2(x + ffn(x))，先加残差再归一化（注意力子层你"
+        "写对了）。Pre-LN 的 FFN 子层是 x = x + ffn(norm2(x))，输出不再经过 norm2。",
+        "post_ln_ffn",
+    ),
+    (
+        "注意力子层写成了 Post-LN：norm1(x + self_attn(x))，先加残差再归一化（FFN "
+        "子层你写对了）。Pre-LN 是 x = x + self_attn(norm1(x))。",
+        "post_ln_attn",
     ),
     (
         "注意力没有因果掩码：GPT 块里位置 i 只能看 0..i"

@@ -444,12 +444,15 @@ _BUG_UNCHANGED = {
     ),
 }
 
+_SQUARE_MASK = (
+    "掩码是方的 (T, T)，可缓存不空时键有 len(缓存) + T 个：掩码要是 "
+    "(T, len(缓存) + T) 的，右下角对齐：tc.causal_mask(T, len(缓存) + T)。"
+)
 _CRASHES = [
-    (  # learner test 38c: tc.causal_mask(T), square, on a non-empty cache
-        r"mask of shape \((\d+), \1\) does not broadcast",
-        "掩码是方的 (T, T)，可缓存不空时键有 len(缓存) + T 个：掩码要是 "
-        "(T, len(缓存) + T) 的，右下角对齐：tc.causal_mask(T, len(缓存) + T)。",
-    ),
+    # learner test 38c: tc.causal_mask(T), square, on a non-empty cache
+    (r"mask of shape \((\d+), \1\) does not broadcast", _SQUARE_MASK),
+    # learner test 44c: the same square mask in the learner's own masked_fill
+    (r"(?i)size[^\n]*\n.*causal_mask\(\s*(\w+)\s*(?:,\s*\1\s*)?\)", _SQUARE_MASK),
     (
         r"index out of range",
         "嵌入表的下标越界：新词元的位置是 len(缓存) + 0..T-1，第一次调用（缓存为空）"

@@ -937,8 +937,12 @@ CACHE_CRASHES = [
 
 
 def _cache_shape_hint(got: tuple, chunk: tuple, expected: tuple, updates: int) -> str:
-    if got == chunk:
-        return "只返回了这一步的 k/v：应返回缓存里全部的（旧的在前，新的在后）。"
+    if got == chunk:  # learner test 44a: also a cat on the last dim, cut back to D
+        return (
+            "返回的 k/v 只有这一步的长度：应返回缓存里全部的位置（旧的在前，"
+            "新的在后），沿时间维 dim=-2 拼接。若是拼在了别的维上、再切回原来的形状，"
+            "留下的也只有一步（例如拼在最后一维再切回前 D 个，留下的是最早的一步）。"
+        )
     N, H, T_all, D = expected
     for dim, shape in ((0, (N * updates, H)), (1, (N, H * updates))):
         if got[:2] == shape and updates > 1:
