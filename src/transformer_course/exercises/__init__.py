@@ -126,7 +126,7 @@ from .seq2seq import (
 )
 from .tokenizer import check_bpe_merge, check_merge_pair, check_pair_counts
 from .training import check_lm_batch, check_train_step
-from .translation_bugs import check_decoder_batch
+from .translation_bugs import check_decoder_batch, check_order_blind_translator
 from .translation_model import check_transformer
 
 __all__ = [
@@ -135,6 +135,7 @@ __all__ = [
     "check_causal_mask",
     "check_padding_mask",
     "check_decoder_batch",
+    "check_order_blind_translator",
     "check_multi_head_attention",
     "check_head_contributions",
     "check_layer_norm",

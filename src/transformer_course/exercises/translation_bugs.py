@@ -5,12 +5,13 @@ learned to copy its input."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from ._protocol import checker, fail, name_of, run_learner, seeded_generator
+from ._protocol import Skeleton, checker, fail, name_of, run_learner, seeded_generator
 from ._report import (
     as_tensor,
     bug_hunt_hints,
@@ -214,3 +215,46 @@ def check_decoder_batch(fn: Callable, exercise: str | None = None) -> str:
                     f"{name} 返回的 {what} 不对（{case}）：{where_differs(got, want)}。"
                 )
     return "2 个批次；输入以 <bos> 开头、标签右移一位、填充换成 -100"
+
+
+@checker("去掉位置编码的翻译模型", values=("net", "src"))
+def check_order_blind_translator(net: object, src: object) -> str:
+    """Grade a trained translation model without positional encodings, ``net``, on one
+    source sentence ``src`` (``(1, S)`` token ids, 2 ≤ S ≤ 6): in eval mode, every
+    order of the source words gives the same logits (any decoder input), so every
+    order gets the same translation."""
+    missing = [n for n, v in (("net", net), ("src", src)) if v is None]
+    if missing:
+        raise Skeleton("、".join(missing), "还是 None")
+    if isinstance(net, tuple):
+        fail("net 是 (模型, 训练记录) 这一对：取 train_translator(...)[0]。")
+    if not isinstance(net, torch.nn.Module):
+        fail(
+            f"net 应是训练好的模型（train_translator(...) 返回值的第一项），得到 "
+            f"{type(net).__name__}（{net!r:.60}）。"
+        )
+    src = as_tensor(src, "src", "源句")
+    if src.dim() != 2 or src.size(0) != 1 or not 2 <= src.size(1) <= 6:
+        fail(
+            "src 应是一个源句的词元编号，形状 (1, S)、2 ≤ S ≤ 6，"
+            f"得到 {tuple(src.shape)}。"
+        )
+    if net.training:
+        fail(
+            "模型处在训练状态，dropout 让每次输出都不同：先 net.eval()"
+            "（train_translator 返回的模型已经是 eval 状态）。"
+        )
+    dec_in = torch.tensor([[_BOS, _EOS + 2, _EOS + 3]])  # <bos> 和两个普通词元
+    orders = list(itertools.permutations(range(src.size(1))))
+    with torch.no_grad():
+        ref = net(src, dec_in)
+        gap = max(
+            float((net(src[:, list(o)], dec_in) - ref).abs().max()) for o in orders
+        )
+    if gap > 1e-4 * max(1.0, float(ref.abs().max())):
+        fail(
+            f"换了源句的词序，输出就变了（{len(orders)} 种词序的 logits "
+            f"最多相差 {gap:.3g}）："
+            "这个模型还带着位置编码。用 train_translator(run, positional=False) 训练。"
+        )
+    return f"源句 {len(orders)} 种词序给出相同的 logits，译文必然相同"
