@@ -120,7 +120,15 @@ def of_mean(run, arms, seeds, margin):  # learner test 44b: relative to the mean
     return losses, all((y - x) / ((x + y) / 2) > margin for x, y in zip(*losses.values(), strict=True))
 
 
+def two_seeds_refused(run, arms, seeds, margin):  # learner test 45d: len(seeds) <= 2
+    if len(seeds) <= 2 or len(set(seeds)) != len(seeds):
+        raise ValueError("bad")
+    losses = {a: [run(a, s) for s in seeds] for a in arms}
+    return losses, all(y > (1 + margin) * x for x, y in zip(*losses.values(), strict=True))
+
+
 REJECTS = [
+    pytest.param(ex.check_paired_ablation, two_seeds_refused, "2 个种子是允许的", id="two_seeds"),
     pytest.param(ex.check_paired_ablation, of_worse, "除以了第二个方案的损失", id="of_worse"),
     pytest.param(ex.check_paired_ablation, of_mean, "除以了两个损失的平均", id="of_mean"),
     pytest.param(ex.check_paired_ablation, swapped_arguments, "run(seed, arm)", id="swapped"),

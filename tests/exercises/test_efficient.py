@@ -980,6 +980,29 @@ def streaming_inverted(Q, blocks):
     return _streaming_with(Q, blocks, inverted=True)
 
 
+def streaming_weak_fill(Q, blocks):  # learner test 45d, 4.4: s + (~m) * -30, a finite fill
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = Q @ K.mT / math.sqrt(Q.size(-1)) + (~mask) * -30.0
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix, p = torch.exp(c - c_new), torch.exp(s - c_new)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
+def streaming_bool_index_fill(Q, blocks):  # learner test 45d, 4.4: s[~m] = -1e30, no broadcast
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = Q @ K.mT / math.sqrt(Q.size(-1))
+        s[~mask] = -1e30
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix, p = torch.exp(c - c_new), torch.exp(s - c_new)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
 def streaming_unscaled(Q, blocks):
     return _streaming_with(Q, blocks, scale=False)
 
@@ -1235,6 +1258,8 @@ STREAMING_REJECTS = [
     pytest.param(ex.check_streaming_attention, streaming_fix_inverted, "校正因子写反了",
                  id="fix_inverted"),
     pytest.param(ex.check_streaming_attention, streaming_inverted, "方向反了", id="inverted"),
+    pytest.param(ex.check_streaming_attention, streaming_weak_fill, "屏蔽用的是一个有限的数", id="weak_fill"),
+    pytest.param(ex.check_streaming_attention, streaming_bool_index_fill, "不会广播", id="bool_index"),
     pytest.param(ex.check_streaming_attention, streaming_mask_multiplied, "分数乘了掩码",
                  id="mask_multiplied"),
     pytest.param(ex.check_streaming_attention, streaming_mask_added, "把布尔掩码直接加到了分数上",

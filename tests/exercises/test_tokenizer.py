@@ -400,6 +400,24 @@ def test_bpe_tie_hint_names_the_one_liner_only_when_it_is_the_code(capsys):
     assert "最先出现的一对" in first, first
 
 
+def step_first_id_ties(ids, new_id):  # learner test 45d: ties broken on the first id alone
+    counts = tc.tokenizer.count_pairs(ids)
+    pair = min(counts, key=lambda p: (-counts[p], p[0]))
+    return pair, merge_while(ids, pair, new_id)
+
+
+def step_most_common(ids, new_id):  # learner test 45d: Counter.most_common(1), first seen
+    pair = Counter(tc.tokenizer.count_pairs(ids)).most_common(1)[0][0]
+    return pair, merge_while(ids, pair, new_id)
+
+
+def test_bpe_tie_on_the_first_id_only_is_named(capsys):
+    message = rejection(bx.check_bpe_merge, step_first_id_ties)
+    assert "并列时约定取最小的一对" in message, message
+    message = rejection(bx.check_bpe_merge, step_most_common)
+    assert "most_common(1)" in message, message
+
+
 def step_counts_skipping_repeats(ids, new_id):  # learner test 18b: right tie-break, wrong count
     counts = counts_skipping_repeats(ids)
     pair = min(counts, key=lambda p: (-counts[p], p))

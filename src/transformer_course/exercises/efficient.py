@@ -155,8 +155,9 @@ def _streaming_variant(
     return o if mistake in ("not_normalized", "o_normalized_without_ell") else o / ell
 
 
+_INVERTED = "掩码方向反了：约定 True = 可以关注，屏蔽的是 ~mask_j 的位置。"
 _STREAMING_MISTAKES = [
-    ("掩码方向反了：约定 True = 可以关注，屏蔽的是 ~mask_j 的位置。", "inverted"),
+    (_INVERTED, "inverted"),
     ("分数没有除以 √D（D 是 Q 的最后一维）。", "noscale"),
     (
         "分数乘了掩码（s · mask_j）：被屏蔽的分数成了 0，不是 −∞，exp(0 − c) > 0，"
@@ -244,6 +245,13 @@ _STREAMING_MISTAKES = [
     ),
 ]
 
+# learner test 45d, 4.4: s + (~m) * -30.0, right everywhere but where the masked keys
+# score 100 higher
+_WEAK_FILL = (
+    "被屏蔽的键仍然拿走了几乎全部权重：屏蔽用的是一个有限的数（如 −30），被屏蔽的键"
+    "分数比可见的键高 100 以上时，减去它也还是最大的。屏蔽要用 −∞："
+    "s.masked_fill(~mask_j, float('-inf'))（再配合 c_safe 处理整块被屏蔽的行）。"
+)
 _LEADING_MASKED = (
     "前面的块整块被屏蔽时，这一行的最大值 c 还是 −∞，exp(s − c) 成了 "
     "exp(−∞ − (−∞)) = NaN：用 c_safe = where(c_新 = −∞, 0, c_新) 代替 "
@@ -288,6 +296,12 @@ def _streaming_mask(
 
 # the learner treated the stream of blocks as a list or a tensor
 STREAMING_CRASHES = [
+    (  # learner test 45d, 4.4: s[~m] = -1e30 with a mask that only broadcasts
+        r"shape of the mask",
+        "布尔索引 s[~mask_j] = … 要求掩码与 s 的形状完全相同，不会广播（mask_j 可以是 "
+        "(1, b) 或 (N, 1, b) 这样只能广播的形状）：用 s.masked_fill(~mask_j, "
+        "float('-inf'))，它按广播规则展开掩码。",
+    ),
     (
         r"has no len|not subscriptable|no attribute 'size'|no attribute 'shape'",
         "blocks 是一个迭代器，不是列表或张量：只能用 for K_j, V_j, mask_j in blocks: "
@@ -374,6 +388,9 @@ def check_streaming_attention(fn) -> str:
                 _STREAMING_MISTAKES,
                 functools.partial(_streaming_variant, q, k, v, mask, b),
             )
+            if kind == "loud_masked" and hint in (None, _INVERTED):
+                # an inverted mask fails the first case already: here, a finite fill
+                hint = _WEAK_FILL
             fail(
                 f"{name} 的输出不对（{case}）：{where_differs(out, ref)}。"
                 + (f"\n提示：{hint}" if hint else "")

@@ -358,6 +358,11 @@ def _first_seen(counts: Mapping) -> tuple[int, int]:
     return max(counts, key=counts.get)
 
 
+def _first_id(counts: Mapping) -> tuple[int, int]:
+    """Ties broken on the first id alone: the pair seen first among those."""
+    return min(counts, key=lambda p: (-counts[p], p[0]))
+
+
 def _largest(counts: Mapping) -> tuple[int, int]:
     """Ties broken toward the largest pair, ``max`` of ``(count, pair)``."""
     return max(counts, key=lambda p: (counts[p], p))
@@ -392,7 +397,7 @@ def _diagnose_choices(name: str, picks: list[tuple[list[int], tuple]]) -> None:
         f"{name}({ids}, {_NEW}) 选了 {pair}（出现 {counts.get(pair, 0)} 次），"
         f"应选 {want}。"
     )
-    rules = (_first_seen, _largest)
+    rules = (_first_seen, _largest, _first_id)
     tie_break = any(all(p == r(count_pairs(i)) for i, p in picks) for r in rules)
     counted = [h for h in _count_variants(ids) if _picked_by_count(picks, h)]
     if tie_break or (not counted and all(_is_most_frequent(i, p) for i, p in picks)):
@@ -403,11 +408,15 @@ def _diagnose_choices(name: str, picks: list[tuple[list[int], tuple]]) -> None:
             "字典序比较：先比第一个 id，再比第二个），与 tc.BPETokenizer 一致，训练才"
             "可复现。"
             + (
-                "max(counts, key=counts.get) 在并列时取的是最先出现的一对。"
+                "max(counts, key=counts.get) 和 Counter.most_common(1) 在并列时取的"
+                "都是最先出现的一对。"
                 if first_seen
                 else "你在并列时取了最大的一对：key 里带上 p 时，max 在次数相同的对里"
                 "选的是最大的。"
                 if all(p == _largest(count_pairs(i)) for i, p in picks)
+                else "你在并列时只比了第一个 id：第一个 id 也相同时还要比第二个，"
+                "key 里直接放整个对 p（元组逐项比较）。"
+                if all(p == _first_id(count_pairs(i)) for i, p in picks)
                 else ""
             )
         )
@@ -459,6 +468,7 @@ def check_bpe_merge(fn: Callable) -> str:
         [7, 7, 7, 7],
         [3, 1, 3, 1, 1, 3],
         [11, 2, 1, 2, 1, 2],  # ids of several digits: 11, 2 is not the pair (1, 2)
+        [1, 3, 1, 2, 1, 3, 1, 2],  # learner test 45d: tied pairs sharing the first id
     ]
     cases += [ids for ids in _random_cases(4) if len(ids) >= 2]
     runs, picks, same = [], [], []
