@@ -1003,6 +1003,32 @@ def streaming_bool_index_fill(Q, blocks):  # learner test 45d, 4.4: s[~m] = -1e3
     return o / ell
 
 
+def streaming_keeps_masks(Q, blocks):  # learner test 47e, 4.4: every mask_j kept in a list
+    masks, c = [], torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        masks.append(mask)
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
+def streaming_keeps_values(Q, blocks):  # the same with V_j
+    values, c = [], torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        values.append(V)
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
 def streaming_unscaled(Q, blocks):
     return _streaming_with(Q, blocks, scale=False)
 
@@ -1258,6 +1284,8 @@ STREAMING_REJECTS = [
     pytest.param(ex.check_streaming_attention, streaming_fix_inverted, "校正因子写反了",
                  id="fix_inverted"),
     pytest.param(ex.check_streaming_attention, streaming_inverted, "方向反了", id="inverted"),
+    pytest.param(ex.check_streaming_attention, streaming_keeps_masks, "不是流式的", id="keeps_masks"),
+    pytest.param(ex.check_streaming_attention, streaming_keeps_values, "不是流式的", id="keeps_values"),
     pytest.param(ex.check_streaming_attention, streaming_weak_fill, "屏蔽用的是一个有限的数", id="weak_fill"),
     pytest.param(ex.check_streaming_attention, streaming_bool_index_fill, "不会广播", id="bool_index"),
     pytest.param(ex.check_streaming_attention, streaming_mask_multiplied, "分数乘了掩码",

@@ -71,13 +71,18 @@ def _stream_blocks(
     k: Tensor, v: Tensor, mask: Tensor, b: int, watch: _MemoryWatch, held: list[int]
 ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
     """Yield ``(K_j, V_j, mask_j)`` as fresh tensors; before block j is made, the
-    learner's new tensors are audited and any block older than j − 1 that is still
-    alive is recorded in ``held``."""
-    refs: list[weakref.ref] = []
+    learner's new tensors are audited and any block older than j − 1 of which one
+    of the three tensors is still alive is recorded in ``held`` (learner test 47e:
+    a list of the masks alone)."""
+    refs: list[tuple[weakref.ref, ...]] = []
     S = k.size(-2)
     for j, start in enumerate(range(0, S + b, b)):
         watch.audit()
-        held.extend(i for i, r in enumerate(refs[: max(j - 1, 0)]) if r() is not None)
+        held.extend(
+            i
+            for i, rs in enumerate(refs[: max(j - 1, 0)])
+            if any(r() is not None for r in rs)
+        )
         if start >= S:
             return
         watch.paused = True
@@ -87,7 +92,7 @@ def _stream_blocks(
             mask[..., start : start + b].clone(),
         )
         watch.paused = False
-        refs.append(weakref.ref(block[0]))
+        refs.append(tuple(weakref.ref(t) for t in block))
         yield block
         del block
 
@@ -318,8 +323,8 @@ _HELD_ONE = (
     "改指当前块），在 for 循环里处理完一块就丢掉它。"
 )
 _HELD_MANY = (
-    "旧的块一块都没有释放：不要先 list(blocks) 或把块存进列表，在 for 循环里"
-    "处理完一块就丢掉它。"
+    "旧的块一块都没有释放：不要先 list(blocks) 或把块（K_j、V_j 或 mask_j，哪怕"
+    "只存其中一样）存进列表，在 for 循环里处理完一块就丢掉它。"
 )
 
 
