@@ -1029,6 +1029,18 @@ def streaming_keeps_values(Q, blocks):  # the same with V_j
     return o / ell
 
 
+def streaming_one_max_for_all_rows(Q, blocks):  # learner test 49f: a global maximum
+    c = torch.full((1, 1), -math.inf)
+    ell, o = 0, 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-2, keepdim=True).amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
 def streaming_unscaled(Q, blocks):
     return _streaming_with(Q, blocks, scale=False)
 
@@ -1284,6 +1296,7 @@ STREAMING_REJECTS = [
     pytest.param(ex.check_streaming_attention, streaming_fix_inverted, "校正因子写反了",
                  id="fix_inverted"),
     pytest.param(ex.check_streaming_attention, streaming_inverted, "方向反了", id="inverted"),
+    pytest.param(ex.check_streaming_attention, streaming_one_max_for_all_rows, "自己的最大值", id="global_max"),
     pytest.param(ex.check_streaming_attention, streaming_keeps_masks, "不是流式的", id="keeps_masks"),
     pytest.param(ex.check_streaming_attention, streaming_keeps_values, "不是流式的", id="keeps_values"),
     pytest.param(ex.check_streaming_attention, streaming_weak_fill, "屏蔽用的是一个有限的数", id="weak_fill"),

@@ -270,6 +270,10 @@ _NONFINITE_HINTS = {
     "random": "第 1 块里每行都有可见的键，NaN 出在后面某一块里某行全被屏蔽的时候："
     "c_新 = max(c_旧, 本块最大值) 仍是有限的，exp(s − c_新) = 0，这一行在这块没有贡献。"
     "若 c_新 只取了本块的最大值（−∞），exp(−∞ − (−∞)) 就成了 NaN。",
+    # learner test 49f: one maximum over every row, exact on paper
+    "row_scales": "每一行要减去它自己的最大值：c 的形状是 (…, L, 1)，按行取 "
+    "amax(-1, keepdim=True)。用整块（或全部查询）共同的最大值时，分数远低于它的那一行 "
+    "exp(s − c) 全部下溢成 0，ℓ = 0，结果是 0/0 = NaN。",
     "loud_masked": "被屏蔽的键分数比可见的键高 100 以上时，若最大值 c 把它们也算进去，"
     "可见键的 exp(s − c) 全部下溢成 0，ℓ = 0，结果成了 0/0 = NaN。先屏蔽再取最大值："
     "masked_fill(~mask_j, −∞) 之后再 amax 和 exp，不要在 exp 之后才乘掩码。",
@@ -286,7 +290,7 @@ def _streaming_mask(
     elif kind == "left_pad":  # the second sequence's first 40 keys are padding
         mask = torch.ones(batch[0], 1, S, dtype=torch.bool)
         mask[1, :, :40] = False
-    elif kind == "none":
+    elif kind in ("none", "row_scales"):
         mask = torch.ones(L, S, dtype=torch.bool)
     elif kind == "loud_masked":  # a third of the keys masked, the same for every row
         mask = torch.rand(1, S, generator=g) < 0.7
@@ -352,6 +356,8 @@ def check_streaming_attention(fn) -> str:
          (2, 2), 5, 6, 3, 300, 8, "row_starts", 1.0),
         ("被屏蔽的键分数比可见的键高 100 以上，掩码 (1, S)",
          (2,), 3, 4, 4, 256, 4, "loud_masked", 1.0),
+        ("各行分数的尺度相差悬殊（第 1 行的查询放大 60 倍，第 2 行缩小到 0.1）",
+         (2,), 2, 8, 4, 64, 8, "row_scales", 1.0),
     ]  # fmt: skip
     peak = 0
     for i, (case, batch, L, D, Dv, S, b, kind, scale) in enumerate(cases):
@@ -364,6 +370,8 @@ def check_streaming_attention(fn) -> str:
         ):  # q > 1 and masked keys 100·(1, …, 1): scores ≥ 100·D/√D
             q = q.abs() + 1
             k[..., ~mask[0], :] = 100.0
+        if kind == "row_scales":  # one row's scores hundreds above the other's
+            q, k = q * torch.tensor([[60.0], [0.1]]), k * 10
         lead = math.prod(batch)
         # one block plus O(L·D) state, with room to spare; anything that grows with S
         # (a concatenation, the full score matrix, a list of all the blocks) is larger
