@@ -280,7 +280,10 @@ def _first_end(ids: list[int], pair: tuple[int, int]) -> int:
 
 def _as_list(name: str, out: object) -> list:
     if not isinstance(out, Sequence) or isinstance(out, str):
-        fail(f"{name} 应返回一个列表（元组也可以），得到 {type(out).__name__}：{out!r:.80}")
+        fail(
+            f"{name} 应返回一个列表（元组也可以），得到 "
+            f"{type(out).__name__}：{out!r:.80}"
+        )
     return list(out)
 
 
