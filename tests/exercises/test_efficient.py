@@ -1003,30 +1003,24 @@ def streaming_bool_index_fill(Q, blocks):  # learner test 45d, 4.4: s[~m] = -1e3
     return o / ell
 
 
-def streaming_keeps_masks(Q, blocks):  # learner test 47e, 4.4: every mask_j kept in a list
-    masks, c = [], torch.full(Q.shape[:-1] + (1,), -math.inf)
-    ell, o = torch.zeros_like(c), 0
-    for K, V, mask in blocks:
-        masks.append(mask)
-        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
-        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
-        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
-        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
-        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
-    return o / ell
+def _keeping(which):
+    """streaming_safe_max that also keeps one tensor of every block (1: V_j, 2: mask_j) in a list."""
+
+    def fn(Q, blocks):
+        kept = []
+
+        def tap():
+            for block in blocks:
+                kept.append(block[which])
+                yield block
+
+        return streaming_safe_max(Q, tap())
+
+    return fn
 
 
-def streaming_keeps_values(Q, blocks):  # the same with V_j
-    values, c = [], torch.full(Q.shape[:-1] + (1,), -math.inf)
-    ell, o = torch.zeros_like(c), 0
-    for K, V, mask in blocks:
-        values.append(V)
-        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
-        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
-        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
-        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe)
-        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
-    return o / ell
+streaming_keeps_masks = _keeping(2)  # learner test 47e, 4.4: every mask_j kept in a list
+streaming_keeps_values = _keeping(1)  # the same with V_j
 
 
 def streaming_one_max_for_all_rows(Q, blocks):  # learner test 49f: a global maximum
