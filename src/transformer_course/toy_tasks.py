@@ -112,8 +112,7 @@ def lag_batch(n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
     """``n`` four-lag sequences: x (n, 12); y (n, 5, 4), the answers from position 7."""
     check_positive_int("n", n)
     x = torch.randint(0, LAG_VOCAB, (n, LAG_LENGTH), generator=gen)
-    y = torch.stack([x[:, max(LAGS) - lag : LAG_LENGTH - lag] for lag in LAGS], -1)
-    return x, y
+    return x, torch.stack([x[:, max(LAGS) - k : LAG_LENGTH - k] for k in LAGS], -1)
 
 
 def lag_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
