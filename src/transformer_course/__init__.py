@@ -3,7 +3,8 @@
 The top level is the model API. The book's helpers live in :mod:`.notebook` (chapters
 import it as ``nb``; ``setup_chapter`` and ``show_source`` are also here), the graders
 in :mod:`.exercises`, the figures in :mod:`.viz` and :mod:`.diagrams`, measurements of
-attention and of the loss landscape in :mod:`.analysis`, the command-line trainer in
+attention and of the loss landscape in :mod:`.analysis`, chapter 4's small synthetic
+tasks and their trainers in :mod:`.toy_tasks`, the command-line trainer in
 :mod:`.train_gpt`.
 
 Conventions: shapes use N (batch), L (query length), S (key length), E (d_model),
@@ -114,7 +115,7 @@ __version__ = "0.1.0"
 # the rest of the package together).
 _LAZY_MODULES = (
     "viz", "diagrams", "benchmarking", "train_gpt", "exercises", "explorer",
-    "notebook", "masks", "analysis",
+    "notebook", "masks", "analysis", "toy_tasks",
 )  # fmt: skip
 
 

@@ -1,0 +1,86 @@
+"""tc.toy_tasks: chapter 4's synthetic tasks and trainers (shapes, determinism, bad
+arguments, and one short run that beats chance)."""
+
+import math
+
+import pytest
+import torch
+
+import transformer_course as tc
+from transformer_course import toy_tasks as tt
+
+
+def test_lag_batch_shapes_and_answers():
+    x, y = tt.lag_batch(3, torch.Generator().manual_seed(0))
+    assert x.shape == (3, tt.LAG_LENGTH) and y.shape == (3, 5, len(tt.LAGS))
+    for j, lag in enumerate(tt.LAGS):  # position 7 + t answers x[7 + t - lag]
+        assert torch.equal(y[:, :, j], x[:, max(tt.LAGS) - lag : tt.LAG_LENGTH - lag])
+    with pytest.raises(ValueError, match="n must be positive, got 0"):
+        tt.lag_batch(0, torch.Generator())
+
+
+def test_lag3_batch_targets_and_bad_length():
+    x, y = tt.lag3_batch(4, 10, torch.Generator().manual_seed(1))
+    assert x.shape == y.shape == (4, 10)
+    assert (y[:, : tt.PE_LAG] == -100).all() and torch.equal(y[:, 3:], x[:, :-3])
+    with pytest.raises(ValueError, match="length must be >= 4, got 3"):
+        tt.lag3_batch(4, 3, torch.Generator())
+
+
+def test_lag_loss_is_chance_for_uniform_logits():
+    class Uniform(torch.nn.Module):
+        def forward(self, x):
+            return torch.zeros(*x.shape, tt.LAG_VOCAB * len(tt.LAGS))
+
+    x, y = tt.lag_batch(2, torch.Generator().manual_seed(0))
+    assert math.isclose(tt.lag_loss(Uniform(), x, y).item(), math.log(tt.LAG_VOCAB), rel_tol=1e-6)
+    with pytest.raises(ValueError):
+        tt.lag_loss(Uniform(), x, y[:, :, :2])
+
+
+def test_tiny_transformer_shapes_and_bad_layers():
+    model = tt.TinyTransformer(8, 5, 12, num_layers=2, causal=True)
+    assert model(torch.zeros(3, 12, dtype=torch.long)).shape == (3, 12, 5)
+    with pytest.raises(ValueError, match="num_layers must be positive, got 0"):
+        tt.TinyTransformer(8, 5, 12, num_layers=0)
+
+
+def test_fit_tail_mean_and_bad_arguments():
+    model = torch.nn.Linear(2, 1)
+    hist = tt.fit(model, lambda step: model(torch.ones(1, 2)).pow(2).sum(), steps=30)
+    assert len(hist.losses) == 30 and hist.losses[-1] < hist.losses[0]
+    assert tt.tail_mean(hist, k=30) == pytest.approx(sum(hist.losses) / 30)
+    with pytest.raises(ValueError, match="steps must be positive, got 0"):
+        tt.fit(model, lambda step: model(torch.ones(1, 2)).sum(), steps=0)
+    with pytest.raises(ValueError, match="unknown optimizer 'adam'"):
+        tt.fit(model, lambda step: model(torch.ones(1, 2)).sum(), steps=1, optimizer="adam")
+    with pytest.raises(ValueError, match="k must be <= 30, got 31"):
+        tt.tail_mean(hist, k=31)
+
+
+def test_train_lag_model_same_seed_same_result_and_beats_chance():
+    a = tt.train_lag_model(4, seed=3, steps=60)
+    b = tt.train_lag_model(4, seed=3, steps=60)
+    assert a[1].losses == b[1].losses and a[2] == b[2]
+    assert a[2] > 2 / tt.LAG_VOCAB  # chance is 1/8
+    with pytest.raises(ValueError, match="steps must be positive, got 0"):
+        tt.train_lag_model(4, seed=3, steps=0)
+
+
+def test_train_norm_variant_deterministic_and_bad_warmup():
+    a = tt.train_norm_variant(True, 5, seed=2, steps=5)
+    b = tt.train_norm_variant(True, 5, seed=2, steps=5)
+    assert len(a.losses) == 5 and a.losses == b.losses
+    with pytest.raises(ValueError, match="warmup must be >= 0, got -1"):
+        tt.train_norm_variant(True, -1, seed=2)
+
+
+def test_train_pe_shapes_determinism_and_bad_arguments():
+    a = tt.train_pe("learned", seed=5, train_length=8, steps=3)
+    b = tt.train_pe("learned", seed=5, train_length=8, steps=3)
+    assert a["per_pos"].shape == (tt.PE_TEST_LENGTH,) and a["hist"].losses == b["hist"].losses
+    assert a["pos_before"].shape == (tt.PE_TEST_LENGTH, 32) and isinstance(a["model"], tc.MiniGPT)
+    with pytest.raises(ValueError, match="unknown positional encoding 'alibi'"):
+        tt.train_pe("alibi", seed=5)
+    with pytest.raises(ValueError, match="train_length must be <= 48, got 60"):
+        tt.train_pe("rope", seed=5, train_length=60)
