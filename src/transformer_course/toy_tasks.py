@@ -176,13 +176,6 @@ def lag_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     return F.cross_entropy(logits.flatten(0, 2), y.flatten())
 
 
-def _lag_transformer(**kwargs: object) -> TinyTransformer:
-    """A causal ``TinyTransformer`` sized for the four-lag task."""
-    return TinyTransformer(
-        LAG_VOCAB, LAG_VOCAB * len(LAGS), LAG_LENGTH, causal=True, **kwargs
-    )
-
-
 def train_lag_model(
     num_heads: int, seed: int, num_kv_heads: int | None = None, steps: int = 150
 ) -> tuple[TinyTransformer, TrainHistory, float]:
@@ -191,9 +184,9 @@ def train_lag_model(
     check_positive_int("steps", steps)
     set_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = _lag_transformer(
-        num_heads=num_heads, num_kv_heads=num_kv_heads, activation="gelu"
-    )
+    model = TinyTransformer(LAG_VOCAB, LAG_VOCAB * len(LAGS), LAG_LENGTH, causal=True,
+                            num_heads=num_heads, num_kv_heads=num_kv_heads,
+                            activation="gelu")  # fmt: skip
     hist = fit(model, lambda step: lag_loss(model, *lag_batch(32, gen)), steps)
     x, y = lag_batch(500, torch.Generator().manual_seed(seed + 1))
     with torch.no_grad():
@@ -216,9 +209,9 @@ def train_norm_variant(
     check_int("warmup", warmup, minimum=0)
     set_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = _lag_transformer(
-        num_heads=4, num_layers=3, norm_first=norm_first, norm=norm
-    )
+    model = TinyTransformer(LAG_VOCAB, LAG_VOCAB * len(LAGS), LAG_LENGTH, causal=True,
+                            num_heads=4, num_layers=3, norm_first=norm_first,
+                            norm=norm)  # fmt: skip
     return fit(
         model,
         lambda step: lag_loss(model, *lag_batch(32, gen)),
