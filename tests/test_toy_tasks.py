@@ -84,3 +84,33 @@ def test_train_pe_shapes_determinism_and_bad_arguments():
         tt.train_pe("alibi", seed=5)
     with pytest.raises(ValueError, match="train_length must be <= 48, got 60"):
         tt.train_pe("rope", seed=5, train_length=60)
+
+
+def test_attention_profile_ideal_patterns_and_bad_shape():
+    L = 6
+    prev = torch.zeros(L, L)
+    prev[0, 0] = 1.0
+    prev[torch.arange(1, L), torch.arange(L - 1)] = 1.0  # each query reads i - 1
+    dist, eff = tt.attention_profile(prev[None, None])
+    assert dist.item() == pytest.approx((L - 1) / L) and eff.item() == pytest.approx(1.0)
+    _, eff_uniform = tt.attention_profile(torch.full((1, 2, L, L), 1 / L))
+    assert torch.allclose(eff_uniform, torch.full((2,), float(L)))
+    with pytest.raises(ValueError, match=r"got \(6, 6\)"):
+        tt.attention_profile(prev)
+
+
+def test_train_pattern_task_deterministic_extras_and_bad_arguments():
+    def copy_batch(n, gen):  # position i outputs x[i]; also returns a third tensor
+        x = torch.randint(0, 4, (n, 8), generator=gen)
+        return x, x, x.sum(1)
+
+    kw = dict(vocab=4, n_out=4, causal=True, num_layers=2, steps=40, length=8)
+    a = tt.train_pattern_task(copy_batch, 3, **kw)
+    b = tt.train_pattern_task(copy_batch, 3, **kw)
+    assert a["acc"] == b["acc"] and a["acc"] > 0.5  # chance is 1/4
+    assert len(a["weights"]) == 2 and a["weights"][0].shape == (256, 2, 8, 8)
+    assert torch.equal(a["extra"][0], a["x"].sum(1))
+    with pytest.raises(TypeError, match="batch_fn must be callable, got int"):
+        tt.train_pattern_task(3, 3, **kw)
+    with pytest.raises(ValueError, match="length must be positive, got 0"):
+        tt.train_pattern_task(copy_batch, 3, **{**kw, "length": 0})

@@ -12,7 +12,9 @@ Tasks:
   ``x[i-1], x[i-3], x[i-5], x[i-7]`` (``LAGS``);
 * the **lag-3 task** (``lag3_batch``): random sequences of ``PE_VOCAB`` symbols;
   position ``i`` outputs ``x[i-3]``. Trained on length 24, tested on length
-  ``PE_TEST_LENGTH``.
+  ``PE_TEST_LENGTH``;
+* the **attention-pattern tasks** of section 4.1.6 (``train_pattern_task``): any
+  batch function; ``attention_profile`` summarises the heads it trains.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .blocks import TransformerBlock
 from .masks import causal_mask
 from .models import GPTConfig, MiniGPT
 from .norms import build_norm
+from .notebook import record_attention
 from .positional import POSITIONAL_ENCODINGS, LearnedPositionalEmbedding
 from .training import TrainHistory, train_loop
 from .utils import set_seed
@@ -108,6 +111,58 @@ def tail_mean(history: TrainHistory, k: int = 20) -> float:
     return sum(history.losses[-k:]) / k
 
 
+def attention_profile(w: Tensor) -> tuple[Tensor, Tensor]:
+    """w: attention weights (N, H, L, S). Each head's mean attention distance and its
+    effective number of keys exp(H(a)), both averaged over queries, shape (H,)."""
+    if not isinstance(w, Tensor) or w.dim() != 4:
+        shape = tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__
+        raise ValueError(f"w must be attention weights (N, H, L, S), got {shape}")
+    L, S = w.shape[-2:]
+    dist = (torch.arange(L)[:, None] - torch.arange(S)[None, :]).abs().float()
+    mean_dist = (w * dist).sum(-1).mean(dim=(0, 2))
+    entropy = -(w * w.clamp_min(1e-12).log()).sum(-1)  # (N, H, L)
+    return mean_dist, entropy.exp().mean(dim=(0, 2))
+
+
+def train_pattern_task(
+    batch_fn: Callable[[int, torch.Generator], tuple[Tensor, ...]],
+    seed: int,
+    *,
+    vocab: int,
+    n_out: int,
+    causal: bool,
+    num_layers: int = 1,
+    steps: int = 100,
+    lr: float = 1e-2,
+    align: Callable[[Tensor], Tensor] | None = None,
+    length: int = 16,
+) -> dict:
+    """Train a ``TinyTransformer`` (E = 32, 2 heads) on ``batch_fn(n, gen)``, which
+    returns ``(x, y, *extra)``: x (n, length) tokens, y the targets of the positions
+    that ``align`` (default: all) cuts from the logits (n, length, n_out). Returns the
+    accuracy on 256 sequences drawn from ``seed + 1``, each layer's attention weights
+    (N, H, L, L) on them, and those sequences: ``x``, ``y`` and ``extra``."""
+    if not callable(batch_fn):
+        raise TypeError(f"batch_fn must be callable, got {type(batch_fn).__name__}")
+    check_positive_int("length", length)
+    cut = align if align is not None else (lambda z: z)
+    set_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model = TinyTransformer(vocab, n_out, length, num_layers=num_layers, causal=causal)
+
+    def loss_fn(step: int) -> Tensor:
+        x, y = batch_fn(64, gen)[:2]
+        return F.cross_entropy(cut(model(x)).flatten(0, 1), y.flatten())
+
+    fit(model, loss_fn, steps, lr=lr)
+    x, y, *extra = batch_fn(256, torch.Generator().manual_seed(seed + 1))
+    with torch.no_grad(), record_attention(model) as attn_maps:
+        logits = model(x)
+    weights = [attn_maps[layer.self_attn] for layer in model.layers]
+    acc = (cut(logits).argmax(-1) == y).float().mean().item()
+    return dict(acc=acc, weights=weights, x=x, y=y, extra=extra)
+
+
 def lag_batch(n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
     """``n`` four-lag sequences: x (n, 12); y (n, 5, 4), the answers from position 7."""
     check_positive_int("n", n)
@@ -121,13 +176,6 @@ def lag_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     return F.cross_entropy(logits.flatten(0, 2), y.flatten())
 
 
-def _lag_transformer(**kwargs: object) -> TinyTransformer:
-    """A causal ``TinyTransformer`` sized for the four-lag task."""
-    return TinyTransformer(
-        LAG_VOCAB, LAG_VOCAB * len(LAGS), LAG_LENGTH, causal=True, **kwargs
-    )
-
-
 def train_lag_model(
     num_heads: int, seed: int, num_kv_heads: int | None = None, steps: int = 150
 ) -> tuple[TinyTransformer, TrainHistory, float]:
@@ -136,9 +184,9 @@ def train_lag_model(
     check_positive_int("steps", steps)
     set_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = _lag_transformer(
-        num_heads=num_heads, num_kv_heads=num_kv_heads, activation="gelu"
-    )
+    model = TinyTransformer(LAG_VOCAB, LAG_VOCAB * len(LAGS), LAG_LENGTH, causal=True,
+                            num_heads=num_heads, num_kv_heads=num_kv_heads,
+                            activation="gelu")  # fmt: skip
     hist = fit(model, lambda step: lag_loss(model, *lag_batch(32, gen)), steps)
     x, y = lag_batch(500, torch.Generator().manual_seed(seed + 1))
     with torch.no_grad():
@@ -161,9 +209,9 @@ def train_norm_variant(
     check_int("warmup", warmup, minimum=0)
     set_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = _lag_transformer(
-        num_heads=4, num_layers=3, norm_first=norm_first, norm=norm
-    )
+    model = TinyTransformer(LAG_VOCAB, LAG_VOCAB * len(LAGS), LAG_LENGTH, causal=True,
+                            num_heads=4, num_layers=3, norm_first=norm_first,
+                            norm=norm)  # fmt: skip
     return fit(
         model,
         lambda step: lag_loss(model, *lag_batch(32, gen)),

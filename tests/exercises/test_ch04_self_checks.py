@@ -17,7 +17,7 @@ from .support import page_cells, run_cell
 # one marker per code cell the graders need (definitions and cheap set-up only)
 MARKERS = {
     "imports": "import transformer_course as tc",
-    "profile": "def attention_profile",
+    "seeds": "def seeds(k, n=5)",
     "self_check": "def self_check(answer, expected",
     "progression": "def progression_batch",
     "memory": "n_mem, E_m, tau = 20, 64, 0.7",
@@ -52,7 +52,7 @@ def run(ns, source, name):
 @pytest.fixture(scope="module")
 def page(cells):
     ns: dict = {}
-    for key in ("imports", "profile", "self_check", "progression", "memory"):
+    for key in ("imports", "seeds", "self_check", "progression", "memory"):
         run(ns, cells[key], key)
     ns["TinyTransformer"] = tc.toy_tasks.TinyTransformer
     ns["causal_runs"] = {
