@@ -110,6 +110,28 @@ def test_checks_fails_at_the_first_failed_check(capsys):
     assert capsys.readouterr().out == "✓ after\n"
 
 
+def test_report_claims_prints_the_quiet_checks_once(capsys):
+    with nb.claims("一节", quiet=True):
+        nb.claim(True, "a")
+    with nb.claims("另一节", quiet=True):
+        nb.claim(True, "b")
+        nb.claim(True, "c")
+    assert capsys.readouterr().out == ""
+    nb.report_claims("全页")
+    assert capsys.readouterr().out == "✓ 全页（3 项检查）\n"
+    with pytest.raises(AssertionError, match="no unreported check"):
+        nb.report_claims("再报一次")
+    with nb.claims("下一节"):  # the reported checks are not counted again
+        nb.claim(True, "d")
+    assert capsys.readouterr().out == "✓ 下一节（1 项检查）\n"
+    with pytest.raises(RuntimeError, match="inside a claims block"):
+        with nb.claims("外层"):
+            nb.claim(True, "e")
+            nb.report_claims("里面")
+    with pytest.raises(TypeError, match="summary"):
+        nb.report_claims("")
+
+
 def test_checks_refuses_a_block_without_checks():
     with pytest.raises(AssertionError, match="no check ran"):
         with nb.claims("nothing"):

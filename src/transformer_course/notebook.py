@@ -42,6 +42,7 @@ __all__ = [
     "claim",
     "claim_close",
     "claims",
+    "report_claims",
     "record_attention",
 ]
 
@@ -196,6 +197,25 @@ def claims(summary: str, *, quiet: bool = False) -> Iterator[None]:
     total = counter[0] + (0 if _OPEN_BLOCKS else _UNREPORTED[0])
     if not _OPEN_BLOCKS:
         _UNREPORTED[0] = 0
+    _passed(f"✓ {summary}（{total} 项检查）")
+
+
+def report_claims(summary: str) -> None:
+    """Print one line ``✓ summary（n 项检查）`` for the checks of the quiet blocks that
+    no printed line has counted yet, without running a check of its own: a page whose
+    sections check quietly reports them all at one place of its choosing (chapter 4, in
+    the box that explains how its conclusions are checked).
+
+    Raises ``AssertionError`` when there is nothing to report (the line would claim what
+    nothing verified) and ``RuntimeError`` inside a ``claims`` block.
+    """
+    if not isinstance(summary, str) or not summary:
+        raise TypeError(f"summary must be a non-empty str, got {summary!r}")
+    if _OPEN_BLOCKS:
+        raise RuntimeError(f"report_claims({summary!r}) inside a claims block")
+    if _UNREPORTED[0] == 0:
+        raise AssertionError(f"claim failed: {summary}: no unreported check to report")
+    total, _UNREPORTED[0] = _UNREPORTED[0], 0
     _passed(f"✓ {summary}（{total} 项检查）")
 
 
