@@ -1,4 +1,4 @@
-"""Chapter 4's page-local graders (the check functions of 4.3, 4.15, 4.19 and 4.21),
+"""Chapter 4's page-local graders (the check functions of 4.3, 4.4, 4.16 and 4.20),
 read from the page and run here on hand-written answers: each typical wrong answer the
 learner tests found gets the hint that names it; the cells of the numeric answers and
 of prediction 4.2 are checked to reach ``tc.exercises.check_number`` (whose hints
@@ -26,17 +26,17 @@ MARKERS = {
     "4.3 skeleton": "def my_weight_on_next",
     "4.3": "def check_weight_on_next",
     "4.1": 'check_number("attention_bytes", my_bytes_answer',
-    "4.10": 'check_number("qk_norm_temperature", my_g_min',
-    "4.11": 'check_number("sparsemax_slopes", my_slopes',
-    "4.15 skeleton": "def my_receptive_field",
-    "4.15": "def check_receptive_field",
-    "4.13": 'check_number("retrieved_lags", my_k_h2',
-    "4.17": 'check_number("weight_decay_factor", my_decay',
-    "4.16": 'check_number("rope_base_period", my_base',
-    "4.19 skeleton": "def my_add_memory",
-    "4.19": "def check_add_memory",
-    "4.21 bug": "def buggy_online_softmax",
-    "4.21": "def check_online_softmax",
+    "4.11": 'check_number("qk_norm_temperature", my_g_min',
+    "4.12": 'check_number("sparsemax_slopes", my_slopes',
+    "4.16 skeleton": "def my_receptive_field",
+    "4.16": "def check_receptive_field",
+    "4.14": 'check_number("retrieved_lags", my_k_h2',
+    "4.18": 'check_number("weight_decay_factor", my_decay',
+    "4.17": 'check_number("rope_base_period", my_base',
+    "4.20 skeleton": "def my_add_memory",
+    "4.20": "def check_add_memory",
+    "4.4 bug": "def buggy_online_softmax",
+    "4.4": "def check_online_softmax",
 }
 
 
@@ -59,7 +59,7 @@ def page(cells):
         name: (ns["TinyTransformer"](16, 16, 12, causal=causal).eval(), None, None)
         for name, causal in (("有掩码", True), ("无掩码", False))
     }  # untrained stand-ins for the two trained models
-    for key in ("4.3 skeleton", "4.3", "4.19 skeleton", "4.19", "4.21 bug", "4.21"):
+    for key in ("4.3 skeleton", "4.3", "4.20 skeleton", "4.20", "4.4 bug", "4.4"):
         run(ns, cells[key], key)
     return ns
 
@@ -82,11 +82,11 @@ def test_4_2_cell_shows_the_prediction_next_to_the_measurement(page, cells):
 # (cell, the learner's variable, a right answer, a wrong answer and a keyword of its hint)
 NUMERIC_CELLS = [
     ("4.1", "my_bytes_answer", (2, 8), (8, 2), "顺序反了"),
-    ("4.10", "my_g_min", 0.5 * math.log(891), 3.40, "只是有效数字不够"),
-    ("4.11", "my_slopes", (0.5, 0.25), (0.25, 0.5), "顺序反了"),
-    ("4.13", "my_k_h2", (4 * 0.84 - 0.5) * 8 / 7, 3.36, "漏了瞎猜的部分"),
-    ("4.16", "my_base", (7 / (2 * math.pi)) ** 8, 7.0**8, "漏了 2π"),
-    ("4.17", "my_decay", 0.999**200, 0.8187, "连续时间的近似"),
+    ("4.11", "my_g_min", 0.5 * math.log(891), 3.40, "只是有效数字不够"),
+    ("4.12", "my_slopes", (0.5, 0.25), (0.25, 0.5), "顺序反了"),
+    ("4.14", "my_k_h2", (4 * 0.84 - 0.5) * 8 / 7, 3.36, "漏了瞎猜的部分"),
+    ("4.17", "my_base", (7 / (2 * math.pi)) ** 8, 7.0**8, "漏了 2π"),
+    ("4.18", "my_decay", 0.999**200, 0.8187, "连续时间的近似"),
 ]
 
 
@@ -147,7 +147,7 @@ def test_4_3_hints(page, answer, keyword):
         assert keyword in rejected(page["check_weight_on_next"], answer)
 
 
-# ---- 4.19: one more memory ----------------------------------------------------------------
+# ---- 4.20: one more memory ----------------------------------------------------------------
 
 
 def add_memory(bias=False, scale=1.0):
@@ -162,7 +162,7 @@ def add_memory(bias=False, scale=1.0):
     return fn
 
 
-def test_4_19_hints(page):
+def test_4_20_hints(page):
     page["check_add_memory"](add_memory())
     # learner test 22b: bias=True, its random biases left in
     assert "新的 FFN 带了偏置" in rejected(page["check_add_memory"], add_memory(bias=True))
@@ -170,7 +170,7 @@ def test_4_19_hints(page):
     assert "新的一条不对" in rejected(page["check_add_memory"], add_memory(scale=2.0))
 
 
-def test_4_19_names_the_activation_and_a_replaced_memory(page):
+def test_4_20_names_the_activation_and_a_replaced_memory(page):
     """learner test 25b: a GELU activation got the hint about old memories"""
     right = add_memory()
 
@@ -191,7 +191,7 @@ def test_4_19_names_the_activation_and_a_replaced_memory(page):
     assert "要新加一个神经元" in rejected(page["check_add_memory"], replace_last)
 
 
-def test_4_19_grades_with_another_ffn_and_tau(page):
+def test_4_20_grades_with_another_ffn_and_tau(page):
     """learner test 30b: reading the page's memory_ffn, or a hard-coded τ = 0.7, passed
     when graded only with the page's own FFN and τ"""
     right = add_memory()
@@ -214,7 +214,7 @@ def test_4_19_grades_with_another_ffn_and_tau(page):
     assert "τ 写成了 0.7" in rejected(page["check_add_memory"], tau_fixed)
 
 
-def test_4_19_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_ffn(page):
+def test_4_20_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_ffn(page):
     """learner test 25b: zeroing w2 in place was accepted, and changing ffn in place broke
     the next (correct) attempt with a raw RuntimeError"""
     right = add_memory()
@@ -234,7 +234,7 @@ def test_4_19_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_
         page["check_add_memory"](right)  # the page's memory_ffn is unchanged
 
 
-# ---- 4.21: the online softmax ------------------------------------------------------------------
+# ---- 4.4: the online softmax ------------------------------------------------------------------
 
 
 def online_softmax(mistake):
@@ -283,7 +283,7 @@ def online_softmax(mistake):
         ("block_max", "减的是这一块自己的最大值"),  # learner test 30b
     ],
 )
-def test_4_21_hints(page, mistake, keyword):
+def test_4_4_hints(page, mistake, keyword):
     page["check_online_softmax"](online_softmax(None))
     assert keyword in rejected(page["check_online_softmax"], online_softmax(mistake))
     assert "那一行还没改" in rejected(page["check_online_softmax"], page["buggy_online_softmax"])
@@ -298,11 +298,11 @@ def test_the_stand_in_models_differ_as_the_trained_ones_do(page):
     assert weights(unmasked, x).abs().max() > 0
 
 
-# ---- 4.15: learner test 25b found one generic line ------------------------------------
+# ---- 4.16: learner test 25b found one generic line ------------------------------------
 
 
-def test_4_15_names_the_sum_over_all_rows(page, cells):
-    for key in ("4.15 skeleton", "4.15"):
+def test_4_16_names_the_sum_over_all_rows(page, cells):
+    for key in ("4.16 skeleton", "4.16"):
         run(page, cells[key], key)
 
     def all_rows(L, n_w, layers):
@@ -316,9 +316,9 @@ def test_4_15_names_the_sum_over_all_rows(page, cells):
 
 
 @pytest.mark.parametrize("start", ["ones", "eye"])
-def test_4_15_names_the_elementwise_product(page, cells, start):
+def test_4_16_names_the_elementwise_product(page, cells, start):
     """learner test 30b: `band * reach` in a loop got "只算了一层" without the `*`"""
-    for key in ("4.15 skeleton", "4.15"):
+    for key in ("4.16 skeleton", "4.16"):
         run(page, cells[key], key)
 
     def elementwise(L, n_w, layers):

@@ -521,7 +521,7 @@ def check_number(
     ``"qk_norm_temperature"``) with :func:`check_answer`; the expected value and the
     typical mistakes are computed here. ``measured``: the quantities the page measured
     that the question needs (``retrieved_lags``: ``acc_2`` and ``acc_1``, the
-    accuracies of the H = 2 and H = 1 models). ``exercise`` (``"4.10"``) names the
+    accuracies of the H = 2 and H = 1 models). ``exercise`` (``"4.11"``) names the
     exercise in the messages and keeps the outcome for ``progress()``.
 
     A prediction (a key of :data:`PREDICTIONS`: ``"uniform_distance"``, with the
