@@ -1,4 +1,4 @@
-"""The checker of ex 4.12 (a paired, multi-seed ablation with a threshold)."""
+"""The checker of ex 4.13 (a paired, multi-seed ablation with a threshold)."""
 
 import numpy as np
 import pytest

@@ -118,8 +118,8 @@ HUNTS = [
     (norms_ffn, ex.check_layer_norm, "3.8", "3.1", NormOverBatch, "看 mean 和 var 的维度参数", "dim=-1"),
     (language_model, ex.check_split_heads, "3.10", None, split_by_view, "哪种操作才真正交换两根轴", "transpose(1, 2)"),
     (minigpt_extras, ex.check_post_ln_block, "3.11", None, InnerNormBlock, "各该包住哪一部分", "LN(x + F(x))"),
-    (efficient, ex.check_sparsemax, "4.6", None, support_without_one, "τ 那一行本身没有错", "1 + k·z_(k)"),
-    (efficient, ex.check_sparsemax, "4.6", None, support_without_one_renormalised, "更前面的支撑集判据", "1 + k·z_(k)"),
+    (efficient, ex.check_sparsemax, "4.7", None, support_without_one, "τ 那一行本身没有错", "1 + k·z_(k)"),
+    (efficient, ex.check_sparsemax, "4.7", None, support_without_one_renormalised, "更前面的支撑集判据", "1 + k·z_(k)"),
     (generation_cache, ex.check_generate, "5.14", "5.13", generate_topk_positions, "torch.topk 返回的两样", "gather"),
     (
         cached_generation,

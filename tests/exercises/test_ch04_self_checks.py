@@ -1,7 +1,8 @@
-"""Chapter 4's page-local graders (the ``self_check`` cells and the check functions of
-4.3, 4.19 and 4.21) and its graded prediction 4.2, read from the page and run here
-on hand-written answers: each typical wrong answer the learner tests found gets the
-hint that names it. Untrained models stand in for 4.3's trained pair (the grader
+"""Chapter 4's page-local graders (the check functions of 4.3, 4.4, 4.16 and 4.20),
+read from the page and run here on hand-written answers: each typical wrong answer the
+learner tests found gets the hint that names it; the cells of the numeric answers and
+of prediction 4.2 are checked to reach ``tc.exercises.check_number`` (whose hints
+``test_numeric_answers`` tests). Untrained models stand in for 4.3's trained pair (the grader
 compares with weights read from whichever model it is given)."""
 
 import copy
@@ -18,25 +19,24 @@ from .support import page_cells, run_cell
 MARKERS = {
     "imports": "import transformer_course as tc",
     "seeds": "def seeds(k, n=5)",
-    "self_check": "def self_check(answer, expected",
     "progression": "def progression_batch",
     "memory": "n_mem, E_m, tau = 20, 64, 0.7",
     "4.2": "my_prediction_distance = None",
     "4.2 check": "uniform_32 = torch.full((32, 32)",
     "4.3 skeleton": "def my_weight_on_next",
     "4.3": "def check_weight_on_next",
-    "4.1": "my_bytes_answer, (2, 8)",
-    "4.10": "my_g_min, 0.5 * math.log(9 * 99)",
-    "4.11": "def slope_at_zero",
-    "4.15 skeleton": "def my_receptive_field",
-    "4.15": "def check_receptive_field",
-    "4.13": "acc_2 = acc_h[(2, 2)]",
-    "4.17": "DECAY_EXACT, DECAY_LINEAR =",
-    "4.16": "my_base, (7 / (2 * math.pi)) ** 8",
-    "4.19 skeleton": "def my_add_memory",
-    "4.19": "def check_add_memory",
-    "4.21 bug": "def buggy_online_softmax",
-    "4.21": "def check_online_softmax",
+    "4.1": 'check_number("attention_bytes", my_bytes_answer',
+    "4.11": 'check_number("qk_norm_temperature", my_g_min',
+    "4.12": 'check_number("sparsemax_slopes", my_slopes',
+    "4.16 skeleton": "def my_receptive_field",
+    "4.16": "def check_receptive_field",
+    "4.14": 'check_number("retrieved_lags", my_k_h2',
+    "4.18": 'check_number("weight_decay_factor", my_decay',
+    "4.17": 'check_number("rope_base_period", my_base',
+    "4.20 skeleton": "def my_add_memory",
+    "4.20": "def check_add_memory",
+    "4.4 bug": "def buggy_online_softmax",
+    "4.4": "def check_online_softmax",
 }
 
 
@@ -52,14 +52,14 @@ def run(ns, source, name):
 @pytest.fixture(scope="module")
 def page(cells):
     ns: dict = {}
-    for key in ("imports", "seeds", "self_check", "progression", "memory"):
+    for key in ("imports", "seeds", "progression", "memory"):
         run(ns, cells[key], key)
     ns["TinyTransformer"] = tc.toy_tasks.TinyTransformer
     ns["causal_runs"] = {
         name: (ns["TinyTransformer"](16, 16, 12, causal=causal).eval(), None, None)
         for name, causal in (("有掩码", True), ("无掩码", False))
     }  # untrained stand-ins for the two trained models
-    for key in ("4.3 skeleton", "4.3", "4.19 skeleton", "4.19", "4.21 bug", "4.21"):
+    for key in ("4.3 skeleton", "4.3", "4.20 skeleton", "4.20", "4.4 bug", "4.4"):
         run(ns, cells[key], key)
     return ns
 
@@ -70,156 +70,38 @@ def rejected(fn, *args):
     return str(info.value)
 
 
-# ---- 4.2: a graded prediction ------------------------------------------------------
+# ---- the numeric answers and prediction 4.2: the page's cells reach check_number ----
 
 
-@pytest.mark.parametrize(
-    ("prediction", "verdict"),
-    [
-        ("(32**2 - 1) / (3 * 32)", "✓"),
-        ("10.66", "✓"),
-        ("32 / 3", "这是大 L 的近似 L/3"),  # learner tests 22b and 23
-        ("10.667", "这是大 L 的近似 L/3"),
-        ("(32 + 1) / 3", "只对 j ≠ i 的 L(L − 1) 对求了平均"),
-        ("10.4", "对照解答里的推理"),
-        ("7.75", "这是因果均匀"),  # learner test 24b: three answers got the generic line
-        ("16", "L/2 大约是一端的查询"),
-        ("10.7", "只是位数不够"),
-        # learner test 25b: four answers got the generic line
-        ("10.65", "很接近"),  # truncated, not rounded
-        ("31 / 3", "(L − 1)/3 也是近似"),
-        ("(31**2 - 1) / (3 * 31)", "代入的 L 错了"),
-        ("16.5", "因果均匀的有效键数"),
-        ("32", "双向均匀的有效键数"),
-        ("15.5", "(L − 1)/2 是第 0 个查询"),
-    ],
-)
-def test_4_2_names_the_large_L_limit_and_the_missing_diagonal(page, cells, prediction, verdict):
-    source = cells["4.2"].replace("my_prediction_distance = None", f"my_prediction_distance = {prediction}")
+def test_4_2_cell_shows_the_prediction_next_to_the_measurement(page, cells):
+    source = cells["4.2"].replace("my_prediction_distance = None", "my_prediction_distance = 32 / 3")
     out = run(page, source + "\n" + cells["4.2 check"], "4.2")
-    assert verdict in out, out
-    assert "实际 10.656。" in out  # learner test 23: "实际 10.66" while 10.6667 was wrong
+    assert "这是大 L 的近似 L/3" in out and "实际 10.656。" in out, out
 
 
-# ---- the self_check cells -----------------------------------------------------------
+# (cell, the learner's variable, a right answer, a wrong answer and a keyword of its hint)
+NUMERIC_CELLS = [
+    ("4.1", "my_bytes_answer", (2, 8), (8, 2), "顺序反了"),
+    ("4.11", "my_g_min", 0.5 * math.log(891), 3.40, "只是有效数字不够"),
+    ("4.12", "my_slopes", (0.5, 0.25), (0.25, 0.5), "顺序反了"),
+    ("4.14", "my_k_h2", (4 * 0.84 - 0.5) * 8 / 7, 3.36, "漏了瞎猜的部分"),
+    ("4.17", "my_base", (7 / (2 * math.pi)) ** 8, 7.0**8, "漏了 2π"),
+    ("4.18", "my_decay", 0.999**200, 0.8187, "连续时间的近似"),
+]
 
 
-def self_check_message(page, cells, key, name, answer):
-    page[name] = answer
+@pytest.mark.parametrize(("key", "name", "right", "wrong", "keyword"), NUMERIC_CELLS)
+def test_numeric_cells_grade_the_learners_variable(page, cells, key, name, right, wrong, keyword):
+    page["acc_h"] = {(2, 2): 0.84, (1, 1): 0.6}  # stand-ins for the trained accuracies
     try:
-        return rejected(run, page, cells[key], key)
+        for answer in (None, right):
+            page[name] = answer
+            out = run(page, cells[key], key)
+            assert out.startswith(("尚未作答：" if answer is None else "✓ ") + f"练习 {key}："), out
+        page[name] = wrong
+        assert keyword in rejected(run, page, cells[key], key)
     finally:
         page[name] = None
-
-
-@pytest.mark.parametrize(
-    ("answer", "keyword"),
-    [
-        (3.392, "很接近：与正确值相差不到 1%"),  # learner test 22b: an arithmetic slip
-        (3.3955, "很接近"),  # a slip in the 4th digit
-        (0.5 * math.log(99), "漏了因子 9"),
-        (3.40, "只是有效数字不够"),
-        (3.39, "很接近"),
-        (0.5 * math.log(892), "多加了 1"),  # learner test 24b: accepted at 0.1%
-        (3.397, "多加了 1"),
-        (math.log(9 * 99), "大了一倍"),
-        (0.5 * math.log(9 * 100), "不是 S 个"),
-        (math.log(900), "两处"),  # learner test 36b: neither the 1/2 nor 9·99
-        (0.5 * math.log(99 / 9), "不等式解反了"),
-        (0.5 * math.log10(891), "以 10 为底"),  # learner test 25b
-        (0.5 * math.log2(891), "以 2 为底"),
-        (1.0, "令 e^{2g}/(e^{2g}+S−1) = 0.9，解出 g"),
-    ],
-)
-def test_4_10_hints(page, cells, answer, keyword):
-    assert keyword in self_check_message(page, cells, "4.10", "my_g_min", answer)
-
-
-def test_4_10_accepts_the_right_answer(page, cells):
-    page["my_g_min"] = 0.5 * math.log(891)
-    try:
-        run(page, cells["4.10"], "4.10")
-    finally:
-        page["my_g_min"] = None
-
-
-@pytest.mark.parametrize("answer", [3.396, 0.5 * math.log(891)])
-def test_4_10_accepts_four_digits(page, cells, answer):
-    page["my_g_min"] = answer
-    try:
-        run(page, cells["4.10"], "4.10")
-    finally:
-        page["my_g_min"] = None
-
-
-@pytest.mark.parametrize(
-    ("answer", "keyword"),
-    [
-        ((8, 2), "顺序反了"),  # learner test 24b: same slip as 4.11
-        ((4, 4), "只算了分数矩阵"),
-        ((2, 1 / 8), "倍数倒过来了"),
-        # learner test 25b: these three got the generic accounting line
-        ((2, 16), "倍数却取了 L/D"),
-        ((1, 16), "两边按一样多的矩阵算了"),
-        ((4 / 3, 32 / 3), "不是同一笔账算出来的"),
-        ((3, 4), "不是同一笔账算出来的"),
-        ((3, 16 / 3), "两个 L×L 矩阵各 4L² 字节"),  # consistent but wrong: the general line
-    ],
-)
-def test_4_1_hints(page, cells, answer, keyword):
-    assert keyword in self_check_message(page, cells, "4.1", "my_bytes_answer", answer)
-
-
-@pytest.mark.parametrize(
-    ("answer", "keyword"),
-    [
-        (3.36, "漏了瞎猜的部分"),  # learner test 24b: was "只是有效数字不够"
-        (3.15, "不是 1/4"),  # the 1/4-guess formula, rounded
-        (3.0, "只是有效数字不够"),
-        (2.0, "由 acc = (k + (4 − k)/8)/4 解出 k"),
-        (2.5, "乘反了"),  # learner test 36b: (4·acc − 1/2)·7/8
-        (0.84, "这是准确率本身"),  # learner test 25b
-        (2.4, "这是 H = 1 的 4·acc"),
-    ],
-)
-def test_4_13_names_the_listed_mistakes_before_the_digits(page, cells, answer, keyword):
-    page["acc_h"] = {(2, 2): 0.84, (1, 1): 0.6}  # stand-ins for the trained accuracies
-    assert keyword in self_check_message(page, cells, "4.13", "my_k_h2", answer)
-    page["my_k_h2"] = (4 * 0.84 - 0.5) * 8 / 7
-    run(page, cells["4.13"], "4.13")
-    page["my_k_h2"] = None
-
-
-@pytest.mark.parametrize(
-    ("answer", "keyword"),
-    [
-        (0.8187, "连续时间的近似 exp(−200ηλ)"),  # learner test 24b: exp(-0.2) rounded
-        (0.8186, "只是有效数字不够"),  # (1 - 0.001)**200 rounded to 4 digits
-        (0.8188, "很接近：与正确值相差不到 1%"),  # was "不到 0.0%"
-        (0.8178, "不是 201 次方"),
-    ],
-)
-def test_4_17_hints(page, cells, answer, keyword):
-    message = self_check_message(page, cells, "4.17", "my_decay", answer)
-    assert keyword in message, message
-    assert "0.0%" not in message
-
-
-@pytest.mark.parametrize(
-    ("answer", "keyword"),
-    [
-        ((7 / (2 * math.pi)) ** 4, "要么用了 D = 8"),  # learner test 22b: D = 8, not the third pair
-        ((7 / (2 * math.pi)) ** 16, "指数用错了"),
-        (7.0**8, "漏了 2π"),
-        ((2 * math.pi / 7) ** 8, "解反了"),
-        (5.0, "令它等于 7 解出 b"),
-        (7 / (2 * math.pi), "还要把两边取 8 次方"),  # learner test 25b
-        ((8 / (2 * math.pi)) ** 8, "相对距离最远是 7"),  # ch04 review 34: period 8 is off by one
-        (6.907, "相对距离最远是 7"),
-    ],
-)
-def test_4_16_hints(page, cells, answer, keyword):
-    assert keyword in self_check_message(page, cells, "4.16", "my_base", answer)
 
 
 # ---- 4.3: weight on the next position ---------------------------------------------------
@@ -265,7 +147,7 @@ def test_4_3_hints(page, answer, keyword):
         assert keyword in rejected(page["check_weight_on_next"], answer)
 
 
-# ---- 4.19: one more memory ----------------------------------------------------------------
+# ---- 4.20: one more memory ----------------------------------------------------------------
 
 
 def add_memory(bias=False, scale=1.0):
@@ -280,7 +162,7 @@ def add_memory(bias=False, scale=1.0):
     return fn
 
 
-def test_4_19_hints(page):
+def test_4_20_hints(page):
     page["check_add_memory"](add_memory())
     # learner test 22b: bias=True, its random biases left in
     assert "新的 FFN 带了偏置" in rejected(page["check_add_memory"], add_memory(bias=True))
@@ -288,7 +170,7 @@ def test_4_19_hints(page):
     assert "新的一条不对" in rejected(page["check_add_memory"], add_memory(scale=2.0))
 
 
-def test_4_19_names_the_activation_and_a_replaced_memory(page):
+def test_4_20_names_the_activation_and_a_replaced_memory(page):
     """learner test 25b: a GELU activation got the hint about old memories"""
     right = add_memory()
 
@@ -309,7 +191,7 @@ def test_4_19_names_the_activation_and_a_replaced_memory(page):
     assert "要新加一个神经元" in rejected(page["check_add_memory"], replace_last)
 
 
-def test_4_19_grades_with_another_ffn_and_tau(page):
+def test_4_20_grades_with_another_ffn_and_tau(page):
     """learner test 30b: reading the page's memory_ffn, or a hard-coded τ = 0.7, passed
     when graded only with the page's own FFN and τ"""
     right = add_memory()
@@ -332,7 +214,7 @@ def test_4_19_grades_with_another_ffn_and_tau(page):
     assert "τ 写成了 0.7" in rejected(page["check_add_memory"], tau_fixed)
 
 
-def test_4_19_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_ffn(page):
+def test_4_20_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_ffn(page):
     """learner test 25b: zeroing w2 in place was accepted, and changing ffn in place broke
     the next (correct) attempt with a raw RuntimeError"""
     right = add_memory()
@@ -352,7 +234,7 @@ def test_4_19_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_
         page["check_add_memory"](right)  # the page's memory_ffn is unchanged
 
 
-# ---- 4.21: the online softmax ------------------------------------------------------------------
+# ---- 4.4: the online softmax ------------------------------------------------------------------
 
 
 def online_softmax(mistake):
@@ -401,7 +283,7 @@ def online_softmax(mistake):
         ("block_max", "减的是这一块自己的最大值"),  # learner test 30b
     ],
 )
-def test_4_21_hints(page, mistake, keyword):
+def test_4_4_hints(page, mistake, keyword):
     page["check_online_softmax"](online_softmax(None))
     assert keyword in rejected(page["check_online_softmax"], online_softmax(mistake))
     assert "那一行还没改" in rejected(page["check_online_softmax"], page["buggy_online_softmax"])
@@ -416,23 +298,11 @@ def test_the_stand_in_models_differ_as_the_trained_ones_do(page):
     assert weights(unmasked, x).abs().max() > 0
 
 
-# ---- 4.11 and 4.15: learner test 25b found one generic line in each ------------------------
+# ---- 4.16: learner test 25b found one generic line ------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("answer", "keyword"),
-    [
-        ((0.0, 0.25), "sparsemax 在 t = 0 附近不是平的"),
-        ((0.5, 0.5), "σ(0) 本身，不是斜率"),
-        ((0.25, 0.5), "顺序反了"),
-    ],
-)
-def test_4_11_hints(page, cells, answer, keyword):
-    assert keyword in self_check_message(page, cells, "4.11", "my_slopes", answer)
-
-
-def test_4_15_names_the_sum_over_all_rows(page, cells):
-    for key in ("4.15 skeleton", "4.15"):
+def test_4_16_names_the_sum_over_all_rows(page, cells):
+    for key in ("4.16 skeleton", "4.16"):
         run(page, cells[key], key)
 
     def all_rows(L, n_w, layers):
@@ -446,9 +316,9 @@ def test_4_15_names_the_sum_over_all_rows(page, cells):
 
 
 @pytest.mark.parametrize("start", ["ones", "eye"])
-def test_4_15_names_the_elementwise_product(page, cells, start):
+def test_4_16_names_the_elementwise_product(page, cells, start):
     """learner test 30b: `band * reach` in a loop got "只算了一层" without the `*`"""
-    for key in ("4.15 skeleton", "4.15"):
+    for key in ("4.16 skeleton", "4.16"):
         run(page, cells[key], key)
 
     def elementwise(L, n_w, layers):

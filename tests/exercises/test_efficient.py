@@ -190,7 +190,7 @@ def gqa_softmax_over_queries(q, k, v, mask):  # the output check comes before th
     return (w @ v.unsqueeze(2)).reshape(N, H, L, D)
 
 
-def gqa_softmax_over_group_rows(q, k, v, mask):  # learner test 6b, 4.5: dim=-2 on (N, H_kv, G·L, S)
+def gqa_softmax_over_group_rows(q, k, v, mask):  # learner test 6b, 4.6: dim=-2 on (N, H_kv, G·L, S)
     N, H, L, D = q.shape
     qg = q.reshape(N, k.size(1), H // k.size(1) * L, D)
     return (torch.softmax(qg @ k.mT / math.sqrt(D), dim=-2) @ v).view(N, H, L, D)
@@ -201,7 +201,7 @@ def gqa_groups_transposed(q, k, v, mask):  # learner test: transpose(2, 3) befor
     return out.view(N, Hkv, G, L, D).transpose(2, 3).reshape(N, G * Hkv, L, D)
 
 
-def gqa_groups_as_l_g(q, k, v, mask):  # learner test 7b, 4.5: the folded rows read as (L, G)
+def gqa_groups_as_l_g(q, k, v, mask):  # learner test 7b, 4.6: the folded rows read as (L, G)
     out, (N, Hkv, G, L, D) = _gqa_folded(q, k, v, math.sqrt(q.size(-1)))
     return out.view(N, Hkv, L, G, D).transpose(2, 3).reshape(N, G * Hkv, L, D)
 
@@ -221,7 +221,7 @@ def gqa_q_transposed(back):
     return gqa
 
 
-def gqa_split_order(q, k, v, mask):  # learner test 21b, 4.5: the G·L rows made in (L, G) order
+def gqa_split_order(q, k, v, mask):  # learner test 21b, 4.6: the G·L rows made in (L, G) order
     N, H, L, D = q.shape
     Hkv = k.size(1)
     rows = q.view(N, Hkv, H // Hkv, L, D).permute(0, 1, 3, 2, 4).reshape(N, Hkv, -1, D)
@@ -339,7 +339,7 @@ def test_grouped_attention_hints_all_reached(capsys):
 
 
 def test_grouped_attention_regroup_hint_names_the_step(capsys):
-    # learner test 21b, 4.5: rows split in (L, G) order and merged as (G, L) give the
+    # learner test 21b, 4.6: rows split in (L, G) order and merged as (G, L) give the
     # same output as a transpose(2, 3) in the merge; only the merge mistake is told
     # about transpose(2, 3), the split mistake about the split
     split = rejection(ex.check_grouped_attention, gqa_split_order)
@@ -409,7 +409,7 @@ def sparsemax_no_one(z):  # k·z_(k) > cumsum, the 1 left out
     return _sparsemax_support(z, lambda k, zs, cs: k * zs > cs)
 
 
-def sparsemax_at_least_without_one(z):  # learner test 6b, 4.6: k·z_(k) >= cumsum
+def sparsemax_at_least_without_one(z):  # learner test 6b, 4.7: k·z_(k) >= cumsum
     return _sparsemax_support(z, lambda k, zs, cs: k * zs >= cs)
 
 
@@ -428,7 +428,7 @@ def sparsemax_tau_without_minus_one(z):  # learner test
     return torch.clamp(z - cs.gather(-1, support - 1) / support, min=0)
 
 
-def sparsemax_tau_without_parentheses(z):  # learner test 44b, 4.6: cs[k-1] / k - 1
+def sparsemax_tau_without_parentheses(z):  # learner test 44b, 4.7: cs[k-1] / k - 1
     zs = z.sort(dim=-1, descending=True).values
     cs = zs.cumsum(-1)
     support = (1 + torch.arange(1, z.size(-1) + 1, dtype=z.dtype) * zs > cs).sum(-1, keepdim=True)
@@ -445,7 +445,7 @@ def sparsemax_one_row_only(z):  # learner test: right for a vector, int() of a c
     return torch.clamp(z - tau, min=0)
 
 
-def sparsemax_one_support_for_all_rows(z):  # learner test 6b, 4.6: int() of the whole count
+def sparsemax_one_support_for_all_rows(z):  # learner test 6b, 4.7: int() of the whole count
     zs = z.sort(dim=-1, descending=True).values
     k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
     cs = zs.cumsum(-1)
@@ -453,7 +453,7 @@ def sparsemax_one_support_for_all_rows(z):  # learner test 6b, 4.6: int() of the
     return torch.clamp(z - (cs[..., support - 1 : support] - 1) / support, min=0)
 
 
-def sparsemax_tau_over_length(z):  # learner test 19, 4.6: τ divided by n, not k(z)
+def sparsemax_tau_over_length(z):  # learner test 19, 4.7: τ divided by n, not k(z)
     zs = z.sort(dim=-1, descending=True).values
     k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
     cs = zs.cumsum(-1)
@@ -525,7 +525,7 @@ def sparsemax_mean_threshold(z):  # tau from every entry, not the support: (sum 
     return torch.clamp(z - tau, min=0)
 
 
-def sparsemax_support_plus_one(z):  # learner test 18b, 4.6: the 1 left out, k + 1 in the tau line
+def sparsemax_support_plus_one(z):  # learner test 18b, 4.7: the 1 left out, k + 1 in the tau line
     zs = z.sort(dim=-1, descending=True).values
     k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
     cs = zs.cumsum(-1)
@@ -534,11 +534,11 @@ def sparsemax_support_plus_one(z):  # learner test 18b, 4.6: the 1 left out, k +
     return torch.clamp(z - (cs.gather(-1, support - 1) - 1) / support, min=0)
 
 
-def sparsemax_argmax(z):  # learner test 18b, 4.6: a one-hot of the largest entry
+def sparsemax_argmax(z):  # learner test 18b, 4.7: a one-hot of the largest entry
     return torch.zeros_like(z).scatter(-1, z.argmax(-1, keepdim=True), 1.0)
 
 
-def sparsemax_in_place(z):  # learner test 18b, 4.6: right values, the caller's z edited
+def sparsemax_in_place(z):  # learner test 18b, 4.7: right values, the caller's z edited
     tau = tc.sparsemax_threshold(z)
     z -= tau
     return z.clamp_(min=0)
@@ -583,7 +583,7 @@ SPARSEMAX_REJECTS = [
 ]
 
 
-@pytest.mark.parametrize("exercise", [None, "4.6"])
+@pytest.mark.parametrize("exercise", [None, "4.7"])
 def test_sparsemax_rejects_an_in_place_edit_of_z(exercise, capsys):
     """Learner test 18b: right values, but the caller's z changed (the page's
     attention scores would be corrupted); the checker gives the learner its own copy."""
@@ -592,21 +592,21 @@ def test_sparsemax_rejects_an_in_place_edit_of_z(exercise, capsys):
 
 
 def test_sparsemax_tau_without_parentheses_in_the_bug_hunt(capsys):
-    """Learner test 44b (4.6): the support fixed, the τ line broken by a missing pair of
+    """Learner test 44b (4.7): the support fixed, the τ line broken by a missing pair of
     parentheses: the hint names the τ line, not the support test."""
-    message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.6"), sparsemax_tau_without_parentheses)
+    message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.7"), sparsemax_tau_without_parentheses)
     assert "τ 那一行少了括号" in message and "判据" not in message, message
 
 
 def test_sparsemax_support_plus_one_in_the_bug_hunt(capsys):
-    """Learner test 18b (4.6): the page's bug patched with k + 1 in the tau line is
+    """Learner test 18b (4.7): the page's bug patched with k + 1 in the tau line is
     told where to look, without the corrected criterion."""
-    message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.6"), sparsemax_support_plus_one)
+    message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.7"), sparsemax_support_plus_one)
     assert "τ 那一行里把支撑集大小加了 1" in message and "1 + k·z_(k)" not in message, message
 
 
 def test_sparsemax_two_support_mistakes_are_told_apart(capsys):
-    """Learner test 15 (4.6): a rank k from 0 and k·z_(k) >= the sum are different
+    """Learner test 15 (4.7): a rank k from 0 and k·z_(k) >= the sum are different
     mistakes (they differ on [0.9, 0.8, 0.1]); each hint names only its own."""
     z = torch.tensor([0.9, 0.8, 0.1], dtype=torch.float64)
     assert not torch.allclose(sparsemax_ranks_from_zero(z), sparsemax_at_least_without_one(z))
@@ -781,7 +781,7 @@ def prefix_future_after_prefix(L, prefix):  # no hint of its own: the fallback n
 
 
 def prefix_block_false(L, prefix):
-    """Learner test 15 (4.20): the prefix block set to False (True read as masked)."""
+    """Learner test 15 (4.21): the prefix block set to False (True read as masked)."""
     mask = tc.causal_mask(L).clone()
     mask[:prefix, :prefix] = False
     return mask
@@ -980,7 +980,7 @@ def streaming_inverted(Q, blocks):
     return _streaming_with(Q, blocks, inverted=True)
 
 
-def streaming_weak_fill(Q, blocks):  # learner test 45d, 4.4: s + (~m) * -30, a finite fill
+def streaming_weak_fill(Q, blocks):  # learner test 45d, 4.5: s + (~m) * -30, a finite fill
     c = torch.full(Q.shape[:-1] + (1,), -math.inf)
     ell, o = torch.zeros_like(c), 0
     for K, V, mask in blocks:
@@ -991,7 +991,7 @@ def streaming_weak_fill(Q, blocks):  # learner test 45d, 4.4: s + (~m) * -30, a 
     return o / ell
 
 
-def streaming_bool_index_fill(Q, blocks):  # learner test 45d, 4.4: s[~m] = -1e30, no broadcast
+def streaming_bool_index_fill(Q, blocks):  # learner test 45d, 4.5: s[~m] = -1e30, no broadcast
     c = torch.full(Q.shape[:-1] + (1,), -math.inf)
     ell, o = torch.zeros_like(c), 0
     for K, V, mask in blocks:
@@ -1019,7 +1019,7 @@ def _keeping(which):
     return fn
 
 
-streaming_keeps_masks = _keeping(2)  # learner test 47e, 4.4: every mask_j kept in a list
+streaming_keeps_masks = _keeping(2)  # learner test 47e, 4.5: every mask_j kept in a list
 streaming_keeps_values = _keeping(1)  # the same with V_j
 
 
@@ -1090,7 +1090,7 @@ def streaming_peek_dropped(Q, blocks):  # learner test: next() to learn D_v, tha
     return o / ell
 
 
-def streaming_fix_inverted(Q, blocks):  # learner test 10b, 4.4: exp(c_new − c_old)
+def streaming_fix_inverted(Q, blocks):  # learner test 10b, 4.5: exp(c_new − c_old)
     c = torch.full(Q.shape[:-1] + (1,), -math.inf)
     ell, o = torch.zeros_like(c), 0
     for K, V, mask in blocks:
@@ -1103,7 +1103,7 @@ def streaming_fix_inverted(Q, blocks):  # learner test 10b, 4.4: exp(c_new − c
     return o / ell
 
 
-def streaming_ell_not_rescaled(Q, blocks):  # learner test 20b, 4.4: the mirror of o_fix
+def streaming_ell_not_rescaled(Q, blocks):  # learner test 20b, 4.5: the mirror of o_fix
     return _streaming_with(Q, blocks, rescale_ell=False)
 
 
@@ -1228,7 +1228,7 @@ def _streaming_masked_by(Q, blocks, apply_mask):
     return o / ell
 
 
-def streaming_mask_multiplied(Q, blocks):  # learner test 21b, 4.4: s · mask, not −∞
+def streaming_mask_multiplied(Q, blocks):  # learner test 21b, 4.5: s · mask, not −∞
     return _streaming_masked_by(Q, blocks, lambda s, mask: s * mask)
 
 
@@ -1370,7 +1370,7 @@ def test_streaming_attention_hints_all_reached(capsys):
 def test_sparsemax_tau_over_n_named_in_the_bug_hunt(capsys):
     # learner test 19: in the find-the-bug exercise a changed τ line that divides by n
     # is named, not sent to the support test (which is right)
-    message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.6"), sparsemax_tau_over_length)
+    message = rejection(lambda c: ex.check_sparsemax(c, exercise="4.7"), sparsemax_tau_over_length)
     assert "应除以支撑集的大小 k(z)" in message and "支撑集的判据" not in message, message
 
 

@@ -44,8 +44,8 @@ copies the learner's weights into the package module by these names.
 * One module per topic (``attention``, ``heads``, ``norms_ffn``, ``positions``,
   ``blocks_gpt``, ``training``, ``generation_cache``, ``tokenizer``, ``efficient``,
   ``encoder``, ``objective``, ``linear_attention``, ``seq2seq``, ``cached_generation``,
-  ``self_check``, ``language_model``, ``translation_model``); a new topic gets a
-  new module.
+  ``self_check``, ``language_model``, ``translation_model``, ``numeric_answers``);
+  a new topic gets a new module.
   Re-export the checker here and list it in ``__all__``.
 * Write the checker body as ``@checker("中文标题", wants_class=...)`` over
   ``body(candidate) -> detail``: the wrapper (in ``_protocol``) handles skeletons,
@@ -102,6 +102,7 @@ from .language_model import (
 from .linear_attention import check_rnn_linear_attention
 from .minigpt_extras import check_kv_cache_in_model, check_post_ln_block
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
+from .numeric_answers import check_answer, check_number
 from .objective import check_smoothed_loss
 from .positions import (
     check_distance_only_projection,
@@ -185,4 +186,6 @@ __all__ = [
     "check_kv_cache_in_model",
     "check_paired_ablation",
     "check_transformer",
+    "check_number",
+    "check_answer",
 ]

@@ -118,7 +118,7 @@ ABLATION_HINTS = [
 _HINT = {mistake: hint for hint, mistake in ABLATION_HINTS}
 
 
-# learner test 45d, 4.12: `len(seeds) <= 2` raises on a valid pair of seeds
+# learner test 45d, 4.13: `len(seeds) <= 2` raises on a valid pair of seeds
 _VALID_SEEDS = [
     (
         r"^ValueError",

@@ -32,7 +32,7 @@ from ._report import (
 )
 
 # ---------------------------------------------------------------------------
-# streaming attention (ex 4.4)
+# streaming attention (ex 4.5)
 # ---------------------------------------------------------------------------
 
 
@@ -250,7 +250,7 @@ _STREAMING_MISTAKES = [
     ),
 ]
 
-# learner test 45d, 4.4: s + (~m) * -30.0, right everywhere but where the masked keys
+# learner test 45d, 4.5: s + (~m) * -30.0, right everywhere but where the masked keys
 # score 100 higher
 _WEAK_FILL = (
     "被屏蔽的键仍然拿走了几乎全部权重：屏蔽用的是一个有限的数（如 −30），被屏蔽的键"
@@ -305,7 +305,7 @@ def _streaming_mask(
 
 # the learner treated the stream of blocks as a list or a tensor
 STREAMING_CRASHES = [
-    (  # learner test 45d, 4.4: s[~m] = -1e30 with a mask that only broadcasts
+    (  # learner test 45d, 4.5: s[~m] = -1e30 with a mask that only broadcasts
         r"shape of the mask",
         "布尔索引 s[~mask_j] = … 要求掩码与 s 的形状完全相同，不会广播（mask_j 可以是 "
         "(1, b) 或 (N, 1, b) 这样只能广播的形状）：用 s.masked_fill(~mask_j, "
@@ -946,7 +946,7 @@ _SPARSEMAX_MISTAKES = [
 # the find-the-bug exercise on this checker (chapter 4): the page's support test
 # lacks the 1; the hints give the symptom and where to look
 _BUG_HUNT = {
-    "4.6": {
+    "4.7": {
         "no_one": (
             "支撑集大小 k(z) 算错了，τ 跟着错：把支撑集那一行的判据与 4.1.7 节的条件"
             "逐项对照（τ 那一行本身没有错）。"
@@ -1087,7 +1087,7 @@ def check_sparsemax(fn, exercise: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------
-# KV cache bytes (ex 4.12)
+# KV cache bytes (ex 4.13)
 # ---------------------------------------------------------------------------
 
 
@@ -1253,7 +1253,7 @@ def check_kv_cache_bytes(fn) -> str:
 
 
 # ---------------------------------------------------------------------------
-# prefix-LM mask (ex 4.20)
+# prefix-LM mask (ex 4.21)
 # ---------------------------------------------------------------------------
 
 
