@@ -129,7 +129,7 @@ def test_progress_by_exercise_number(capsys):
     capsys.readouterr()
     ex.progress(5)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "代码练习：1 道通过，1 道尚未实现，0 道未通过（共 2 道）", lines
+    assert lines[0] == "练习：1 道通过，1 道尚未实现，0 道未通过（共 2 道）", lines
     assert lines[1].startswith("  ✓ 练习 5.10 ") and "done" in lines[1], lines
     assert lines[2] == "  … 尚未实现：练习 5.2", lines
     ex.progress()
@@ -149,7 +149,7 @@ def test_progress_counts_an_exercise_with_two_checkers_once(capsys):
     capsys.readouterr()
     ex.progress(2)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "代码练习：1 道通过，1 道尚未实现，0 道未通过（共 2 道，3 项检查）", lines
+    assert lines[0] == "练习：1 道通过，1 道尚未实现，0 道未通过（共 2 道，3 项检查）", lines
     assert len(lines) == 3, lines  # 2.5 is half done, so it is listed as a skeleton
     assert lines[2] == "  … 尚未实现：练习 2.5", lines
     _protocol.RESULTS.clear()

@@ -50,7 +50,7 @@ def progress(chapter: int | str | None = None) -> None:
     # rows of one exercise checked twice: the total says so, so the list adds up
     checkers = "" if len(rows) == len(worst) else f"，{len(rows)} 项检查"
     print(
-        f"代码练习：{counts[PASSED]} 道通过，{counts[SKELETON]} 道尚未实现，"
+        f"练习：{counts[PASSED]} 道通过，{counts[SKELETON]} 道尚未实现，"
         f"{counts[FAILED]} 道未通过（共 {len(worst)} 道{checkers}）"
     )
     # exercises still skeletons fit on one line; the others get a line each
