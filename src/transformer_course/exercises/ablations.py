@@ -66,6 +66,11 @@ ABLATION_HINTS = [
         "margin",
     ),
     (
+        "margin 是比例（0.15 = 15%），不要再除以 100：要求 loss_1 > (1 + margin) * loss_0。"
+        "margin / 100 = 0.002 时，高出 0.2% 就算数了。",
+        "percent",
+    ),
+    (
         "margin 是相对的比例，不是绝对的差：要求 loss_1 > (1 + margin) * loss_0，"
         "不是 loss_1 > loss_0 + margin（损失约为 5 时差 0.3 就够了，约为 0.1 时差 0.05 "
         "也不够）。",
@@ -154,6 +159,8 @@ def _verdict(loss0, loss1, margin, mistake=None) -> bool:
     pairs = list(zip(loss0, loss1, strict=True))
     if mistake == "margin":  # no margin
         return all(b > a for a, b in pairs)
+    if mistake == "percent":  # margin read as a percentage
+        return all(b > (1 + margin / 100) * a for a, b in pairs)
     if mistake == "absolute":
         return all(b > a + margin for a, b in pairs)
     if mistake == "ge":
@@ -171,7 +178,7 @@ def _verdict(loss0, loss1, margin, mistake=None) -> bool:
 
 # the wrong verdicts a learner's holds is compared with, over all the cases at once
 _VERDICT_MISTAKES = (
-    "direction", "margin", "absolute", "ge", "mean", "any", "no_one", "of_worse",
+    "direction", "margin", "percent", "absolute", "ge", "mean", "any", "no_one", "of_worse",
     "of_mean",
 )  # fmt: skip
 
@@ -197,6 +204,9 @@ _CASES = [
      [1.0, 2.0], [1.22, 2.44]),
     ("每个种子上高出 23%，阈值 20%", ("A", "B"), [6, 7], 0.2,
      [1.0, 2.0], [1.23, 2.46]),
+    # learner test 58: margin / 100 (read as a percentage) passed where only b > a failed
+    ("每个种子上只高出 0.1%，阈值 20%", ("A", "B"), [2, 3], 0.2,
+     [1.0, 2.0], [1.001, 2.002]),
 ]  # fmt: skip
 
 
