@@ -282,8 +282,8 @@ _NONFINITE_HINTS = {
     "row_scales": "每一行要减去它自己的最大值：c 的形状是 (…, L, 1)，按行取 "
     "amax(-1, keepdim=True)。用整块（或全部查询）共同的最大值时，分数远低于它的那一行 "
     "exp(s − c) 全部下溢成 0，ℓ = 0，结果是 0/0 = NaN。",
-    "loud_masked": "被屏蔽的键分数比可见的键高 100 以上，在 exp 之后才乘掩码就会出 NaN。"
-    "若最大值 c 把被屏蔽的键也算进去，可见键的 exp(s − c) 全部下溢成 0，ℓ = 0，"
+    "loud_masked": "被屏蔽的键分数比可见的键高 100 以上，在 exp 之后才乘掩码就会出 "
+    "NaN。若最大值 c 把被屏蔽的键也算进去，可见键的 exp(s − c) 全部下溢成 0，ℓ = 0，"
     "结果是 0/0 = NaN；若 c 只取可见的键，被屏蔽键的 exp(s − c) 上溢成 inf，"
     "inf × 0 = NaN。先屏蔽再取最大值：masked_fill(~mask_j, −∞) 之后再 amax 和 exp。",
 }
@@ -1067,8 +1067,8 @@ def check_sparsemax(fn, exercise: str | None = None) -> str:
         ("一维 z = [3.0, 0.0, -2.0]（只剩一个非零）", torch.tensor([3.0, 0.0, -2.0])),
     ]
     refused = (
-        f"{name} 调用了 tc.sparsemax（或 tc.sparsemax_threshold）：那正是检查器用来比较的"
-        "参考实现。"
+        f"{name} 调用了 tc.sparsemax（或 tc.sparsemax_threshold）：那正是检查器用来"
+        "比较的参考实现。"
         + (
             "练习要你把上面有 bug 的函数抄过来，自己改掉错的那一行。"
             if exercise
