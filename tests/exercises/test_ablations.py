@@ -120,6 +120,11 @@ def of_mean(run, arms, seeds, margin):  # learner test 44b: relative to the mean
     return losses, all((y - x) / ((x + y) / 2) > margin for x, y in zip(*losses.values(), strict=True))
 
 
+def margin_in_percent(run, arms, seeds, margin):  # learner test 58, 4.13: margin / 100
+    losses = _paired(run, arms, seeds)
+    return losses, all(y > (1 + margin / 100) * x for x, y in zip(*losses.values(), strict=True))
+
+
 def two_seeds_refused(run, arms, seeds, margin):  # learner test 45d: len(seeds) <= 2
     if len(seeds) <= 2 or len(set(seeds)) != len(seeds):
         raise ValueError("bad")
@@ -135,6 +140,7 @@ REJECTS = [
     pytest.param(ex.check_paired_ablation, pairs_list, "你返回的是 list", id="pairs_list"),
     pytest.param(ex.check_paired_ablation, keyed_by_seed, "你的键是 [7, 3, 11]", id="keyed_by_seed"),
     pytest.param(ex.check_paired_ablation, additive_margin, "不是绝对的差", id="absolute"),
+    pytest.param(ex.check_paired_ablation, margin_in_percent, "不要再除以 100", id="percent"),
     pytest.param(ex.check_paired_ablation, at_least, "你用的是 >=", id="ge"),
     pytest.param(ex.check_paired_ablation, any_seed, "用了 any", id="any"),
     pytest.param(ex.check_paired_ablation, without_one, "阈值少了 1 +", id="no_one"),

@@ -211,7 +211,20 @@ def test_4_20_grades_with_another_ffn_and_tau(page):
 
     page["check_add_memory"](scaled_row)
     assert "用的是全局的 memory_ffn" in rejected(page["check_add_memory"], page_ffn)
-    assert "τ 写成了 0.7" in rejected(page["check_add_memory"], tau_fixed)
+    assert "函数没有用参数 tau" in rejected(page["check_add_memory"], tau_fixed)
+
+
+@pytest.mark.parametrize("fixed", [0.5, 0.6])
+def test_4_20_a_hard_coded_tau_is_caught_and_not_named_as_another_value(page, fixed):
+    """learner test 58: τ = 0.5 hard-coded passed (the second τ was 0.5), and 0.6 was told
+    "τ 写成了 0.7" """
+    right = add_memory()
+
+    def tau_fixed(ffn, k_new, v_new, tau):
+        return right(ffn, k_new, v_new, fixed)
+
+    message = rejected(page["check_add_memory"], tau_fixed)
+    assert "函数没有用参数 tau" in message and "0.7" not in message, message
 
 
 def test_4_20_a_learner_who_changes_ffn_in_place_is_told_and_the_page_keeps_its_ffn(page):
@@ -289,6 +302,31 @@ def test_4_4_hints(page, mistake, keyword):
     assert "那一行还没改" in rejected(page["check_online_softmax"], page["buggy_online_softmax"])
 
 
+def test_4_3_says_which_numbers_are_which_model(page):
+    """learner test 58: four numbers shown for an (H,) answer, without saying why"""
+    message = rejected(page["check_weight_on_next"], lambda m, x: weights(m, x).median(-1).values.mean(0))
+    assert "前 2 个数是有掩码的模型，后 2 个是无掩码的" in message, message
+
+
+def test_4_4_accepts_float64_and_names_the_missing_division(page):
+    """learner test 58: a float64 answer crashed with a raw RuntimeError, and `return o`
+    was sent to the fix factor"""
+    right = online_softmax(None)
+    page["check_online_softmax"](lambda q, k, v, block=4: right(q.double(), k.double(), v.double(), block))
+
+    def no_division(q, k, v, block=4):
+        return right(q, k, v, block) * _ell(q, k, block)
+
+    message = rejected(page["check_online_softmax"], no_division)
+    assert "最后要除以 ℓ" in message and "fix" not in message, message
+
+
+def _ell(q, k, block):
+    """The online softmax's final ℓ (= Σ exp(s − max s)); o = output · ℓ."""
+    s = q @ k.mT / math.sqrt(q.size(-1))
+    return torch.exp(s - s.amax(-1, keepdim=True)).sum(-1, keepdim=True)
+
+
 def test_the_stand_in_models_differ_as_the_trained_ones_do(page):
     """4.3's grader sees a masked and an unmasked model: the masked one's weight on the
     next key is exactly 0, the other's is not."""
@@ -329,3 +367,44 @@ def test_4_16_names_the_elementwise_product(page, cells, start):
         return int(reach[-1].sum())
 
     assert "逐元素的" in rejected(page["check_receptive_field"], elementwise)
+
+
+def test_4_16_requires_the_mask_product_and_names_one_layer_too_few(page, cells):
+    """learner test 58: the closed formula the text forbids passed; one layer too few got
+    the generic hint"""
+    for key in ("4.16 skeleton", "4.16"):
+        run(page, cells[key], key)
+
+    def formula(L, n_w, layers):
+        return min(layers * n_w + 1, L)
+
+    def one_too_few(L, n_w, layers):
+        band = tc.causal_mask(L, window=n_w + 1).float()
+        reach = torch.eye(L)
+        for _ in range(layers - 1):
+            reach = ((band @ reach) > 0).float()
+        return int(reach[-1].sum())
+
+    def vector(L, n_w, layers):  # right: one row pushed through the mask (learner test 58)
+        band = tc.causal_mask(L, window=n_w + 1)
+        reach = torch.zeros(L, dtype=torch.bool)
+        reach[-1] = True
+        for _ in range(layers):
+            reach = (reach.float() @ band.float()) > 0
+        return int(reach.sum())
+
+    def power(L, n_w, layers):  # right
+        band = tc.causal_mask(L, window=n_w + 1).long()
+        return torch.linalg.matrix_power(band, layers)[-1].count_nonzero().item()
+
+    def einsum(L, n_w, layers):  # right
+        band, reach = tc.causal_mask(L, window=n_w + 1).double(), torch.eye(L, dtype=torch.float64)
+        for _ in range(layers):
+            reach = torch.einsum("ij,jk->ik", reach, band).sign()
+        return int(reach[-1].sum())
+
+    message = rejected(page["check_receptive_field"], formula)
+    assert "没有做掩码矩阵的乘积" in message, message
+    assert "少算了一层" in rejected(page["check_receptive_field"], one_too_few)
+    for right in (vector, power, einsum):
+        page["check_receptive_field"](right)

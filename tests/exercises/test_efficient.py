@@ -338,6 +338,15 @@ def test_grouped_attention_hints_all_reached(capsys):
     assert_every_hint_reached(tables, GQA_REJECTS, capsys)
 
 
+def test_grouped_attention_names_an_inverted_mask(capsys):
+    """learner test 58 (4.6): mask ↔ ~mask got only "含 NaN 或 inf", with no hint"""
+
+    def inverted(q, k, v, mask):
+        return gqa_mask_tiled(q, k, v, ~mask)
+
+    assert_rejects(ex.check_grouped_attention, inverted, "掩码方向反了", capsys)
+
+
 def test_grouped_attention_regroup_hint_names_the_step(capsys):
     # learner test 21b, 4.6: rows split in (L, G) order and merged as (G, L) give the
     # same output as a transpose(2, 3) in the merge; only the merge mistake is told
@@ -371,8 +380,16 @@ def sparsemax_bisection(z):  # a different algorithm: bisection on tau
     return (z - (lo + hi) / 2).clamp(min=0)
 
 
+def sparsemax_tau(z):  # τ by hand: the checker refuses tc.sparsemax_threshold
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = (1 + k * zs > cs).sum(-1, keepdim=True)
+    return (cs.gather(-1, support - 1) - 1) / support
+
+
 def sparsemax_no_clamp(z):
-    return z - tc.sparsemax_threshold(z)
+    return z - sparsemax_tau(z)
 
 
 def sparsemax_k_from_zero(z):
@@ -539,7 +556,7 @@ def sparsemax_argmax(z):  # learner test 18b, 4.7: a one-hot of the largest entr
 
 
 def sparsemax_in_place(z):  # learner test 18b, 4.7: right values, the caller's z edited
-    tau = tc.sparsemax_threshold(z)
+    tau = sparsemax_tau(z)
     z -= tau
     return z.clamp_(min=0)
 
@@ -548,9 +565,24 @@ def sparsemax_skeleton(z):
     raise NotImplementedError
 
 
-@pytest.mark.parametrize("fn", [sparsemax_sorted, sparsemax_bisection, tc.sparsemax])
+@pytest.mark.parametrize("fn", [sparsemax_sorted, sparsemax_bisection])
 def test_sparsemax_accepts(fn, capsys):
     assert_passes(ex.check_sparsemax, fn, capsys)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda z: tc.sparsemax(z),  # learner test 58 (4.7): accepted
+        tc.sparsemax,
+        lambda z: torch.clamp(z - tc.sparsemax_threshold(z), min=0),
+    ],
+)
+@pytest.mark.parametrize("exercise", [None, "4.7"])
+def test_sparsemax_refuses_the_reference(fn, exercise, capsys):
+    message = rejection(lambda c: ex.check_sparsemax(c, exercise=exercise), fn)
+    assert "检查器用来比较的参考实现" in message, message
+    assert ("抄过来" in message) == (exercise is not None), message
 
 
 def test_sparsemax_skeleton(capsys):
@@ -1058,6 +1090,18 @@ def streaming_mask_after_exp(Q, blocks):  # learner test: the running max includ
     return o / ell
 
 
+def streaming_mask_after_exp_max_visible(Q, blocks):  # learner test 58: c over visible keys only
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = Q @ K.mT / math.sqrt(Q.size(-1))
+        c_new = torch.maximum(c, s.masked_fill(~mask, -math.inf).amax(-1, keepdim=True))
+        c_safe = torch.where(torch.isinf(c_new), 0.0, c_new)
+        fix, p = torch.exp(c - c_safe), torch.exp(s - c_safe) * mask
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
 def streaming_scale_by_dv(Q, blocks):  # learner test: √D_v where √D belongs
     c, ell, o = None, None, None
     for K, V, mask in blocks:
@@ -1307,6 +1351,9 @@ STREAMING_REJECTS = [
     pytest.param(ex.check_streaming_attention, streaming_len, "迭代器", id="len"),
     pytest.param(ex.check_streaming_attention, streaming_mask_after_exp, "先屏蔽再取最大值",
                  id="mask_after_exp"),
+    # learner test 58: c over the visible keys only, exp(+100) · 0 = NaN (overflow)
+    pytest.param(ex.check_streaming_attention, streaming_mask_after_exp_max_visible, "上溢成 inf",
+                 id="mask_after_exp_max_visible"),
     pytest.param(ex.check_streaming_attention, streaming_scale_by_dv, "用的是 √D_v",
                  id="scale_dv"),
     pytest.param(ex.check_streaming_attention, streaming_peek_dropped, "第 1 块没有算进结果",

@@ -66,6 +66,11 @@ ABLATION_HINTS = [
         "margin",
     ),
     (
+        "margin 是比例（0.15 = 15%），不要再除以 100：要求 "
+        "loss_1 > (1 + margin) * loss_0。margin / 100 = 0.002 时，高出 0.2% 就算数了。",
+        "percent",
+    ),
+    (
         "margin 是相对的比例，不是绝对的差：要求 loss_1 > (1 + margin) * loss_0，"
         "不是 loss_1 > loss_0 + margin（损失约为 5 时差 0.3 就够了，约为 0.1 时差 0.05 "
         "也不够）。",
@@ -145,34 +150,33 @@ def _case(arms, seeds, loss0, loss1) -> _FakeRun:
     return _FakeRun(table)
 
 
+# one seed's test as a typical mistake writes it (a, b: the losses of arms[0], arms[1])
+_PAIR_TESTS = {
+    "margin": lambda a, b, m: b > a,  # no margin
+    "percent": lambda a, b, m: b > (1 + m / 100) * a,  # margin read as a percentage
+    "absolute": lambda a, b, m: b > a + m,
+    "ge": lambda a, b, m: b >= (1 + m) * a,
+    "no_one": lambda a, b, m: b > m * a,  # the 1 + left out
+    "of_worse": lambda a, b, m: (b - a) / b > m,  # relative to the worse arm's loss
+    "of_mean": lambda a, b, m: (b - a) / ((a + b) / 2) > m,  # ... to the mean of both
+}
+
+
 def _verdict(loss0, loss1, margin, mistake=None) -> bool:
     """The claim as stated, or as one typical mistake computes it."""
     if mistake == "direction":
         loss0, loss1 = loss1, loss0
     if mistake == "mean":
         return sum(loss1) / len(loss1) > (1 + margin) * sum(loss0) / len(loss0)
-    pairs = list(zip(loss0, loss1, strict=True))
-    if mistake == "margin":  # no margin
-        return all(b > a for a, b in pairs)
-    if mistake == "absolute":
-        return all(b > a + margin for a, b in pairs)
-    if mistake == "ge":
-        return all(b >= (1 + margin) * a for a, b in pairs)
-    if mistake == "any":
-        return any(b > (1 + margin) * a for a, b in pairs)
-    if mistake == "no_one":  # the 1 + left out
-        return all(b > margin * a for a, b in pairs)
-    if mistake == "of_worse":  # the difference divided by the worse arm's loss
-        return all((b - a) / b > margin for a, b in pairs)
-    if mistake == "of_mean":  # ... by the mean of the two losses
-        return all((b - a) / ((a + b) / 2) > margin for a, b in pairs)
-    return all(b > (1 + margin) * a for a, b in pairs)
+    test = _PAIR_TESTS.get(mistake, lambda a, b, m: b > (1 + m) * a)
+    held = [test(a, b, margin) for a, b in zip(loss0, loss1, strict=True)]
+    return any(held) if mistake == "any" else all(held)
 
 
 # the wrong verdicts a learner's holds is compared with, over all the cases at once
 _VERDICT_MISTAKES = (
-    "direction", "margin", "absolute", "ge", "mean", "any", "no_one", "of_worse",
-    "of_mean",
+    "direction", "margin", "percent", "absolute", "ge", "mean", "any", "no_one",
+    "of_worse", "of_mean",
 )  # fmt: skip
 
 
@@ -197,6 +201,9 @@ _CASES = [
      [1.0, 2.0], [1.22, 2.44]),
     ("每个种子上高出 23%，阈值 20%", ("A", "B"), [6, 7], 0.2,
      [1.0, 2.0], [1.23, 2.46]),
+    # learner test 58: margin / 100 (a percentage) got the hint of a missing margin
+    ("每个种子上只高出 0.1%，阈值 20%", ("A", "B"), [2, 3], 0.2,
+     [1.0, 2.0], [1.001, 2.002]),
 ]  # fmt: skip
 
 

@@ -18,8 +18,16 @@ from torch.utils._pytree import tree_leaves
 
 from ..masks import causal_mask
 from ..models import GPTConfig, MiniGPT
-from ..sparse import sparsemax
-from ._protocol import checker, fail, name_of, randn, run_learner, seeded_generator
+from ..sparse import sparsemax, sparsemax_threshold
+from ._protocol import (
+    calls_refused,
+    checker,
+    fail,
+    name_of,
+    randn,
+    run_learner,
+    seeded_generator,
+)
 from ._report import (
     as_tensor,
     bug_hunt_hints,
@@ -274,9 +282,10 @@ _NONFINITE_HINTS = {
     "row_scales": "每一行要减去它自己的最大值：c 的形状是 (…, L, 1)，按行取 "
     "amax(-1, keepdim=True)。用整块（或全部查询）共同的最大值时，分数远低于它的那一行 "
     "exp(s − c) 全部下溢成 0，ℓ = 0，结果是 0/0 = NaN。",
-    "loud_masked": "被屏蔽的键分数比可见的键高 100 以上时，若最大值 c 把它们也算进去，"
-    "可见键的 exp(s − c) 全部下溢成 0，ℓ = 0，结果成了 0/0 = NaN。先屏蔽再取最大值："
-    "masked_fill(~mask_j, −∞) 之后再 amax 和 exp，不要在 exp 之后才乘掩码。",
+    "loud_masked": "被屏蔽的键分数比可见的键高 100 以上，在 exp 之后才乘掩码就会出 "
+    "NaN。若最大值 c 把被屏蔽的键也算进去，可见键的 exp(s − c) 全部下溢成 0，ℓ = 0，"
+    "结果是 0/0 = NaN；若 c 只取可见的键，被屏蔽键的 exp(s − c) 上溢成 inf，"
+    "inf × 0 = NaN。先屏蔽再取最大值：masked_fill(~mask_j, −∞) 之后再 amax 和 exp。",
 }
 
 
@@ -761,7 +770,16 @@ def check_grouped_attention(fn) -> str:
             " (N, H_kv, G, L, D)，最后要 reshape 回 (N, H, L, D)。",
         )
         check_float(out, f"{name} 的输出")
-        check_finite(out, f"{name} 的输出", case)
+        inverted = kind == "none" and not bool(out.isfinite().any())
+        check_finite(
+            out,
+            f"{name} 的输出",
+            case,
+            "\n提示：mask 全 True 时输出全是 NaN：掩码方向反了。True = 可以关注，"
+            "要屏蔽的是 ~mask：masked_fill(~mask, −∞)。"
+            if inverted
+            else "",
+        )
         ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         if not close(out, ref):
             hint = first_reproduced(
@@ -1032,7 +1050,8 @@ _TELL = [torch.tensor([0.9, 0.8, 0.1], dtype=torch.float64)]
 @checker("sparsemax")
 def check_sparsemax(fn, exercise: str | None = None) -> str:
     """Grade ``fn(z)``: sparsemax along the last dim of ``z`` (any leading shape),
-    compared with :func:`transformer_course.sparsemax`."""
+    compared with :func:`transformer_course.sparsemax`; calling that reference (or
+    ``sparsemax_threshold``) fails."""
     name = name_of(fn)
     g = seeded_generator(43)
     hints = bug_hunt_hints(_SPARSEMAX_MISTAKES, exercise, _BUG_HUNT)
@@ -1047,13 +1066,23 @@ def check_sparsemax(fn, exercise: str | None = None) -> str:
         ("形状 (4, 5)，整体加了 1000（结果应不变）", randn(g, 4, 5) + 1000.0),
         ("一维 z = [3.0, 0.0, -2.0]（只剩一个非零）", torch.tensor([3.0, 0.0, -2.0])),
     ]
+    refused = (
+        f"{name} 调用了 tc.sparsemax（或 tc.sparsemax_threshold）：那正是检查器用来"
+        "比较的参考实现。"
+        + (
+            "练习要你把上面有 bug 的函数抄过来，自己改掉错的那一行。"
+            if exercise
+            else "练习要你自己写出排序、支撑集和阈值 τ。"
+        )
+    )
     for i, (case, z) in enumerate(cases):
         z = z.double()
         given = z.clone()  # the learner's own copy: an in-place edit shows
-        out = run_learner(
-            fn, given, what=name, case=case, first=i == 0,
-            causes=_BATCHED_CRASHES if z.dim() > 1 else (), copy_inputs=False,
-        )  # fmt: skip
+        with calls_refused((sparsemax, sparsemax_threshold), refused):
+            out = run_learner(
+                fn, given, what=name, case=case, first=i == 0,
+                causes=_BATCHED_CRASHES if z.dim() > 1 else (), copy_inputs=False,
+            )  # fmt: skip
         out = as_tensor(out, f"{name} 的输出", case)
         check_shape(
             out, z.shape, f"{name} 的输出", case, " sparsemax 逐元素输出，与 z 同形。"
