@@ -44,7 +44,8 @@ copies the learner's weights into the package module by these names.
 * One module per topic (``attention``, ``heads``, ``norms_ffn``, ``positions``,
   ``blocks_gpt``, ``training``, ``generation_cache``, ``tokenizer``, ``efficient``,
   ``encoder``, ``objective``, ``linear_attention``, ``seq2seq``, ``cached_generation``,
-  ``self_check``, ``language_model``, ``translation_model``, ``numeric_answers``);
+  ``self_check``, ``language_model``, ``translation_model``, ``numeric_answers``,
+  ``attention_maps``, ``online_softmax``, ``receptive_field``, ``ffn_memory``);
   a new topic gets a new module.
   Re-export the checker here and list it in ``__all__``.
 * Write the checker body as ``@checker("中文标题", wants_class=...)`` over
@@ -80,6 +81,7 @@ from ._progress import progress
 from ._protocol import ExerciseError
 from .ablations import check_paired_ablation
 from .attention import check_causal_mask, check_self_attention
+from .attention_maps import check_weight_on_next
 from .blocks_gpt import check_gpt, check_transformer_block, copy_parameters
 from .cached_generation import check_cached_forward
 from .derivation_checks import check_padding_mask
@@ -92,6 +94,7 @@ from .efficient import (
     check_streaming_attention,
 )
 from .encoder import check_encoder_layer
+from .ffn_memory import check_add_memory
 from .generation_cache import check_generate, check_kv_cache
 from .heads import check_head_contributions, check_multi_head_attention
 from .language_model import (
@@ -104,12 +107,14 @@ from .minigpt_extras import check_kv_cache_in_model, check_post_ln_block
 from .norms_ffn import check_feed_forward, check_layer_norm, check_swiglu
 from .numeric_answers import check_answer, check_number
 from .objective import check_smoothed_loss
+from .online_softmax import check_online_softmax
 from .positions import (
     check_distance_only_projection,
     check_rope,
     check_sinusoidal_encoding,
 )
 from .predictions import compare_prediction
+from .receptive_field import check_receptive_field
 from .roadmap_checks import check_leak_fixed, check_witten_bell
 from .sampling_filters import check_top_p_filter
 from .self_check import (
@@ -188,4 +193,8 @@ __all__ = [
     "check_transformer",
     "check_number",
     "check_answer",
+    "check_weight_on_next",
+    "check_online_softmax",
+    "check_receptive_field",
+    "check_add_memory",
 ]

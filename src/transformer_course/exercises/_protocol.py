@@ -80,7 +80,10 @@ def _record(
 
 
 def checker(
-    title: str, wants_class: bool = False, values: Sequence[str] = ()
+    title: str,
+    wants_class: bool = False,
+    values: Sequence[str] = (),
+    validate: Callable[..., None] | None = None,
 ) -> Callable:
     """Turn ``body(candidate) -> detail`` into a checker with the common protocol:
     ``check(candidate, *, solution=False, exercise=None)``. With ``exercise`` (the
@@ -90,16 +93,27 @@ def checker(
     states. A checker of data rather than code names the values it grades in
     ``values`` (``("W_q", "W_k")``): it is called ``check(W_q, W_k, *, ...)`` and its
     body ``body(W_q, W_k)``; the body raises :class:`Skeleton` for a value still
-    ``None``."""
+    ``None``. What a check needs from the page (a trained model, a batch) is passed
+    by the keywords the body declares keyword-only: ``body(fn, *, model)`` gives
+    ``check(fn, model=..., ...)``; each is required, another keyword is a TypeError.
+    ``validate(**keywords)`` raises TypeError / ValueError for values the check cannot
+    use, before the learner's code runs."""
 
     def decorate(body: Callable[..., str]) -> Callable[..., None]:
         # a body with an ``exercise`` parameter grades the rules one exercise states
-        by_exercise = "exercise" in inspect.signature(body).parameters
+        params = inspect.signature(body).parameters
+        by_exercise = "exercise" in params
+        context = {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY} - {
+            "exercise"
+        }
         arity = len(values) or 1
 
         @functools.wraps(body)
         def check(
-            *candidates: object, solution: bool = False, exercise: str | None = None
+            *candidates: object,
+            solution: bool = False,
+            exercise: str | None = None,
+            **given: object,
         ) -> None:
             # the only frame the learner sees: IPython and pytest hide it, and every
             # ExerciseError is re-raised from here without the checker's inner frames
@@ -109,6 +123,7 @@ def checker(
                     f"{body.__name__} takes {arity} positional argument(s) "
                     f"({', '.join(values) or 'the candidate'}), got {len(candidates)}"
                 )
+            _refuse_keywords(body.__name__, given, context, validate)
             name = "、".join(values) or name_of(candidates[0])
             record = functools.partial(_record, exercise, title, name, solution)
             record(FAILED)  # until it gets further
@@ -117,11 +132,9 @@ def checker(
                 raise ExerciseError(problem)
             try:
                 with isolated_rng():
-                    detail = (
-                        body(*candidates, exercise=exercise)
-                        if by_exercise
-                        else body(*candidates)
-                    )
+                    if by_exercise:
+                        given["exercise"] = exercise
+                    detail = body(*candidates, **given)
             except Skeleton as skel:
                 if solution:
                     raise ExerciseError(
@@ -144,6 +157,22 @@ def checker(
         return check
 
     return decorate
+
+
+def _refuse_keywords(
+    name: str,
+    given: Mapping[str, object],
+    context: set,
+    validate: Callable[..., None] | None,
+) -> None:
+    """TypeError unless the keywords ``given`` are exactly those a body declares; then
+    the checker's own ``validate`` of their values."""
+    if set(given) != context:
+        raise TypeError(
+            f"{name} takes the keyword arguments {sorted(context)}, got {sorted(given)}"
+        )
+    if validate is not None:
+        validate(**given)
 
 
 def _not_code(title: str, candidate: object, wants_class: bool) -> str | None:

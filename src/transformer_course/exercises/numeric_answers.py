@@ -72,14 +72,29 @@ def check_answer(
         record(SKELETON)
         return
     record(FAILED)  # until it passes
+    refuse_wrong_answer(answer, expected, what, hint, mistakes, rel_tol)
+    notebook.claim(True, what)  # in an nb.claims block: counted, not printed
+    record(PASSED)
+
+
+def refuse_wrong_answer(
+    answer: object,
+    expected: object,
+    what: str,
+    hint: str = "",
+    mistakes: Sequence[tuple[object, str]] = (),
+    rel_tol: float = 1e-3,
+) -> None:
+    """The grading of :func:`check_answer` without its verdict line: raise
+    :class:`ExerciseError` for a wrong ``answer`` (not None), return for a right one.
+    A ``@checker`` body grades a value it computed from the learner's code with it."""
+    __tracebackhide__ = True
     try:
         got = torch.as_tensor(answer, dtype=_F64)
     except (TypeError, ValueError, RuntimeError):
         raise ExerciseError(f"{what}：答案应是数或一组数，收到 {answer!r}") from None
     want = torch.as_tensor(expected, dtype=_F64)
     if _close(got, want, rel_tol):
-        notebook.claim(True, what)  # in an nb.claims block: counted, not printed
-        record(PASSED)
         return
     if got.numel() > 8:
         shown: object = f"（形状 {tuple(got.shape)} 的张量）"

@@ -1,0 +1,150 @@
+"""The receptive field of stacked sliding-window attention (chapter 4, exercise
+4.16): the learner composes the window mask with itself by boolean matrix products
+(reachability) rather than typing the closed formula ``min(ℓ n_w + 1, L)``."""
+
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ..masks import causal_mask
+from ._protocol import checker, fail, name_of, run_learner
+from .numeric_answers import refuse_wrong_answer
+
+__all__ = ["check_receptive_field"]
+
+# (L, n_w, layers)
+_CASES = [(40, 3, 1), (40, 3, 5), (40, 3, 15), (10, 4, 3), (12, 1, 20)]
+
+_PRODUCTS = {
+    torch.matmul,
+    torch.Tensor.matmul,
+    torch.Tensor.__matmul__,
+    torch.Tensor.__rmatmul__,
+    torch.mm,
+    torch.Tensor.mm,
+    torch.einsum,
+    torch.linalg.matrix_power,
+    torch.matrix_power,
+    torch.Tensor.matrix_power,
+    torch.linalg.multi_dot,
+}
+
+
+class _MatrixProducts(TorchFunctionMode):
+    """Records whether the code run inside makes a matrix product with an (L, L)
+    mask matrix."""
+
+    def __init__(self, L: int) -> None:
+        super().__init__()
+        self.L, self.seen = L, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        tensors = [
+            t
+            for a in args
+            for t in (a if isinstance(a, (list, tuple)) else [a])
+            if isinstance(t, torch.Tensor)
+        ]
+        square = any(t.shape[-2:] == (self.L, self.L) for t in tensors)
+        self.seen = self.seen or (func in _PRODUCTS and square)
+        return func(*args, **(kwargs or {}))
+
+
+def _path_counts(L: int, n_w: int, layers: int) -> float:
+    """The last row's sum without ``> 0``: the paths from the inputs to the last
+    position."""
+    band = causal_mask(L, window=n_w + 1).to(torch.float64)
+    return torch.linalg.matrix_power(band, layers)[-1].sum().item()
+
+
+def _mistakes() -> list[tuple[list, str]]:
+    c = _CASES
+    return [
+        (
+            [_path_counts(*case) for case in c],
+            "每层之后没有取 > 0：band @ reach 的元素是路径的条数，不是能否到达，"
+            "数出来的是路径总数。每乘一次就做 (band @ reach) > 0，只数到得了的位置。",
+        ),
+        (
+            [1] * len(c),
+            "答案都是 1：数的是第 0 行（第 0 个位置只看得到它自己），或最后一列"
+            "（只有最后一个位置用到最后一个输入）。band 被转置（band.T）时，"
+            "reach[-1] 数的正是最后一列：掩码的行是查询、列是键，不要转置。"
+            "要数最后一个位置那一行 reach[-1]。从单位矩阵出发、却用了逐元素的 "
+            "band * reach 时，reach 一直是单位矩阵，答案也都是 1：要用矩阵乘 @。",
+        ),
+        (
+            [min((layers - 1) * n_w + 1, L) for L, n_w, layers in c],
+            "少算了一层：从单位矩阵出发时要乘 layers 次；从 band 出发时它已经是一层，"
+            "只再乘 layers − 1 次。",
+        ),
+        (
+            [min((layers + 1) * n_w + 1, L) for L, n_w, layers in c],
+            "多算了一层：从 band 出发时已经是一层，再乘 layers 次就是 layers + 1 层；"
+            "从单位矩阵出发。",
+        ),
+        (
+            [layers * n_w + 1 for L, n_w, layers in c],
+            "超过了序列长度：感受野最多是全部 L 个位置。",
+        ),
+        (
+            [min(layers * n_w, L) for L, n_w, layers in c],
+            "少了 1：每个位置也看它自己。",
+        ),
+        (
+            [min(layers * (n_w - 1) + 1, L) for L, n_w, layers in c],
+            "窗口小了 1：自己和前 n_w 个位置是 tc.causal_mask(L, window=n_w + 1)。",
+        ),
+        (
+            [min(n_w + 1, L) for L, n_w, layers in c],
+            "只算了一层：掩码的布尔乘积要做 layers 次，而且是矩阵乘 band @ reach。"
+            "用逐元素的 band * reach 时，循环做多少次结果都只是一层（最多是 band"
+            "本身）。",
+        ),
+        (
+            [
+                sum(min(layers * n_w + 1, i + 1) for i in range(L))
+                for L, n_w, layers in c
+            ],
+            "数的是整个 reach 里 True 的个数（所有位置的感受野之和）：只数最后一个"
+            "位置那一行 reach[-1]。",
+        ),
+    ]
+
+
+@checker("滑动窗口的感受野")
+def check_receptive_field(fn) -> str:
+    """Grade ``fn(L, n_w, layers)``: how many inputs the last position depends on
+    after ``layers`` causal sliding-window layers (itself and the ``n_w`` positions
+    before), computed with matrix products of the ``(L, L)`` window mask."""
+    name = name_of(fn)
+    answers, products = [], False
+    for i, case in enumerate(_CASES):
+        with _MatrixProducts(case[0]) as watch:
+            answers.append(
+                run_learner(
+                    fn,
+                    *case,
+                    what=name,
+                    case=f"(L, n_w, layers) = {case}",
+                    first=i == 0,
+                )
+            )
+        products = products or watch.seen
+    expected = [min(layers * n_w + 1, L) for L, n_w, layers in _CASES]
+    if answers == expected and not products:  # 值对了，却没有做乘积
+        fail(
+            "练习 4.16：你的函数没有做掩码矩阵的乘积（@、torch.matmul 或 "
+            "torch.linalg.matrix_power）。题目要用布尔乘积算出可达性，不要直接套公式 "
+            "min(ℓ n_w + 1, L)：从单位矩阵出发，每过一层做一次 (band @ reach) > 0。"
+        )
+    refuse_wrong_answer(
+        answers,
+        expected,
+        what="练习 4.16：堆叠后的感受野",
+        hint="从单位矩阵出发，每过一层做一次 (band @ reach) > 0，"
+        "最后数最后一行有几个 True。",
+        mistakes=_mistakes(),
+    )
+    return f"{len(_CASES)} 组 (L, n_w, layers)，用掩码的乘积算出 min(ℓ n_w + 1, L)"

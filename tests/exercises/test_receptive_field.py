@@ -1,0 +1,105 @@
+"""check_receptive_field (exercise 4.16): boolean products of the window mask, however
+written, pass; the closed formula and each counting slip get their hints."""
+
+import pytest
+import torch
+
+import transformer_course as tc
+from transformer_course.exercises import check_receptive_field
+
+from .support import assert_passes, assert_rejects, assert_skeleton
+
+
+def stacked(layers_done=lambda layers: layers, product="@", start="eye", count="last row"):
+    def fn(L, n_w, layers):
+        band = tc.causal_mask(L, window=n_w + 1).float()
+        reach = torch.ones(L, L) if start == "ones" else torch.eye(L)
+        for _ in range(layers_done(layers)):
+            reach = ((band @ reach if product == "@" else band * reach) > 0).float()
+        return int(reach.sum() if count == "all" else reach[-1].sum())
+
+    return fn
+
+
+def vector(L, n_w, layers):  # right: one row pushed through the mask (learner test 58)
+    band = tc.causal_mask(L, window=n_w + 1)
+    reach = torch.zeros(L, dtype=torch.bool)
+    reach[-1] = True
+    for _ in range(layers):
+        reach = (reach.float() @ band.float()) > 0
+    return int(reach.sum())
+
+
+def power(L, n_w, layers):  # right
+    band = tc.causal_mask(L, window=n_w + 1).long()
+    return torch.linalg.matrix_power(band, layers)[-1].count_nonzero().item()
+
+
+def einsum_tensor(L, n_w, layers):  # right, returns a 0-d tensor
+    band, reach = tc.causal_mask(L, window=n_w + 1).double(), torch.eye(L, dtype=torch.float64)
+    for _ in range(layers):
+        reach = torch.einsum("ij,jk->ik", reach, band).sign()
+    return reach[-1].sum()
+
+
+@pytest.mark.parametrize("right", [stacked(), vector, power, einsum_tensor])
+def test_right_answers_pass(right, capsys):
+    assert_passes(check_receptive_field, right, capsys)
+
+
+def test_skeleton(capsys):
+    assert_skeleton(check_receptive_field, lambda L, n_w, layers: None, capsys)
+
+
+def formula(L, n_w, layers):
+    return min(layers * n_w + 1, L)
+
+
+def path_counts(L, n_w, layers):
+    band = tc.causal_mask(L, window=n_w + 1).double()
+    return int(torch.linalg.matrix_power(band, layers)[-1].sum())
+
+
+def transposed(L, n_w, layers):
+    band = tc.causal_mask(L, window=n_w + 1).float().T
+    reach = torch.eye(L)
+    for _ in range(layers):
+        reach = ((band @ reach) > 0).float()
+    return int(reach[-1].sum())
+
+
+def narrow_window(L, n_w, layers):
+    return stacked()(L, n_w - 1, layers)
+
+
+def unclipped(L, n_w, layers):
+    band = torch.ones(L, L)  # no mask product clips at L: reads as the formula unclipped
+    _ = band @ band
+    return layers * n_w + 1
+
+
+def one_short(L, n_w, layers):  # min(ℓ n_w, L): the position itself left out
+    reach = stacked()(L, n_w, layers)
+    return reach if reach == L else reach - 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "keyword"),
+    [
+        (formula, "没有做掩码矩阵的乘积"),  # learner test 58: the closed formula passed
+        (stacked(lambda n: n - 1), "少算了一层"),  # learner test 58: got the generic hint
+        (stacked(lambda n: n + 1), "多算了一层"),
+        (stacked(lambda n: 1), "只算了一层"),
+        (stacked(count="all"), "所有位置的感受野之和"),  # learner test 25b
+        (stacked(product="*", start="ones"), "逐元素的"),  # learner test 30b
+        (stacked(product="*", start="eye"), "逐元素的"),
+        (path_counts, "没有取 > 0"),
+        (transposed, "不要转置"),
+        (narrow_window, "窗口小了 1"),
+        (unclipped, "超过了序列长度"),
+        (one_short, "每个位置也看它自己"),
+        (stacked(lambda n: n - 1, count="all"), "最后一行有几个 True"),  # the general hint
+    ],
+)
+def test_each_mistake_gets_its_hint(answer, keyword, capsys):
+    assert_rejects(check_receptive_field, answer, keyword, capsys)
