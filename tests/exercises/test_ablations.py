@@ -34,6 +34,10 @@ def seed_major(run, arms, seeds, margin):
     return losses, holds
 
 
+def as_list(run, arms, seeds, margin):  # learner test 59: a list was refused
+    return list(loops(run, arms, seeds, margin))
+
+
 def skeleton(run, arms, seeds, margin):
     pass
 
@@ -172,7 +176,7 @@ def test_accepts_numpy_and_tensor_truth_values(capsys):
 
 
 def test_accepts_correct_versions(capsys):
-    for fn in (loops, seed_major):
+    for fn in (loops, seed_major, as_list):
         assert_passes(ex.check_paired_ablation, fn, capsys)
     assert_skeleton(ex.check_paired_ablation, skeleton, capsys)
 

@@ -16,9 +16,11 @@ def online_softmax(mistake=None):
         c = torch.full(q.shape[:-1] + (1,), -math.inf)
         ell = torch.zeros_like(c)
         o = torch.zeros(q.shape[:-1] + (v.size(-1),))
-        for start in range(0, k.size(-2), block):
+        end = k.size(-2) - block + 1 if mistake == "partial_dropped" else k.size(-2)
+        for start in range(0, end, block):
             s = q @ k[..., start : start + block, :].mT / (1 if mistake == "unscaled" else math.sqrt(q.size(-1)))
-            c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+            block_max = s.amax(-1, keepdim=True)
+            c_new = block_max if mistake == "block_max_only" else torch.maximum(c, block_max)
             fix = torch.exp(c_new - c) if mistake == "inverted" else torch.exp(c - c_new)
             p = torch.exp(s - (s.amax(-1, keepdim=True) if mistake == "block_max" else c_new))
             pv = p @ v[..., start : start + block, :]
@@ -92,10 +94,21 @@ def test_skeleton(capsys):
         ("c_not_updated", "c 没有更新"),  # learner test 30b: got the generic hint
         ("block_max", "减的是这一块自己的最大值"),  # learner test 30b
         ("no_division", "最后要除以 ℓ"),  # learner test 58: was sent to the fix factor
+        # learner test 59: the block's own maximum as c_new passed (nan on sharp scores)
+        ("block_max_only", "只取了这一块的最大值"),
+        # learner test 59: range(0, S - block + 1, block) was told "校正了两次"
+        ("partial_dropped", "不满的块被丢掉了"),
     ],
 )
 def test_each_mistake_gets_its_hint(mistake, keyword, capsys):
     assert_rejects(check_online_softmax, online_softmax(mistake), keyword, capsys)
+
+
+def test_full_matrix_attention_is_not_the_fix(capsys):  # learner test 59: it passed
+    def full(q, k, v, block=4):
+        return torch.softmax(q @ k.mT / math.sqrt(q.size(-1)), -1) @ v
+
+    assert_rejects(check_online_softmax, full, "整矩阵", capsys)
 
 
 def test_in_the_bug_hunt_the_pages_bug_is_told_unchanged_not_fixed():

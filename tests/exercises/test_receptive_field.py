@@ -42,7 +42,23 @@ def einsum_tensor(L, n_w, layers):  # right, returns a 0-d tensor
     return reach[-1].sum()
 
 
-@pytest.mark.parametrize("right", [stacked(), vector, power, einsum_tensor])
+def by_tensordot(L, n_w, layers):  # right (learner test 59: was "no product")
+    band = tc.causal_mask(L, window=n_w + 1).float()
+    reach = torch.eye(L)
+    for _ in range(layers):
+        reach = (torch.tensordot(band, reach, dims=1) > 0).float()
+    return int(reach[-1].sum())
+
+
+def boolean_product(L, n_w, layers):  # right (learner test 59): (M[:, :, None] & R).any(1)
+    band = tc.causal_mask(L, window=n_w + 1)
+    reach = torch.eye(L, dtype=torch.bool)
+    for _ in range(layers):
+        reach = (band[:, :, None] & reach[None]).any(1)
+    return int(reach[-1].sum())
+
+
+@pytest.mark.parametrize("right", [stacked(), vector, power, einsum_tensor, by_tensordot, boolean_product])
 def test_right_answers_pass(right, capsys):
     assert_passes(check_receptive_field, right, capsys)
 
@@ -86,7 +102,7 @@ def one_short(L, n_w, layers):  # min(ℓ n_w, L): the position itself left out
 @pytest.mark.parametrize(
     ("answer", "keyword"),
     [
-        (formula, "没有做掩码矩阵的乘积"),  # learner test 58: the closed formula passed
+        (formula, "没有用 (L, L) 的掩码矩阵"),  # learner test 58: the closed formula passed
         (stacked(lambda n: n - 1), "少算了一层"),  # learner test 58: got the generic hint
         (stacked(lambda n: n + 1), "多算了一层"),
         (stacked(lambda n: 1), "只算了一层"),

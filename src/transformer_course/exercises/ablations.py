@@ -252,7 +252,7 @@ def check_paired_ablation(fn) -> str:
                 f"{what} 调用 run 的 (方案, 种子) 是 {run.calls}，"
                 f"应是 {expected_calls} 各一次（{case}）。\n可能的原因：{_HINT[key]}"
             )
-        if not (isinstance(out, tuple) and len(out) == 2):
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
             fail(f"{what} 应返回 (losses, holds) 两个值，得到 {out!r:.80}。")
         losses, verdict = out
         want = {arms[0]: loss0, arms[1]: loss1}

@@ -8,6 +8,7 @@ import math
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from ..attention import scaled_dot_product_attention
 from ._protocol import checker, fail, name_of, run_learner, seeded_generator
@@ -28,13 +29,18 @@ def _online_variant(
     p_by_block_max: bool = False,
     carry_ell: bool = True,
     divide: bool = True,
+    running_max: bool = True,
+    drop_partial: bool = False,
 ) -> Tensor:
     """Online softmax, possibly with one typical mistake: to name the learner's."""
-    c, ell, o = torch.full(q.shape[:-1] + (1,), -math.inf), 0.0, 0.0
-    for start in range(0, k.size(-2), block):
+    c = torch.full(q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), torch.zeros(q.shape[:-1] + (v.size(-1),))
+    end = k.size(-2) - block + 1 if drop_partial else k.size(-2)
+    for start in range(0, end, block):
         scale = math.sqrt(q.size(-1)) if scaled else 1
         s = q @ k[..., start : start + block, :].mT / scale
-        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        block_max = s.amax(-1, keepdim=True)
+        c_new = torch.maximum(c, block_max) if running_max else block_max
         fix = torch.exp(c - c_new)
         p = torch.exp(s - (s.amax(-1, keepdim=True) if p_by_block_max else c_new))
         kept = ell * (fix if fix_ell else 1) if carry_ell else 0
@@ -53,6 +59,8 @@ _VARIANTS = {
     "c_not_updated": dict(keep_c=False),
     "block_max": dict(p_by_block_max=True),
     "ell_not_rescaled": dict(fix_ell=False),  # the page's bug (exercise 4.4)
+    "block_max_only": dict(running_max=False),
+    "partial_block_dropped": dict(drop_partial=True),
 }
 
 _ONLINE_MISTAKES = [
@@ -82,6 +90,16 @@ _ONLINE_MISTAKES = [
         "分母 ℓ 没有乘校正因子：旧块在 ℓ 里的项还按旧的最大值计，"
         "应为 ell = ell * fix + p.sum(-1, keepdim=True)。",
         "ell_not_rescaled",
+    ),
+    (
+        "c_new 只取了这一块的最大值：要取 max(c, 这一块的最大值)。否则 fix = "
+        "exp(c − c_new) 可能大于 1，分数大时溢出成 inf，o / ℓ 得 nan。",
+        "block_max_only",
+    ),
+    (
+        "最后一个不满的块被丢掉了：键的个数不是块大小的倍数时，最后一块较短，"
+        "循环要写 range(0, S, block)。",
+        "partial_block_dropped",
     ),
 ]
 
@@ -128,6 +146,21 @@ def _general_hint(wrong: list[tuple]) -> str:
     )
 
 
+class _FullScores(TorchFunctionMode):
+    """Records whether the code run inside makes an (L, S) score matrix: all keys at
+    once, which the blockwise computation never needs when the block is shorter."""
+
+    def __init__(self, L: int, S: int) -> None:
+        super().__init__()
+        self.shape, self.seen = (L, S), False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, Tensor) and tuple(out.shape[-2:]) == self.shape:
+            self.seen = True
+        return out
+
+
 @checker("在线 softmax 的校正")
 def check_online_softmax(fn, exercise: str | None = None) -> str:
     """Grade ``fn(q, k, v, block=4)``, the online softmax of section 4.1.4 with its
@@ -138,13 +171,20 @@ def check_online_softmax(fn, exercise: str | None = None) -> str:
     g = seeded_generator(191)
     q, k, v = (torch.randn(2, 5, 8, generator=g) for _ in range(3))
     ones = (torch.randn(4, 8, generator=g), torch.randn(12, 8, generator=g))
-    cases = [(q, k, v, b) for b in (1, 2, 5, 8)] + [(*ones, torch.ones(12, 1), 4)]
-    answers = [
-        run_learner(
-            fn, qc, kc, vc, block=b, what=name, case=f"块大小 {b}", first=i == 0
-        )
-        for i, (qc, kc, vc, b) in enumerate(cases)
+    sharp = (40 * torch.randn(3, 8, generator=g), torch.randn(16, 8, generator=g))
+    cases = [(q, k, v, b) for b in (1, 2, 5, 8)] + [
+        (*ones, torch.ones(12, 1), 4),
+        (*sharp, torch.randn(16, 8, generator=g), 4),  # 分数大：上百
     ]
+    answers, full = [], False
+    for i, (qc, kc, vc, b) in enumerate(cases):
+        with _FullScores(qc.size(-2), kc.size(-2)) as watch:
+            answers.append(
+                run_learner(
+                    fn, qc, kc, vc, block=b, what=name, case=f"块大小 {b}", first=i == 0
+                )
+            )
+        full = full or (watch.seen and b < kc.size(-2))
     wrong = []  # (块大小, 单块, 全 0, 非有限, 值全 1 时输出 > 1)
     for i, ((qc, kc, vc, b), got) in enumerate(zip(cases, answers, strict=True)):
         want = scaled_dot_product_attention(qc, kc, vc)[0]
@@ -161,7 +201,7 @@ def check_online_softmax(fn, exercise: str | None = None) -> str:
                     b >= kc.size(-2),
                     not got.any(),
                     not bool(got.isfinite().all()),
-                    i == len(cases) - 1 and bool((got > 1 + 1e-5).any()),
+                    i == len(cases) - 2 and bool((got > 1 + 1e-5).any()),
                 )
             )
     if wrong:
@@ -176,6 +216,7 @@ def check_online_softmax(fn, exercise: str | None = None) -> str:
                         _online_variant(qc, kc, vc, b, **_VARIANTS[mistake]),
                         atol=1e-5,
                         rtol=1e-4,
+                        equal_nan=True,
                     )
                     for (qc, kc, vc, b), got in zip(cases, answers, strict=True)
                 )
@@ -186,5 +227,10 @@ def check_online_softmax(fn, exercise: str | None = None) -> str:
         fail(
             f"练习 4.4：块大小 {sizes} 时与整矩阵注意力不一致。"
             + (named or _general_hint(wrong))
+        )
+    if full:
+        fail(
+            "练习 4.4：结果对了，但函数一次算出了全部键的 (L, S) 分数矩阵：这是整矩阵"
+            "注意力，不是分块的在线 softmax。只改有 bug 的那一行，保留按块的循环。"
         )
     return f"块大小 {sorted({b for *_, b in cases})}，与整矩阵注意力一致"

@@ -16,39 +16,28 @@ __all__ = ["check_receptive_field"]
 # (L, n_w, layers)
 _CASES = [(40, 3, 1), (40, 3, 5), (40, 3, 15), (10, 4, 3), (12, 1, 20)]
 
-_PRODUCTS = {
-    torch.matmul,
-    torch.Tensor.matmul,
-    torch.Tensor.__matmul__,
-    torch.Tensor.__rmatmul__,
-    torch.mm,
-    torch.Tensor.mm,
-    torch.einsum,
-    torch.linalg.matrix_power,
-    torch.matrix_power,
-    torch.Tensor.matrix_power,
-    torch.linalg.multi_dot,
-}
 
-
-class _MatrixProducts(TorchFunctionMode):
-    """Records whether the code run inside makes a matrix product with an (L, L)
-    mask matrix."""
+class _MaskMatrixUse(TorchFunctionMode):
+    """Records whether the code run inside computes with an (L, L) matrix (the window
+    mask or a reachability matrix): an input or a result whose last two dimensions
+    are (L, L). A closed formula never makes one."""
 
     def __init__(self, L: int) -> None:
         super().__init__()
         self.L, self.seen = L, False
 
+    def _square(self, x: object) -> bool:
+        items = x if isinstance(x, (list, tuple)) else [x]
+        return any(
+            isinstance(t, torch.Tensor) and t.shape[-2:] == (self.L, self.L)
+            for t in items
+        )
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        tensors = [
-            t
-            for a in args
-            for t in (a if isinstance(a, (list, tuple)) else [a])
-            if isinstance(t, torch.Tensor)
-        ]
-        square = any(t.shape[-2:] == (self.L, self.L) for t in tensors)
-        self.seen = self.seen or (func in _PRODUCTS and square)
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if not self.seen:
+            self.seen = any(self._square(a) for a in args) or self._square(out)
+        return out
 
 
 def _path_counts(L: int, n_w: int, layers: int) -> float:
@@ -121,7 +110,7 @@ def check_receptive_field(fn) -> str:
     name = name_of(fn)
     answers, products = [], False
     for i, case in enumerate(_CASES):
-        with _MatrixProducts(case[0]) as watch:
+        with _MaskMatrixUse(case[0]) as watch:
             answers.append(
                 run_learner(
                     fn,
@@ -135,8 +124,8 @@ def check_receptive_field(fn) -> str:
     expected = [min(layers * n_w + 1, L) for L, n_w, layers in _CASES]
     if answers == expected and not products:  # 值对了，却没有做乘积
         fail(
-            "练习 4.16：你的函数没有做掩码矩阵的乘积（@、torch.matmul 或 "
-            "torch.linalg.matrix_power）。题目要用布尔乘积算出可达性，不要直接套公式 "
+            "练习 4.16：你的函数没有用 (L, L) 的掩码矩阵计算。"
+            "题目要用掩码矩阵的乘积算出可达性，不要直接套公式 "
             "min(ℓ n_w + 1, L)：从单位矩阵出发，每过一层做一次 (band @ reach) > 0。"
         )
     refuse_wrong_answer(
