@@ -152,7 +152,7 @@ CHECKED_CELLS = [
         "my_receptive_field",
         receptive_field,
         lambda L, n_w, layers: min(layers * n_w + 1, L),
-        "没有用 (L, L) 的掩码矩阵",
+        "没有做 (L, L) 掩码矩阵的乘积",
     ),
     ("4.20", "my_add_memory", add_memory, lambda ffn, k, v, tau: add_memory(ffn, k, v, 0.5), "参数 tau"),
 ]

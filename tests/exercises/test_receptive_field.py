@@ -76,6 +76,11 @@ def path_counts(L, n_w, layers):
     return int(torch.linalg.matrix_power(band, layers)[-1].sum())
 
 
+def mask_then_formula(L, n_w, layers):  # builds the mask, then returns the formula
+    _ = tc.causal_mask(L, window=n_w + 1)
+    return min(layers * n_w + 1, L)
+
+
 def transposed(L, n_w, layers):
     band = tc.causal_mask(L, window=n_w + 1).float().T
     reach = torch.eye(L)
@@ -102,7 +107,11 @@ def one_short(L, n_w, layers):  # min(ℓ n_w, L): the position itself left out
 @pytest.mark.parametrize(
     ("answer", "keyword"),
     [
-        (formula, "没有用 (L, L) 的掩码矩阵"),  # learner test 58: the closed formula passed
+        (formula, "没有做 (L, L) 掩码矩阵的乘积"),
+        (
+            mask_then_formula,
+            "没有做 (L, L) 掩码矩阵的乘积",
+        ),  # learner test 60: it passed  # learner test 58: the closed formula passed
         (stacked(lambda n: n - 1), "少算了一层"),  # learner test 58: got the generic hint
         (stacked(lambda n: n + 1), "多算了一层"),
         (stacked(lambda n: 1), "只算了一层"),

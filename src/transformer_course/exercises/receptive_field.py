@@ -17,26 +17,46 @@ __all__ = ["check_receptive_field"]
 _CASES = [(40, 3, 1), (40, 3, 5), (40, 3, 15), (10, 4, 3), (12, 1, 20)]
 
 
-class _MaskMatrixUse(TorchFunctionMode):
-    """Records whether the code run inside computes with an (L, L) matrix (the window
-    mask or a reachability matrix): an input or a result whose last two dimensions
-    are (L, L). A closed formula never makes one."""
+# products of two matrices; a broadcast boolean product (M[:, :, None] & R).any(1)
+# shows itself by its (L, L, L) intermediate instead
+_PRODUCTS = {
+    torch.matmul,
+    torch.Tensor.matmul,
+    torch.Tensor.__matmul__,
+    torch.Tensor.__rmatmul__,
+    torch.mm,
+    torch.Tensor.mm,
+    torch.bmm,
+    torch.einsum,
+    torch.tensordot,
+    torch.linalg.matrix_power,
+    torch.matrix_power,
+    torch.Tensor.matrix_power,
+    torch.linalg.multi_dot,
+}
+
+
+class _MaskProducts(TorchFunctionMode):
+    """Records whether the code run inside multiplies (L, L) matrices: a product with
+    an (L, L) operand, or an (L, L, L) broadcast of one. Building the mask alone is
+    not enough: a closed formula after it makes neither."""
 
     def __init__(self, L: int) -> None:
         super().__init__()
         self.L, self.seen = L, False
 
-    def _square(self, x: object) -> bool:
-        items = x if isinstance(x, (list, tuple)) else [x]
-        return any(
-            isinstance(t, torch.Tensor) and t.shape[-2:] == (self.L, self.L)
-            for t in items
-        )
-
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if not self.seen:
-            self.seen = any(self._square(a) for a in args) or self._square(out)
+            items = [
+                t for a in args for t in (a if isinstance(a, (list, tuple)) else [a])
+            ]
+            square = any(
+                isinstance(t, torch.Tensor) and t.shape[-2:] == (self.L, self.L)
+                for t in items
+            )
+            cube = isinstance(out, torch.Tensor) and out.shape[-3:] == (self.L,) * 3
+            self.seen = (func in _PRODUCTS and square) or cube
         return out
 
 
@@ -110,7 +130,7 @@ def check_receptive_field(fn) -> str:
     name = name_of(fn)
     answers, products = [], False
     for i, case in enumerate(_CASES):
-        with _MaskMatrixUse(case[0]) as watch:
+        with _MaskProducts(case[0]) as watch:
             answers.append(
                 run_learner(
                     fn,
@@ -124,8 +144,9 @@ def check_receptive_field(fn) -> str:
     expected = [min(layers * n_w + 1, L) for L, n_w, layers in _CASES]
     if answers == expected and not products:  # 值对了，却没有做乘积
         fail(
-            "练习 4.16：你的函数没有用 (L, L) 的掩码矩阵计算。"
-            "题目要用掩码矩阵的乘积算出可达性，不要直接套公式 "
+            "练习 4.16：你的函数没有做 (L, L) 掩码矩阵的乘积（@、matmul、einsum、"
+            "tensordot、matrix_power 或广播的布尔乘积）。题目要用乘积算出可达性，"
+            "不要直接套公式 "
             "min(ℓ n_w + 1, L)：从单位矩阵出发，每过一层做一次 (band @ reach) > 0。"
         )
     refuse_wrong_answer(
