@@ -13,7 +13,7 @@ Tasks:
 * the **lag-3 task** (``lag3_batch``): random sequences of ``PE_VOCAB`` symbols;
   position ``i`` outputs ``x[i-3]``. Trained on length 24, tested on length
   ``PE_TEST_LENGTH``;
-* the **attention-pattern tasks** of section 4.1.6 (``train_pattern_task``): any
+* the **attention-pattern tasks** of section 4.2.2 (``train_pattern_task``): any
   batch function; ``attention_profile`` summarises the heads it trains.
 """
 

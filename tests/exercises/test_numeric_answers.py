@@ -186,3 +186,24 @@ def test_the_uniform_distance_prediction_is_shown_with_its_hint(prediction, verd
 def test_the_uniform_distance_prediction_needs_the_measurement():
     with pytest.raises(ValueError, match="measured_distance"):
         ex.check_number("uniform_distance", 10.66)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "status"),
+    [("None", "尚未实现"), ("10.66", "通过"), ("32 / 3", "未通过"), ("'10.66'", "未通过")],
+)
+def test_a_numbered_prediction_is_kept_for_progress(prediction, status):
+    from transformer_course.exercises import _protocol
+
+    _protocol.RESULTS.clear()
+    try:
+        ex.check_number(
+            "uniform_distance",
+            eval(prediction),
+            exercise="4.2",
+            measured_distance=(32**2 - 1) / (3 * 32),
+        )
+        [(key, (got, _))] = _protocol.RESULTS.items()
+        assert key[0] == "4.2" and got == status
+    finally:
+        _protocol.RESULTS.clear()

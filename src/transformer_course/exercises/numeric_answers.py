@@ -409,7 +409,7 @@ def _retrieved_lags(acc_2: float, acc_1: float) -> _Grading:
                 "没取回的距离也各有 1/8 的机会猜对。",
             ),
         ],
-        "由 acc = (k + (4 − k)/8)/4 解出 k，acc 用 4.2.2 节输出里 H = 2 的准确率。",
+        "由 acc = (k + (4 − k)/8)/4 解出 k，acc 用 4.3.2 节输出里 H = 2 的准确率。",
         rel_tol=0.01,
     )
 
@@ -547,13 +547,22 @@ def check_number(
         _expect_measured(question, ["measured_distance"], measured)
         title = PREDICTIONS[question]
         what = f"练习 {exercise}：{title}" if exercise else title
-        return compare_prediction(
+        actual = float(measured["measured_distance"])
+        graded = compare_prediction(
             answer,
-            float(measured["measured_distance"]),
+            actual,
             rel_tol=5e-4,
             what=what,
             mistakes=_uniform_distance_mistakes(),
         )
+        if answer is None:
+            status = SKELETON
+        elif graded and abs(float(answer) - actual) <= 5e-4 * abs(actual):
+            status = PASSED
+        else:
+            status = FAILED
+        _keep_result(exercise, title, "my_prediction_distance", solution, status)
+        return graded
     if question not in QUESTIONS:
         known = sorted([*QUESTIONS, *PREDICTIONS])
         raise ValueError(f"unknown question {question!r}; known: {known}")
