@@ -114,3 +114,25 @@ def test_train_pattern_task_deterministic_extras_and_bad_arguments():
         tt.train_pattern_task(3, 3, **kw)
     with pytest.raises(ValueError, match="length must be positive, got 0"):
         tt.train_pattern_task(copy_batch, 3, **{**kw, "length": 0})
+
+
+def test_lag_transformer_builds_the_model_of_both_lag_trainers(monkeypatch):
+    model = tt.lag_transformer(4, num_layers=3)
+    x, y = tt.lag_batch(2, torch.Generator().manual_seed(0))
+    assert model.causal and len(model.layers) == 3
+    assert model(x).shape == (2, tt.LAG_LENGTH, tt.LAG_VOCAB * len(tt.LAGS))
+    assert math.isfinite(tt.lag_loss(model, x, y).item())
+    built = []
+
+    def spy(*args, **kwargs):
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    real = tt.lag_transformer
+    monkeypatch.setattr(tt, "lag_transformer", spy)
+    model, _, _ = tt.train_lag_model(2, seed=0, num_kv_heads=1, steps=1)
+    tt.train_norm_variant(False, 0, seed=0, steps=1)
+    assert built[0] is model and built[0].layers[0].self_attn.k_proj.out_features == 16
+    assert len(built) == 2 and len(built[1].layers) == 3
+    with pytest.raises(ValueError, match="num_heads must be positive, got 0"):
+        tt.lag_transformer(0)

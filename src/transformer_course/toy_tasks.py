@@ -9,7 +9,8 @@ Tasks:
 
 * the **four-lag task** (``lag_batch``): random sequences of ``LAG_VOCAB`` symbols,
   length ``LAG_LENGTH``; from position 7 on, each position outputs
-  ``x[i-1], x[i-3], x[i-5], x[i-7]`` (``LAGS``);
+  ``x[i-1], x[i-3], x[i-5], x[i-7]`` (``LAGS``); ``lag_transformer`` builds a model
+  for it;
 * the **lag-3 task** (``lag3_batch``): random sequences of ``PE_VOCAB`` symbols;
   position ``i`` outputs ``x[i-3]``. Trained on length 24, tested on length
   ``PE_TEST_LENGTH``;
@@ -170,10 +171,32 @@ def lag_batch(n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
     return x, torch.stack([x[:, max(LAGS) - k : LAG_LENGTH - k] for k in LAGS], -1)
 
 
+def lag_transformer(
+    num_heads: int,
+    num_layers: int = 1,
+    num_kv_heads: int | None = None,
+    norm_first: bool = True,
+    norm: str = "layernorm",
+    activation: str = "relu",
+) -> TinyTransformer:
+    """A causal ``TinyTransformer`` (E = 32) shaped for the four-lag task: sequences
+    of ``LAG_VOCAB`` symbols, ``LAG_LENGTH`` long, in; at each position
+    ``len(LAGS) * LAG_VOCAB`` logits out, the four answers that :func:`lag_loss`
+    scores. The other arguments are ``TinyTransformer``'s."""
+    return TinyTransformer(LAG_VOCAB, LAG_VOCAB * len(LAGS), LAG_LENGTH, causal=True,
+                           num_heads=num_heads, num_layers=num_layers,
+                           num_kv_heads=num_kv_heads, norm_first=norm_first,
+                           norm=norm, activation=activation)  # fmt: skip
+
+
+def _lag_logits(model: nn.Module, x: Tensor) -> Tensor:
+    """The four answers' logits (N, 5, 4, LAG_VOCAB), from position 7 on."""
+    return model(x)[:, max(LAGS) :].unflatten(-1, (len(LAGS), LAG_VOCAB))
+
+
 def lag_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     """Cross-entropy of a model with 4 * LAG_VOCAB outputs on the four-lag answers."""
-    logits = model(x)[:, max(LAGS) :].unflatten(-1, (len(LAGS), LAG_VOCAB))  # (N,5,4,V)
-    return F.cross_entropy(logits.flatten(0, 2), y.flatten())
+    return F.cross_entropy(_lag_logits(model, x).flatten(0, 2), y.flatten())
 
 
 def train_lag_model(
@@ -184,14 +207,11 @@ def train_lag_model(
     check_positive_int("steps", steps)
     set_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = TinyTransformer(LAG_VOCAB, LAG_VOCAB * len(LAGS), LAG_LENGTH, causal=True,
-                            num_heads=num_heads, num_kv_heads=num_kv_heads,
-                            activation="gelu")  # fmt: skip
+    model = lag_transformer(num_heads, num_kv_heads=num_kv_heads, activation="gelu")
     hist = fit(model, lambda step: lag_loss(model, *lag_batch(32, gen)), steps)
     x, y = lag_batch(500, torch.Generator().manual_seed(seed + 1))
     with torch.no_grad():
-        logits = model(x)[:, max(LAGS) :].unflatten(-1, (len(LAGS), LAG_VOCAB))
-        acc = (logits.argmax(-1) == y).float().mean().item()
+        acc = (_lag_logits(model, x).argmax(-1) == y).float().mean().item()
     return model, hist, acc
 
 
@@ -209,9 +229,7 @@ def train_norm_variant(
     check_int("warmup", warmup, minimum=0)
     set_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = TinyTransformer(LAG_VOCAB, LAG_VOCAB * len(LAGS), LAG_LENGTH, causal=True,
-                            num_heads=4, num_layers=3, norm_first=norm_first,
-                            norm=norm)  # fmt: skip
+    model = lag_transformer(4, num_layers=3, norm_first=norm_first, norm=norm)
     return fit(
         model,
         lambda step: lag_loss(model, *lag_batch(32, gen)),

@@ -81,6 +81,14 @@ def test_skeleton(pair, capsys):
         (lambda m, x: weights(m, x).mean(0), "应返回形状 (2,) 的张量"),
         # learner test 58: four numbers shown for an (H,) answer, without saying why
         (lambda m, x: weights(m, x).median(-1).values.mean(0), "前 2 个数是有掩码的模型，后 2 个是无掩码的"),
+        # learner test: reductions in place of the one diagonal, each got the generic hint
+        (lambda m, x: attention(m, x).mean(0).mean(-1).mean(-1), "这是整个权重矩阵的平均"),
+        (lambda m, x: attention(m, x).sum(-1).mean(dim=(0, 2)), "查询 i 在全部键上的权重加了起来"),
+        (lambda m, x: diagonal(m, x, 2).mean(dim=(0, 2)), "键 i + 2"),
+        (lambda m, x: weights(m, x)[..., 1:].mean(dim=(0, 2)), "少了查询 0"),
+        (lambda m, x: weights(m, x).amax(dim=(0, 2)), "取的是最大值"),
+        (lambda m, x: weights(m, x).mean(-1).sum(0), "对样本求了和"),
+        (lambda m, x: weights(m, x).sum(dim=(0, 2)), "对样本和查询位置求的都是和"),
     ],
 )
 def test_each_mistake_gets_its_hint(pair, answer, keyword):

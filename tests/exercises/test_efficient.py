@@ -4,6 +4,7 @@ the prefix-LM mask.
 Correct implementations in different styles pass with one "✓" line, skeletons are
 "尚未实现", and hand-written mutants are rejected with a hint that names the mistake."""
 
+import collections
 import math
 
 import pytest
@@ -265,6 +266,22 @@ def gqa_ignores_mask(q, k, v, mask):  # the grouping right, the mask left out
     return (torch.softmax(qg @ k.mT / math.sqrt(D), -1) @ v).view(N, H, L, D)
 
 
+def gqa_weights_zeroed(q, k, v, mask):  # learner test, 4.6: masked weights zeroed, not renormalised
+    N, H, L, D = q.shape
+    G = H // k.size(1)
+    s = q.reshape(N, k.size(1), G * L, D) @ k.mT / math.sqrt(D)
+    w = s.softmax(-1).masked_fill(~mask.repeat(G, 1), 0.0)
+    return (w @ v).view(N, H, L, D)
+
+
+def gqa_mask_transposed(q, k, v, mask):  # learner test, 4.6: mask.T on the (…, L, S) scores
+    N, H, L, D = q.shape
+    Hkv, G = k.size(1), H // k.size(1)
+    s = (q.reshape(N, Hkv, G * L, D) @ k.mT / math.sqrt(D)).view(N, Hkv, G, L, -1)
+    s = s.masked_fill(~mask.T, -math.inf)
+    return (s.softmax(-1).view(N, Hkv, G * L, -1) @ v).view(N, H, L, D)
+
+
 def gqa_skeleton(q, k, v, mask):
     pass
 
@@ -310,6 +327,8 @@ def test_grouped_attention_skeleton(capsys):
         (gqa_own_tril, "自己用 tril() 造了一个因果掩码"),
         (gqa_mask_first_group, "mask 只加在了每组的前 L 行"),
         (gqa_mask_as_is, "view 成 (N, H_kv, G, L, S)，mask 就能直接广播"),
+        (gqa_weights_zeroed, "没有重新归一化"),
+        (gqa_mask_transposed, "mask 被转置了"),
     ],
 )
 def test_grouped_attention_rejects(fn, keyword, capsys):
@@ -322,7 +341,8 @@ GQA_REJECTS = [
                gqa_scale_by_keys, gqa_groups_transposed, gqa_groups_as_l_g, gqa_q_transposed(back=True),
                gqa_q_transposed(back=False), gqa_split_order, gqa_split_order_manual_softmax,
                gqa_repeat_tiled, gqa_ignores_mask, gqa_mask_interleaved, gqa_mask_multiplied,
-               gqa_mask_as_is, gqa_rows_l_g_mask_tiled, gqa_own_tril, gqa_mask_first_group)
+               gqa_mask_as_is, gqa_rows_l_g_mask_tiled, gqa_own_tril, gqa_mask_first_group,
+               gqa_weights_zeroed, gqa_mask_transposed)
 ]  # fmt: skip
 
 
@@ -819,6 +839,19 @@ def prefix_block_false(L, prefix):
     return mask
 
 
+def prefix_bidirectional(L, prefix):  # learner test, 4.21: no causal part, all True
+    return torch.ones(L, L, dtype=torch.bool)
+
+
+def prefix_columns_only(L, prefix):  # learner test, 4.21: no causal part, the prefix columns only
+    return (torch.arange(L) < prefix).expand(L, L)
+
+
+def prefix_block_only(L, prefix):  # learner test, 4.21: no causal part, the prefix block only
+    seen = torch.arange(L) < prefix
+    return seen[:, None] & seen[None, :]
+
+
 def prefix_skeleton(L, prefix):
     pass
 
@@ -867,6 +900,9 @@ def test_prefix_lm_mask_skeleton(capsys):
         (prefix_zero_means_all, "prefix = 0 时没有前缀"),
         (prefix_future_after_prefix, "前缀之后的键 j 被更早的位置 i < j 看到了"),
         (prefix_block_false, "前缀块 mask[:3, :3] 全是 False"),
+        (prefix_bidirectional, "没有因果的部分"),
+        (prefix_columns_only, "没有因果的部分：前缀之后的位置只看得到前缀"),
+        (prefix_block_only, "只有前缀块，没有因果的部分"),
     ],
 )
 def test_prefix_lm_mask_rejects(fn, keyword, capsys):
@@ -1315,6 +1351,17 @@ def streaming_peek_first(Q, blocks):  # learner test 30b: block 0 peeked to size
     return o / ell
 
 
+def streaming_keeps_last_three(Q, blocks):  # learner test: a deque of the last three blocks
+    recent = collections.deque(maxlen=3)
+
+    def kept():
+        for block in blocks:
+            recent.append(block)
+            yield block
+
+    return streaming_safe_max(Q, kept())
+
+
 def streaming_len(Q, blocks):  # treats the stream as a list
     n = len(blocks)
     return Q[..., :n]
@@ -1399,6 +1446,14 @@ def test_streaming_attention_skeleton(capsys):
 @pytest.mark.parametrize(("checker", "fn", "keyword"), STREAMING_REJECTS)
 def test_streaming_attention_rejects(checker, fn, keyword, capsys):
     assert_rejects(checker, fn, keyword, capsys)
+
+
+def test_streaming_attention_counts_the_old_blocks_held(capsys):
+    """Keeping the last three blocks was told "旧的块一块都没有释放"; the hint now says
+    how many were held, and "一块都没有释放" only when none was let go."""
+    kept = rejection(ex.check_streaming_attention, streaming_keeps_last_three)
+    assert "最多同时还留着 2 块比上一块更早的块" in kept and "一块都没有释放" not in kept, kept
+    assert "一块都没有释放" in rejection(ex.check_streaming_attention, streaming_two_pass)
 
 
 def test_streaming_attention_hints_all_reached(capsys):

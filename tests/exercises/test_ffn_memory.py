@@ -115,8 +115,38 @@ def test_reading_the_pages_ffn_instead_of_the_parameter_is_named(memories):
     def page_ffn(ffn, k_new, v_new, tau):
         return add_memory()(memories["ffn"], k_new, v_new, tau)
 
-    with pytest.raises(AssertionError, match="用的是全局的 memory_ffn"):
+    with pytest.raises(AssertionError, match="取回的还是页面上的记忆：函数里用的是页面上的变量（如 memory_ffn"):
         check_add_memory(page_ffn, **memories)
+
+
+def sized_by_the_page(ffn, k_new, v_new, tau):  # learner test: the page's n_mem (a global) for d_ff
+    grown = tc.FeedForward(E, N_MEM + 1, "relu", bias=False)
+    with torch.no_grad():
+        grown.w1.weight.copy_(torch.cat([ffn.w1.weight, torch.cat([k_new, -tau * torch.ones(1, 1)], 1)]))
+        grown.w2.weight.copy_(torch.cat([ffn.w2.weight, v_new.T / (1 - tau)], 1))
+    return grown
+
+
+def test_the_pages_variables_in_place_of_the_parameters_are_named(memories):
+    """learner test: a function that passed on the page's FFN but read the page's memory
+    count (it crashed on the checker's own FFN: "形状对不上") or the page's memories
+    (named as memory_ffn alone)"""
+
+    def from_page_memories(ffn, k_new, v_new, tau):
+        keys = torch.cat([memories["keys"], k_new])
+        values = torch.cat([memories["values"], v_new])
+        grown = tc.FeedForward(E, len(keys), "relu", bias=False)
+        with torch.no_grad():
+            grown.w1.weight.copy_(torch.cat([keys, -tau * torch.ones(len(keys), 1)], 1))
+            grown.w2.weight.copy_(values.T / (1 - tau))
+        return grown
+
+    with pytest.raises(AssertionError) as info:
+        check_add_memory(sized_by_the_page, **memories)
+    assert "换一个 FFN 就出错" in str(info.value) and "页面上的变量" in str(info.value), info.value
+    with pytest.raises(AssertionError) as info:
+        check_add_memory(from_page_memories, **memories)
+    assert "取回的还是页面上的记忆" in str(info.value) and "mem_keys" in str(info.value), info.value
 
 
 @pytest.mark.parametrize("fixed", [TAU, 0.5, 0.6])

@@ -15,7 +15,7 @@ from transformer_course import exercises as ex
 from transformer_course.exercises import _protocol
 
 from . import test_attention, test_blocks_gpt, test_training
-from .support import assert_every_hint_reached, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_rejects, assert_skeleton, rejection
 
 # common protocol
 # ---------------------------------------------------------------------------
@@ -194,6 +194,11 @@ def _by_id(rejects, *ids):
     return [p for p in rejects if p.id in ids]
 
 
+def cat_without_a_list(Q, K, V, attn_mask=None):  # a TypeError from torch on the learner's line
+    both = torch.cat(Q, K)
+    return both
+
+
 # one mutant per entry of _protocol.CRASH_CAUSES, in its order
 GENERAL_CRASHES = [
     *_by_id(test_attention.REJECTS, ".view after .transpose", "a tuple used as a tensor"),
@@ -202,7 +207,8 @@ GENERAL_CRASHES = [
     ),
     *_by_id(test_blocks_gpt.REJECTS, "ModuleList reassigned to a list (crashes)"),
     *_by_id(test_training.REJECTS, "logits not flattened"),
-    *_by_id(test_attention.REJECTS, "no attn_mask argument", "Q @ K without the transpose", "float times long"),
+    pytest.param(ex.check_self_attention, cat_without_a_list, "torch.cat([a, b], dim=-1)", id="torch.cat(a, b)"),
+    *_by_id(test_attention.REJECTS, "Q @ K without the transpose", "float times long"),
 ]
 
 
@@ -214,6 +220,47 @@ def test_general_crash_causes(checker, candidate, keyword, capsys):
 def test_every_general_crash_cause_is_reached(capsys):
     assert len(GENERAL_CRASHES) == len(_protocol.CRASH_CAUSES)
     assert_every_hint_reached({"CRASH_CAUSES": _protocol.CRASH_CAUSES}, GENERAL_CRASHES, capsys)
+
+
+def test_a_type_error_names_the_signature_only_when_the_call_did_not_bind(capsys):
+    """learner test: torch.cat(Q, K) in the learner's body was told "签名要与练习说明的一致";
+    a call to the learner's function (or forward) that does not bind still is"""
+
+    class WrongForward(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.inner = tc.MultiHeadAttention(d_model, num_heads)
+
+        def forward(self, x):  # the checker passes (Q, K, V, attn_mask)
+            return self.inner(x, x, x)
+
+    inside = rejection(ex.check_self_attention, cat_without_a_list)
+    assert "签名" not in inside and "both = torch.cat(Q, K)" in inside, inside
+    for checker, candidate in (
+        (ex.check_self_attention, test_attention.bad_signature),
+        (ex.check_multi_head_attention, WrongForward),
+    ):
+        message = rejection(checker, candidate)
+        assert "签名要与练习说明的一致" in message and "出错的位置" not in message, message
+
+
+def test_call_watch_records_whether_a_call_passed_its_test():
+    tested = []
+
+    def square_out(func, args, out):
+        tested.append(func)
+        return _protocol.ends_in(out, (3, 3))
+
+    x = torch.ones(3, 2)
+    with _protocol.CallWatch(square_out) as watch:
+        y = x @ x.mT
+        total = y.sum()
+    assert watch.seen and torch.equal(y, torch.full((3, 3), 2.0)) and total.item() == 18.0
+    assert torch.Tensor.sum not in tested  # no test after the first true one
+    with _protocol.CallWatch(lambda func, args, out: _protocol.ends_in(out, (4, 4))) as watch:
+        x @ x.mT
+    assert not watch.seen
+    assert not _protocol.ends_in([[1.0]], (1, 1)) and not _protocol.ends_in(x, (1, 3, 2))
 
 
 def test_calls_refused_watches_c_functions_as_well():

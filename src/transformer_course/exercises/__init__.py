@@ -55,7 +55,9 @@ copies the learner's weights into the package module by these names.
   ``run_learner`` / ``construct`` / ``run_module``: a crash then names the learner's
   line. An exercise that rebuilds a package function by hand runs the learner's code
   under ``calls_refused((that function, ...), message)``: calling the answer fails,
-  however the learner reached it.
+  however the learner reached it. One that forbids a way of computing (the full
+  (L, S) score matrix of a blockwise exercise) runs it under ``CallWatch(test)``,
+  which records whether ``test(func, args, out)`` held for any of its torch calls.
 * An exercise whose answer is values rather than code (two matrices) names them:
   ``@checker("中文标题", values=("W_q", "W_k"))`` gives ``check(W_q, W_k, *, ...)``;
   its body raises ``Skeleton`` for a value still ``None``.

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 # Every check seeds its own generator from this; the learner's RNG state is untouched.
 SEED = 20240527
@@ -249,9 +250,11 @@ CRASH_CAUSES = [
         "(N*T,)，即 F.cross_entropy(logits.reshape(-1, logits.size(-1)), "
         "targets.reshape(-1))。",
     ),
-    (
+    (  # raised in the learner's body: a call on that line (a binding error: _SIGNATURE)
         r"^TypeError: .*\b(argument|positional)",
-        "检查参数：函数（或 __init__、forward）的签名要与练习说明的一致。",
+        "出错的那一行调用的函数不接受这样的参数（个数、类型或关键字不对）："
+        "对照这个函数的文档检查这一行。例如 torch.cat、torch.stack 要的是一个"
+        "张量的列表：torch.cat([a, b], dim=-1)，不是 torch.cat(a, b)。",
     ),
     (
         r"(?i)\b(sizes?|shapes?|dimensions?|mat1|broadcast)\b",
@@ -264,14 +267,25 @@ CRASH_CAUSES = [
 ]
 
 
+# a TypeError with no frame of the learner's: the call to the learner's function (its
+# __init__ or forward) did not bind, so the signature differs from the exercise's
+_SIGNATURE = (
+    r"^TypeError: .*\b(argument|positional)",
+    "检查参数：函数（或 __init__、forward）的签名要与练习说明的一致。",
+)
+
+
 def _crash_message(
     err: BaseException, what: str, case: str, causes: Sequence[tuple[str, str]]
 ) -> str:
     """The learner's exception (type, message, the learner's line) and its likely
-    cause: a topic's ``causes`` first, then the general :data:`CRASH_CAUSES`."""
+    cause: a topic's ``causes`` first, then (a call that did not bind) the signature,
+    then the general :data:`CRASH_CAUSES`."""
     where, line = _user_frame(err)
     error = f"{type(err).__name__}: {err}"
     candidates = [(p, h, f"{error}\n{line}") for p, h in causes]
+    if not where:
+        candidates.append((*_SIGNATURE, error))
     candidates += [(p, h, error) for p, h in CRASH_CAUSES]
     hint = next((h for p, h, text in candidates if re.search(p, text, re.M)), "")
     return (
@@ -385,6 +399,29 @@ def calls_refused(
         sys.setprofile(previous)
     if called:
         fail(message)
+
+
+class CallWatch(TorchFunctionMode):
+    """``with CallWatch(test) as watch:`` runs the code inside unchanged and sets
+    ``watch.seen`` once ``test(func, args, out)`` is true for one of its torch calls:
+    ``func`` the torch function, ``args`` its positional arguments, ``out`` its
+    result (what an exercise forbids: a product of two (L, L) masks, an (L, S) score
+    matrix). ``test`` is not called again after that."""
+
+    def __init__(self, test: Callable[[Callable, tuple, object], bool]) -> None:
+        super().__init__()
+        self.test, self.seen = test, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not self.seen:
+            self.seen = bool(self.test(func, args, out))
+        return out
+
+
+def ends_in(t: object, shape: tuple[int, ...]) -> bool:
+    """Whether ``t`` is a tensor whose last dimensions are ``shape``."""
+    return isinstance(t, Tensor) and tuple(t.shape[-len(shape) :]) == shape
 
 
 def construct(cls: type, *args, what: str, **kwargs) -> nn.Module:

@@ -74,8 +74,9 @@ def check_weight_on_next(
                 f"收到形状 {tuple(a.shape)}：对样本维和查询位置 i "
                 "都要求平均，只留下头的维度。"
             )
-    L = x.size(1)
+    N, L = x.shape
     diag = [w.diagonal(offset=-1, dim1=-2, dim2=-1) for w in weights]
+    nxt = [w.diagonal(offset=1, dim1=-2, dim2=-1) for w in weights]  # (N, H, L − 1)
     refuse_wrong_answer(
         torch.stack([a.detach() for a in answers]),
         torch.stack(expected),
@@ -123,8 +124,39 @@ def check_weight_on_next(
                 "全部求平均，mean(dim=(0, 2))。",
             ),
             (
+                torch.stack([w.mean(dim=(0, 2, 3)) for w in weights]),
+                "每个数都是 1/L：这是整个权重矩阵的平均（softmax 之后每行的和是 1，"
+                "L 个键平均下来就是 1/L）。你把所有键上的权重都平均了进去，"
+                "要的只是键 i + 1 上的那一个。",
+            ),
+            (
+                torch.stack([w.sum(-1).mean(dim=(0, 2)) for w in weights]),
+                "每个数都是 1：你把查询 i 在全部键上的权重加了起来（softmax 之后"
+                "每行的和就是 1）。要的只是键 i + 1 上的那一个。",
+            ),
+            (
+                torch.stack([w.diagonal(2, -2, -1).mean(dim=(0, 2)) for w in weights]),
+                "这是键 i + 2 上的权重（隔了一个位置）：下一个位置是键 i + 1。",
+            ),
+            (
+                torch.stack([d[..., 1:].mean(dim=(0, 2)) for d in nxt]),
+                "少了查询 0：键 i + 1 对 i = 0 … L−2 都存在，平均要从 i = 0 算起。",
+            ),
+            (
+                torch.stack([d.amax(dim=(0, 2)) for d in nxt]),
+                "取的是最大值：要对样本和查询位置求平均。",
+            ),
+            (
+                torch.stack([e * N for e in expected]),
+                "对样本求了和：应当求平均。",
+            ),
+            (
                 torch.stack([e * (L - 1) for e in expected]),
                 "对查询位置 i 求了和：应当求平均。",
+            ),
+            (
+                torch.stack([e * N * (L - 1) for e in expected]),
+                "对样本和查询位置求的都是和：应当求平均。",
             ),
             (
                 torch.stack([e * (L - 1) / L for e in expected]),

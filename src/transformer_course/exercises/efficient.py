@@ -22,6 +22,7 @@ from ..sparse import sparsemax, sparsemax_threshold
 from ._protocol import (
     calls_refused,
     checker,
+    ends_in,
     fail,
     name_of,
     randn,
@@ -76,21 +77,28 @@ class _MemoryWatch(TorchFunctionMode):
 
 
 def _stream_blocks(
-    k: Tensor, v: Tensor, mask: Tensor, b: int, watch: _MemoryWatch, held: list[int]
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor,
+    b: int,
+    watch: _MemoryWatch,
+    held: list[tuple[int, list[int]]],
 ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
     """Yield ``(K_j, V_j, mask_j)`` as fresh tensors; before block j is made, the
-    learner's new tensors are audited and any block older than j − 1 of which one
-    of the three tensors is still alive is recorded in ``held`` (learner test 47e:
-    a list of the masks alone)."""
+    learner's new tensors are audited, and the blocks older than j − 1 of which one
+    of the three tensors is still alive are recorded in ``held`` as ``(j, [i, …])``
+    (learner test 47e: a list of the masks alone)."""
     refs: list[tuple[weakref.ref, ...]] = []
     S = k.size(-2)
     for j, start in enumerate(range(0, S + b, b)):
         watch.audit()
-        held.extend(
+        old = [
             i
             for i, rs in enumerate(refs[: max(j - 1, 0)])
             if any(r() is not None for r in rs)
-        )
+        ]
+        if old:
+            held.append((j, old))
         if start >= S:
             return
         watch.paused = True
@@ -328,17 +336,32 @@ STREAMING_CRASHES = [
 ]
 
 
-# a streaming function that holds an old block: one name still bound to it (the same
-# block found alive at every later request), or the blocks kept in a list
-_HELD_ONE = (
-    "留下的只是这一块：还有一个名字指着它，例如先用 first = next(blocks) 取出第一块"
-    "来定状态的形状，或把上一块存进 prev 留到了下一轮。用完就 del 它（或让这个名字"
-    "改指当前块），在 for 循环里处理完一块就丢掉它。"
-)
-_HELD_MANY = (
-    "旧的块一块都没有释放：不要先 list(blocks) 或把块（K_j、V_j 或 mask_j，哪怕"
-    "只存其中一样）存进列表，在 for 循环里处理完一块就丢掉它。"
-)
+def _held_hint(held: list[tuple[int, list[int]]]) -> str:
+    """What the old blocks found alive (``(j, [i, …])`` at the request of block j)
+    say: one name still bound to one block, every block kept, or the last few."""
+    first_j, first_old = held[0]
+    said = (
+        f"取第 {first_j} 块时，第 {first_old[0]} 块还留在内存里。"
+        "练习要求每次只保留当前块。"
+    )
+    if len({i for _, old in held for i in old}) == 1:
+        return said + (
+            "留下的只是这一块：还有一个名字指着它，例如先用 first = next(blocks) "
+            "取出第一块来定状态的形状，或把上一块存进 prev 留到了下一轮。用完就 del 它"
+            "（或让这个名字改指当前块），在 for 循环里处理完一块就丢掉它。"
+        )
+    last_j, last_old = held[-1]
+    if len(last_old) < last_j - 1:  # some old blocks were let go, the last few kept
+        most = max(len(old) for _, old in held)
+        return said + (
+            f"取新的一块时，最多同时还留着 {most} 块比上一块更早的块（例如列表或队列里"
+            "留着最近几块）：(c, ℓ, o) 已经记下了旧块的贡献，用不到它们。在 for 循环里"
+            "处理完一块就丢掉它。"
+        )
+    return said + (
+        "旧的块一块都没有释放：不要先 list(blocks) 或把块（K_j、V_j 或 mask_j，哪怕"
+        "只存其中一样）存进列表，在 for 循环里处理完一块就丢掉它。"
+    )
 
 
 @checker("流式（在线 softmax）注意力")
@@ -418,11 +441,7 @@ def check_streaming_attention(fn) -> str:
                 + (f"\n提示：{hint}" if hint else "")
             )
         if held:
-            fail(
-                f"{name} 的结果正确，但不是流式的（{case}）：取第 {held[0] + 2} 块时，"
-                f"第 {held[0]} 块还留在内存里。练习要求每次只保留当前块。"
-                + (_HELD_ONE if len(set(held)) == 1 else _HELD_MANY)
-            )
+            fail(f"{name} 的结果正确，但不是流式的（{case}）：{_held_hint(held)}")
         numel, op, shape = watch.largest
         if numel > cap or watch.peak_alive > cap:
             what = (
@@ -466,12 +485,9 @@ class _CopyWatch(TorchFunctionMode):
         self.current = ""  # the learner's torch call now running
         self.ops: list[str] = []  # the learner's torch calls, in order
 
-    def _is_kv(self, t: object) -> bool:
+    def is_kv(self, t: object) -> bool:
         """Whether ``t`` holds key or value rows (a mask, also repeated, does not)."""
-        return isinstance(t, Tensor) and tuple(t.shape[-2:]) in (
-            (self.S, self.D),
-            (self.D, self.S),
-        )
+        return ends_in(t, (self.S, self.D)) or ends_in(t, (self.D, self.S))
 
     def merged_by_transpose(self) -> bool | None:
         """Whether an axis swap follows the last softmax (the merge step swapped
@@ -483,7 +499,7 @@ class _CopyWatch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", str(func))
-        if name in _COPYING and self._is_kv(args[0] if args else None):
+        if name in _COPYING and self.is_kv(args[0] if args else None):
             self.calls.append(name)
         if name == "scaled_dot_product_attention" and (kwargs or {}).get("enable_gqa"):
             self.reference = True
@@ -503,12 +519,7 @@ class _CopyFinder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         w = self.watch
-        if (
-            isinstance(out, Tensor)
-            and out.numel() > w.kv_numel
-            and out.dim() >= 2
-            and tuple(out.shape[-2:]) in ((w.S, w.D), (w.D, w.S))
-        ):
+        if w.is_kv(out) and out.numel() > w.kv_numel:
             inputs = {
                 t.untyped_storage().data_ptr()
                 for t in tree_leaves((args, kwargs))
@@ -529,7 +540,7 @@ def _gqa_masked(s: Tensor, mask: Tensor, G: int, mistake: str) -> Tensor:
     ``mask_tiled_lg``: the rows made in (L, G) order (row l·G + g is query position l of
     group member g) but the mask tiled with ``repeat(G, 1)`` (row r gets mask row
     r % L)."""
-    if mistake == "mask_ignored":
+    if mistake in ("mask_ignored", "weights_zeroed"):  # the latter masks after softmax
         return s
     if mistake == "mask_own_tril":  # the passed mask ignored, tril() built instead
         mask = torch.ones_like(mask).tril()
@@ -581,6 +592,8 @@ def _gqa_variant(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, mistake: str) ->
     }.get(mistake, s / math.sqrt(D))
     s = _gqa_masked(s, mask, G, mistake)
     w = torch.softmax(s, dim=-2 if mistake == "dim" else -1)
+    if mistake == "weights_zeroed":  # masked weights 0, the rows not renormalised
+        w = w * mask
     out = w @ v
     if (
         mistake == "groups_transposed"
@@ -643,6 +656,12 @@ _GQA_MISTAKES = [
         "mask_multiplied",
     ),
     (
+        "softmax 之后才把被屏蔽的权重置 0：剩下的权重没有重新归一化，每行的和小于 1。"
+        "屏蔽要放在 softmax 之前：把 mask 为 False 的分数填成 −∞，softmax 之后"
+        "它们正好是 0，其余的权重和为 1。",
+        "weights_zeroed",
+    ),
+    (
         "掩码的行排错了：(N, H_kv, G·L, S) 的一组行是组内序号在前、位置在后 (G, L)，"
         "第 g·L + l 行要用 mask[l]；mask.repeat_interleave(G, 0) 给的是 "
         "mask[(g·L + l) // G]。"
@@ -691,8 +710,14 @@ _REGROUP_HINTS = {
 }
 
 
-# the (L, S) mask put on the (N, H_kv, G·L, S) scores as it is
 GQA_CRASHES = [
+    (  # learner test: mask.T on the scores (crashes where L ≠ S)
+        r"(?s)(must match the size of tensor b|shape mismatch|cannot be broadcast)"
+        r".*\bmask\w*\s*\.\s*(m?T\b|t\(\)|transpose\b)",
+        "mask 被转置了：mask[i, j] 说的是查询 i 能否看键 j，形状 (L, S)，与每个查询头"
+        "的分数矩阵 (L, S) 同向，直接用它，不要转置。",
+    ),
+    # the (L, S) mask put on the (N, H_kv, G·L, S) scores as it is
     (
         r"must match the size of tensor b|shape mismatch|cannot be broadcast",
         "mask 是 (L, S)，分组后的分数是 (N, H_kv, G·L, S)，G > 1 时两者对不上："
@@ -1301,7 +1326,7 @@ def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
         mask[:, :prefix] = True
     elif mistake == "zero_means_all" and prefix == 0:  # e.g. mask[:prefix or L, ...]
         mask[:] = True
-    elif mistake in ("suffix_blind", "suffix_prefix_self", "suffix_self"):
+    elif mistake.startswith("suffix_"):
         return _suffix_variant(L, prefix, mistake)
     else:
         mask[:, :prefix] = True
@@ -1315,13 +1340,19 @@ def _prefix_variant(L: int, prefix: int, mistake: str) -> Tensor:
 def _suffix_variant(L: int, prefix: int, mistake: str) -> Tensor:
     """The prefix block right, the positions after it seeing too little: not the prefix
     (``suffix_blind``), or no earlier suffix position (``suffix_prefix_self``: the
-    prefix and itself; ``suffix_self``: only itself)."""
+    prefix and itself; ``suffix_self``: only itself), or no causal part at all
+    (``suffix_prefix_only``: the prefix alone; ``suffix_none``: nothing;
+    ``suffix_all``: everything, the future included)."""
+    if mistake == "suffix_all":
+        return torch.ones(L, L, dtype=torch.bool)
     if mistake == "suffix_blind":  # the prefix block, then causal among the rest only
         mask = causal_mask(L).clone()
         mask[prefix:, :prefix] = False
     else:
-        mask = torch.eye(L, dtype=torch.bool)
-        if mistake == "suffix_prefix_self":
+        mask = torch.zeros(L, L, dtype=torch.bool)
+        if mistake in ("suffix_prefix_self", "suffix_self"):  # each sees itself
+            mask.fill_diagonal_(True)
+        if mistake in ("suffix_prefix_self", "suffix_prefix_only"):
             mask[:, :prefix] = True
     mask[:prefix, :prefix] = True
     return mask
@@ -1367,6 +1398,22 @@ _PREFIX_MISTAKES = [
         "所有 j ≤ i，包括前缀和它前面的后缀词元；从因果掩码 tril() 起步，再打开"
         "前 prefix 列。",
         "suffix_self",
+    ),
+    (
+        "掩码全是 True：这是双向（编码器）的掩码，没有因果的部分，每个位置都看得见"
+        "它后面的词元。只有前 prefix 个位置彼此双向，前缀之后仍是因果的：位置 i "
+        "只看 j ≤ i。",
+        "suffix_all",
+    ),
+    (
+        "掩码里没有因果的部分：前缀之后的位置只看得到前缀，连自己和前面的后缀词元"
+        "都看不到。前缀之后仍是因果的：位置 i 要看所有 j ≤ i。",
+        "suffix_prefix_only",
+    ),
+    (
+        "掩码里只有前缀块，没有因果的部分：前缀之后的位置什么都看不到（这些行全是 "
+        "False，softmax 会得 NaN）。前缀之后仍是因果的：位置 i 要看所有 j ≤ i。",
+        "suffix_none",
     ),
 ]
 

@@ -19,6 +19,19 @@ from .numeric_answers import refuse_wrong_answer
 __all__ = ["check_add_memory"]
 
 _TAU_OTHER = 0.55  # not the page's τ, nor a round 0.5
+_N_OTHER = 6  # the memories of the checker's own FFN, fewer than the page's
+
+# the page's variables (memory_ffn, mem_keys, n_mem, …) read in place of the
+# parameters: right on the page's FFN, not on the checker's own
+_PAGE_VARIABLES = (
+    "函数里用的是页面上的变量（如 memory_ffn、mem_keys、mem_vals、n_mem），"
+    "而不是参数：大小和权重都要从参数 ffn 读（ffn.w1.weight、ffn.w2.weight、"
+    "ffn.w1.out_features）。"
+)
+# learner test: the page's n_mem for d_ff crashes there
+_OTHER_CRASHES = [
+    (r"", f"在页面的 FFN 上能运行，换一个 FFN 就出错：多半是{_PAGE_VARIABLES}")
+]
 
 
 def _grown_recall(ffn: FeedForward, k: Tensor, v: Tensor, t: float, queries: Tensor):
@@ -56,16 +69,25 @@ def _other_memory(fn, page_ffn: FeedForward, name: str) -> None:
     g, t = seeded_generator(105), _TAU_OTHER
     keys = torch.linalg.qr(torch.randn(E - 1, 8, generator=g, dtype=torch.float64))[0]
     keys = keys.T.float()
-    k2, keys, v2 = keys[:1], keys[1:7], torch.randn(1, E, generator=g)
-    other = FeedForward(E, 6, "relu", bias=False)
+    k2, keys = keys[:1], keys[1 : _N_OTHER + 1]
+    v2 = torch.randn(1, E, generator=g)
+    other = FeedForward(E, _N_OTHER, "relu", bias=False)
     with torch.no_grad():
-        other.w1.weight.copy_(torch.cat([keys, torch.full((6, 1), -t)], 1))
-        other.w2.weight.copy_(torch.randn(E, 6, generator=g))
+        other.w1.weight.copy_(torch.cat([keys, torch.full((_N_OTHER, 1), -t)], 1))
+        other.w2.weight.copy_(torch.randn(E, _N_OTHER, generator=g))
     c = (1 + t) / 2  # halfway 与 k2 的余弦，高于 t：新神经元只半开，输出随 τ 变
     halfway = F.normalize(c / (1 - c**2) ** 0.5 * k2 + keys[:1], dim=-1)
-    queries = torch.cat([torch.cat([k2, keys, halfway]), torch.ones(8, 1)], 1)
+    queries = torch.cat([k2, keys, halfway])
+    queries = torch.cat([queries, torch.ones(len(queries), 1)], 1)
     grown = run_learner(
-        fn, copy.deepcopy(other), k2, v2, t, what=name, case=f"另一个 FFN，τ = {t}"
+        fn,
+        copy.deepcopy(other),
+        k2,
+        v2,
+        t,
+        what=name,
+        case=f"另一个 FFN，{_N_OTHER} 条记忆，τ = {t}",
+        causes=_OTHER_CRASHES,
     )
     with torch.no_grad():
         got = grown(queries)
@@ -73,8 +95,7 @@ def _other_memory(fn, page_ffn: FeedForward, name: str) -> None:
         named = [  # (用页面的变量时的输出, 提示)
             (
                 _grown_recall(page_ffn, k2, v2, t, queries),
-                "取回的还是页面上 memory_ffn 的记忆：函数里用的是全局的 memory_ffn，"
-                "要用参数 ffn（它的 w1、w2 和 out_features）。",
+                f"取回的还是页面上的记忆：{_PAGE_VARIABLES}",
             ),
         ]
     if torch.allclose(got, want, rtol=1e-4, atol=1e-5):
@@ -98,7 +119,7 @@ def _other_memory(fn, page_ffn: FeedForward, name: str) -> None:
         "取回的值不对：函数只能用它的参数 ffn、k_new、v_new、tau，新的一行接在 "
         "ffn.w1 后面，新的一列接在 ffn.w2 后面。",
     )
-    fail(f"练习 4.20：换一个 FFN（6 条记忆、τ = {t}）再检查时，{hint}")
+    fail(f"练习 4.20：换一个 FFN（{_N_OTHER} 条记忆、τ = {t}）再检查时，{hint}")
 
 
 def _page_hint(grown: object, n_mem: int, old_ok: bool) -> str:

@@ -4,14 +4,22 @@ full-matrix attention at several block sizes, each typical slip named."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from torch import Tensor
-from torch.overrides import TorchFunctionMode
 
 from ..attention import scaled_dot_product_attention
-from ._protocol import checker, fail, name_of, run_learner, seeded_generator
+from ._protocol import (
+    CallWatch,
+    checker,
+    ends_in,
+    fail,
+    name_of,
+    run_learner,
+    seeded_generator,
+)
 from ._report import bug_hunt_hints
 
 __all__ = ["check_online_softmax"]
@@ -146,19 +154,10 @@ def _general_hint(wrong: list[tuple]) -> str:
     )
 
 
-class _FullScores(TorchFunctionMode):
-    """Records whether the code run inside makes an (L, S) score matrix: all keys at
-    once, which the blockwise computation never needs when the block is shorter."""
-
-    def __init__(self, L: int, S: int) -> None:
-        super().__init__()
-        self.shape, self.seen = (L, S), False
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if isinstance(out, Tensor) and tuple(out.shape[-2:]) == self.shape:
-            self.seen = True
-        return out
+def _all_scores(shape: tuple[int, int], func, args: tuple, out: object) -> bool:
+    """Whether a torch call made the (L, S) score matrix: all keys at once, which the
+    blockwise computation never needs when the block is shorter."""
+    return ends_in(out, shape)
 
 
 @checker("在线 softmax 的校正")
@@ -178,7 +177,8 @@ def check_online_softmax(fn, exercise: str | None = None) -> str:
     ]
     answers, full = [], False
     for i, (qc, kc, vc, b) in enumerate(cases):
-        with _FullScores(qc.size(-2), kc.size(-2)) as watch:
+        scores = functools.partial(_all_scores, (qc.size(-2), kc.size(-2)))
+        with CallWatch(scores) as watch:
             answers.append(
                 run_learner(
                     fn, qc, kc, vc, block=b, what=name, case=f"块大小 {b}", first=i == 0

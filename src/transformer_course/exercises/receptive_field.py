@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
-from torch.overrides import TorchFunctionMode
 
 from ..masks import causal_mask
-from ._protocol import checker, fail, name_of, run_learner
+from ._protocol import CallWatch, checker, ends_in, fail, name_of, run_learner
 from .numeric_answers import refuse_wrong_answer
 
 __all__ = ["check_receptive_field"]
@@ -36,28 +37,13 @@ _PRODUCTS = {
 }
 
 
-class _MaskProducts(TorchFunctionMode):
-    """Records whether the code run inside multiplies (L, L) matrices: a product with
-    an (L, L) operand, or an (L, L, L) broadcast of one. Building the mask alone is
-    not enough: a closed formula after it makes neither."""
-
-    def __init__(self, L: int) -> None:
-        super().__init__()
-        self.L, self.seen = L, False
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not self.seen:
-            items = [
-                t for a in args for t in (a if isinstance(a, (list, tuple)) else [a])
-            ]
-            square = any(
-                isinstance(t, torch.Tensor) and t.shape[-2:] == (self.L, self.L)
-                for t in items
-            )
-            cube = isinstance(out, torch.Tensor) and out.shape[-3:] == (self.L,) * 3
-            self.seen = (func in _PRODUCTS and square) or cube
-        return out
+def _multiplies_masks(L: int, func, args: tuple, out: object) -> bool:
+    """Whether a torch call multiplies (L, L) matrices: a product with an (L, L)
+    operand, or an (L, L, L) broadcast of one. Building the mask alone is not enough:
+    a closed formula after it makes neither."""
+    operands = [t for a in args for t in (a if isinstance(a, (list, tuple)) else [a])]
+    square = any(ends_in(t, (L, L)) for t in operands)
+    return (func in _PRODUCTS and square) or ends_in(out, (L, L, L))
 
 
 def _path_counts(L: int, n_w: int, layers: int) -> float:
@@ -130,7 +116,7 @@ def check_receptive_field(fn) -> str:
     name = name_of(fn)
     answers, products = [], False
     for i, case in enumerate(_CASES):
-        with _MaskProducts(case[0]) as watch:
+        with CallWatch(functools.partial(_multiplies_masks, case[0])) as watch:
             answers.append(
                 run_learner(
                     fn,
