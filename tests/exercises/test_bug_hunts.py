@@ -30,7 +30,7 @@ from transformer_course.exercises import (
 from .support import rejection
 from .test_cached_generation import make_forward
 from .test_generation_cache import generate_topk_positions
-from .test_online_softmax import online_softmax as online_softmax_with
+from .test_online_softmax import merged as merged_online_softmax
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 
@@ -110,7 +110,7 @@ def support_without_one_renormalised(z):  # learner test: the bug hidden by a di
     return p / p.sum(-1, keepdim=True)
 
 
-ell_not_rescaled = online_softmax_with("the page's bug")  # exercise 4.4's bug
+lse_by_maximum = merged_online_softmax("the page's bug")  # exercise 4.4's bug
 
 
 # (module, checker, bug hunt, its build exercise, the page's bug, a phrase of the soft
@@ -123,7 +123,7 @@ HUNTS = [
     (norms_ffn, ex.check_layer_norm, "3.8", "3.1", NormOverBatch, "看 mean 和 var 的维度参数", "dim=-1"),
     (language_model, ex.check_split_heads, "3.10", None, split_by_view, "哪种操作才真正交换两根轴", "transpose(1, 2)"),
     (minigpt_extras, ex.check_post_ln_block, "3.11", None, InnerNormBlock, "各该包住哪一部分", "LN(x + F(x))"),
-    (online_softmax, ex.check_online_softmax, "4.4", None, ell_not_rescaled, "那一行还没改", "ell * fix"),
+    (online_softmax, ex.check_online_softmax, "4.4", None, lse_by_maximum, "那一行还没改", "logaddexp"),
     (efficient, ex.check_sparsemax, "4.7", None, support_without_one, "τ 那一行本身没有错", "1 + k·z_(k)"),
     (efficient, ex.check_sparsemax, "4.7", None, support_without_one_renormalised, "更前面的支撑集判据", "1 + k·z_(k)"),
     (generation_cache, ex.check_generate, "5.14", "5.13", generate_topk_positions, "torch.topk 返回的两样", "gather"),

@@ -78,6 +78,24 @@ def test_4_2_cell_shows_the_prediction_next_to_the_measurement(page, cells):
     source = cells["4.2"].replace("my_prediction_distance = None", "my_prediction_distance = 32 / 3")
     out = run(page, source + "\n" + cells["4.2 check"], "4.2")
     assert "这是大 L 的近似 L/3" in out and "实际 10.656。" in out, out
+    assert out.count("尚未预测") == 2, out  # the causal pair, not yet predicted
+
+
+def test_4_2_cells_grade_the_causal_pair_and_count_once_in_progress(page, cells):
+    source = (
+        cells["4.2"]
+        .replace("my_prediction_distance = None", "my_prediction_distance = (32**2 - 1) / (3 * 32)")
+        .replace("my_causal_distance = None", "my_causal_distance = 31 / 4")
+        .replace("my_causal_keys = None", "my_causal_keys = 16")
+    )
+    tc.exercises._protocol.RESULTS.clear()
+    try:
+        out = run(page, source + "\n" + cells["4.2 check"], "4.2")
+        assert "实际 7.75。✓" in out and "大 L 的近似 L/2" in out and "实际 16.5。" in out, out
+        progress = run(page, cells["progress"], "progress")
+        assert "1 道未通过（共 1 道，3 项检查）" in progress, progress
+    finally:
+        tc.exercises._protocol.RESULTS.clear()
 
 
 # (cell, the learner's variable, a right answer, a wrong answer and a keyword of its hint)

@@ -5,9 +5,11 @@ import math
 
 import pytest
 
+import transformer_course as tc
 from transformer_course import exercises as ex
 from transformer_course.exercises import _protocol
 from transformer_course.exercises.numeric_answers import QUESTIONS
+from transformer_course.toy_tasks import attention_profile
 
 ACC = {"acc_2": 0.84, "acc_1": 0.6}  # stand-ins for the trained accuracies
 MEASURED = {"retrieved_lags": ACC}
@@ -205,5 +207,85 @@ def test_a_numbered_prediction_is_kept_for_progress(prediction, status):
         )
         [(key, (got, _))] = _protocol.RESULTS.items()
         assert key[0] == "4.2" and got == status
+    finally:
+        _protocol.RESULTS.clear()
+
+
+# ---- exercise 4.2's causal-uniform pair: predictions next to attention_profile --------
+
+
+def causal_uniform_profile(L=32):
+    """attention_profile of causal uniform attention: query i reads 0..i equally."""
+    w = tc.causal_mask(L).float()
+    dist, keys = attention_profile((w / w.sum(-1, keepdim=True))[None, None])
+    return dist.item(), keys.item()
+
+
+def test_the_causal_uniform_formulas_are_what_attention_profile_measures():
+    for L in (8, 32):
+        dist, keys = causal_uniform_profile(L)
+        assert dist == pytest.approx((L - 1) / 4, rel=1e-6)
+        assert keys == pytest.approx((L + 1) / 2, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("question", "prediction", "verdict"),
+    [
+        ("causal_distance", "31 / 4", "✓"),
+        ("causal_distance", "7.75", "✓"),
+        ("causal_distance", "32 / 4", "大 L 的近似 L/4"),
+        ("causal_distance", "33 / 4", "距离从 0 数起"),
+        ("causal_distance", "31 / 3", "对所有 (i, j ≤ i) 对等权平均"),
+        ("causal_distance", "15.5", "最后一个查询的平均距离"),
+        ("causal_distance", "7.5", "代入的 L 错了"),
+        ("causal_distance", "(32**2 - 1) / (3 * 32)", "这是双向均匀的平均距离"),
+        ("causal_distance", "16.5", "这里问的是平均注意距离"),
+        ("causal_distance", "9.0", "对照解答里的推理"),
+        ("causal_distance", "7.8", "只是位数不够"),
+        ("causal_keys", "33 / 2", "✓"),
+        ("causal_keys", "16", "大 L 的近似 L/2"),
+        ("causal_keys", "15.5", "不是 i 个"),
+        ("causal_keys", "math.exp(math.lgamma(33) / 32)", "先把熵对查询平均"),
+        ("causal_keys", "65 / 3", "按 (i, j) 对加权平均了"),
+        ("causal_keys", "32", "这是双向均匀的有效键数"),
+        ("causal_keys", "7.75", "这里问的是有效键数"),
+        ("causal_keys", "18", "对照解答里的推理"),
+    ],
+)
+def test_the_causal_uniform_predictions_are_shown_with_their_hints(question, prediction, verdict, capsys):
+    dist, keys = causal_uniform_profile()
+    measured = {"measured_distance": dist} if question == "causal_distance" else {"measured_keys": keys}
+    assert ex.check_number(question, eval(prediction), **measured)
+    out = capsys.readouterr().out
+    assert verdict in out, out
+    assert ("实际 7.75。" if question == "causal_distance" else "实际 16.5。") in out, out
+
+
+def test_the_causal_uniform_predictions_need_their_measurement():
+    with pytest.raises(ValueError, match="measured_keys"):
+        ex.check_number("causal_keys", 16.5, measured_distance=7.75)
+    with pytest.raises(ValueError, match="measured_distance"):
+        ex.check_number("causal_distance", 7.75)
+
+
+@pytest.mark.parametrize(
+    ("causal_keys", "counted"),
+    [
+        (16.5, "1 道通过，0 道尚未实现，0 道未通过"),
+        (None, "0 道通过，1 道尚未实现，0 道未通过"),
+        (16.0, "0 道通过，0 道尚未实现，1 道未通过"),
+    ],
+)
+def test_exercise_4_2_counts_once_with_the_worst_of_its_predictions(causal_keys, counted, capsys):
+    dist, keys = causal_uniform_profile()
+    _protocol.RESULTS.clear()
+    try:
+        ex.check_number("uniform_distance", 1023 / 96, exercise="4.2", measured_distance=1023 / 96)
+        ex.check_number("causal_distance", 7.75, exercise="4.2", measured_distance=dist)
+        ex.check_number("causal_keys", causal_keys, exercise="4.2", measured_keys=keys)
+        capsys.readouterr()
+        ex.progress(4)
+        out = capsys.readouterr().out
+        assert f"练习：{counted}" in out and "共 1 道，3 项检查" in out, out
     finally:
         _protocol.RESULTS.clear()

@@ -1,73 +1,87 @@
-"""check_online_softmax (exercise 4.4, the bug hunt): hand-written fixes pass, each slip
-the learner tests found gets the hint that names it."""
+"""check_online_softmax (exercise 4.4, the bug hunt): blockwise attention merged by
+log-sum-exp, or written as the (c, ℓ, o) recurrence of section 4.1.4, passes when right;
+each slip of the merge gets the hint that names it."""
 
 import math
 
 import pytest
 import torch
 
-from transformer_course.exercises import check_online_softmax
+from transformer_course.exercises import check_online_softmax, online_softmax
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_every_hint_reached, assert_passes, assert_rejects, assert_skeleton, rejection
 
 
-def online_softmax(mistake=None):
+def merged(mistake=None):
+    """The page's function (exercise 4.4) with its bug fixed, or with one mistake."""
+
     def fn(q, k, v, block=4):
-        c = torch.full(q.shape[:-1] + (1,), -math.inf)
-        ell = torch.zeros_like(c)
+        lse = torch.full(q.shape[:-1] + (1,), -math.inf)
         o = torch.zeros(q.shape[:-1] + (v.size(-1),))
         end = k.size(-2) - block + 1 if mistake == "partial_dropped" else k.size(-2)
         for start in range(0, end, block):
             s = q @ k[..., start : start + block, :].mT / (1 if mistake == "unscaled" else math.sqrt(q.size(-1)))
-            block_max = s.amax(-1, keepdim=True)
-            c_new = block_max if mistake == "block_max_only" else torch.maximum(c, block_max)
-            fix = torch.exp(c_new - c) if mistake == "inverted" else torch.exp(c - c_new)
-            p = torch.exp(s - (s.amax(-1, keepdim=True) if mistake == "block_max" else c_new))
-            pv = p @ v[..., start : start + block, :]
-            if mistake == "fix_after_add":  # learner test 24b
-                ell = (ell + p.sum(-1, keepdim=True)) * fix
-                o = (o + pv) * fix
-            elif mistake == "ell_fixed_after_add":  # learner test 25b: inf, not nan
-                ell = (ell + p.sum(-1, keepdim=True)) * fix
-                o = o * fix + pv
-            elif mistake == "ell_not_carried":  # learner test 36b: ℓ restarts every block
-                ell = p.sum(-1, keepdim=True)
-                o = o * fix + pv
-            elif mistake in ("neither_rescaled", "the page's bug"):
-                ell = ell + p.sum(-1, keepdim=True)
-                o = o + pv if mistake == "neither_rescaled" else o * fix + pv
-            elif mistake == "o_fixed_twice":
-                ell = ell * fix + p.sum(-1, keepdim=True)
-                o = (o * fix + pv) * fix
+            lse_j = torch.logsumexp(s, -1, keepdim=True)
+            o_j = torch.softmax(s, -1) @ v[..., start : start + block, :]
+            if mistake in ("the page's bug", "renormalised"):
+                lse_new = torch.maximum(lse, lse_j)
+            elif mistake == "added":
+                lse_new = lse + lse_j
+            elif mistake == "exp_then_log":
+                lse_new = torch.log(torch.exp(lse) + torch.exp(lse_j))
             else:
-                ell = ell * fix + p.sum(-1, keepdim=True)
-                o = (o if mistake == "o_not_rescaled" else o * fix) + pv
-            c = c if mistake == "c_not_updated" else c_new
-        return o if mistake == "no_division" else o / ell
+                lse_new = torch.logaddexp(lse, lse_j)
+            if mistake == "updated_first":
+                lse = lse_new
+            w_old, w_new = torch.exp(lse - lse_new), torch.exp(lse_j - lse_new)
+            if mistake == "swapped":
+                w_old, w_new = w_new, w_old
+            if mistake == "new_block_unweighted":
+                w_new = 1
+            o = w_old * o + w_new * o_j
+            if mistake == "renormalised":  # hides the page's bug for one merge
+                o = o / (w_old + w_new)
+            lse = lse_new
+        return o
 
     return fn
 
 
-def normalized_running(q, k, v, block=4):  # right (learner test 58): o kept divided by ℓ
+def by_hand_max(q, k, v, block=4):  # right: ln(e^a + e^b) with the maximum taken out
+    lse = torch.full(q.shape[:-1] + (1,), -math.inf)
+    o = torch.zeros(q.shape[:-1] + (v.size(-1),))
+    for start in range(0, k.size(-2), block):
+        s = q @ k[..., start : start + block, :].mT / math.sqrt(q.size(-1))
+        lse_j = torch.logsumexp(s, -1, keepdim=True)
+        m = torch.maximum(lse, lse_j)
+        lse_new = m + torch.log(torch.exp(lse - m) + torch.exp(lse_j - m))
+        o = torch.exp(lse - lse_new) * o + torch.exp(lse_j - lse_new) * (
+            torch.softmax(s, -1) @ v[..., start : start + block, :]
+        )
+        lse = lse_new
+    return o
+
+
+def recurrence(q, k, v, block=4):  # right: section 4.1.4's (c, ℓ, o), divided at the end
     c = torch.full(q.shape[:-1] + (1,), -math.inf)
     ell = torch.zeros_like(c)
     o = torch.zeros(q.shape[:-1] + (v.size(-1),))
     for start in range(0, k.size(-2), block):
-        s = q @ k[..., start : start + block, :].transpose(-1, -2) / math.sqrt(q.size(-1))
+        s = q @ k[..., start : start + block, :].mT / math.sqrt(q.size(-1))
         c_new = torch.maximum(c, s.amax(-1, keepdim=True))
         fix = torch.exp(c - c_new)
         p = torch.exp(s - c_new)
-        ell_new = ell * fix + p.sum(-1, keepdim=True)
-        o = (o * ell * fix + p @ v[..., start : start + block, :]) / ell_new
-        ell, c = ell_new, c_new
-    return o
+        ell = ell * fix + p.sum(-1, keepdim=True)
+        o = o * fix + p @ v[..., start : start + block, :]
+        c = c_new
+    return o / ell
 
 
 def in_float64(q, k, v, block=4):  # right (learner test 58: was a raw RuntimeError)
-    return online_softmax()(q.double(), k.double(), v.double(), block)
+    return merged()(q.double(), k.double(), v.double(), block)
 
 
-@pytest.mark.parametrize("right", [online_softmax(), normalized_running, in_float64])
+@pytest.mark.parametrize("right", [merged(), by_hand_max, recurrence, in_float64])
 def test_right_answers_pass(right, capsys):
     assert_passes(check_online_softmax, right, capsys)
 
@@ -79,29 +93,61 @@ def test_skeleton(capsys):
     assert_skeleton(check_online_softmax, skeleton, capsys)
 
 
-@pytest.mark.parametrize(
-    ("mistake", "keyword"),
-    [
-        ("the page's bug", "ell = ell * fix + p.sum"),  # outside the bug hunt: the fix
-        ("inverted", "校正因子倒过来了"),  # learner test 23: was sent to the score scaling
-        ("o_not_rescaled", "分子 o 里旧块的项没有按新的最大值缩小"),  # learner test 22b
-        ("fix_after_add", "校正放在了加法之后"),
-        ("ell_fixed_after_add", "校正放在了加法之后"),
-        ("o_fixed_twice", "o 被校正了两次"),
-        ("unscaled", "分数没有除以 √D"),  # learner test 25b: was "缩放与最后的 o / ℓ"
-        ("neither_rescaled", "ℓ 和 o 都没有乘校正因子"),
-        ("ell_not_carried", "ℓ 没有跨块累加"),  # learner test 36b: was sent to o
-        ("c_not_updated", "c 没有更新"),  # learner test 30b: got the generic hint
-        ("block_max", "减的是这一块自己的最大值"),  # learner test 30b
-        ("no_division", "最后要除以 ℓ"),  # learner test 58: was sent to the fix factor
-        # learner test 59: the block's own maximum as c_new passed (nan on sharp scores)
-        ("block_max_only", "只取了这一块的最大值"),
-        # learner test 59: range(0, S - block + 1, block) was told "校正了两次"
-        ("partial_dropped", "不满的块被丢掉了"),
-    ],
-)
+MISTAKES = [
+    ("the page's bug", "lse_new = torch.logaddexp(lse, lse_j)"),  # outside the bug hunt: the fix
+    ("renormalised", "但 lse 仍是两者的最大值"),
+    ("added", "对数相加是两个和相乘"),
+    ("exp_then_log", "只有分数上百的那一组不对"),  # the general hint by symptom
+    ("updated_first", "用更新之后的 lse 算的"),
+    ("swapped", "两部分的权重互换了"),
+    ("unscaled", "分数没有除以 √D"),  # learner test 25b: was "缩放与最后的 o / ℓ"
+    # learner test 59: range(0, S - block + 1, block) was told "校正了两次"
+    ("partial_dropped", "不满的块被丢掉了"),
+    ("new_block_unweighted", "值全为 1 时输出大于 1"),  # the general hint by symptom
+]
+
+
+@pytest.mark.parametrize(("mistake", "keyword"), MISTAKES)
 def test_each_mistake_gets_its_hint(mistake, keyword, capsys):
-    assert_rejects(check_online_softmax, online_softmax(mistake), keyword, capsys)
+    assert_rejects(check_online_softmax, merged(mistake), keyword, capsys)
+
+
+def test_every_listed_mistake_is_reached(capsys):
+    rejects = [pytest.param(check_online_softmax, merged(m), k) for m, k in MISTAKES]
+    assert_every_hint_reached({"_MISTAKES": online_softmax._MISTAKES}, rejects, capsys)
+
+
+def test_a_naive_exp_elsewhere_is_told_by_its_symptom(capsys):
+    def exp_weights(q, k, v, block=4):  # the right lse, but weights e^lse / e^lse_new
+        lse = torch.full(q.shape[:-1] + (1,), -math.inf)
+        o = torch.zeros(q.shape[:-1] + (v.size(-1),))
+        for start in range(0, k.size(-2), block):
+            s = q @ k[..., start : start + block, :].mT / math.sqrt(q.size(-1))
+            lse_j = torch.logsumexp(s, -1, keepdim=True)
+            lse_new = torch.logaddexp(lse, lse_j)
+            o_j = torch.softmax(s, -1) @ v[..., start : start + block, :]
+            o = (torch.exp(lse) * o + torch.exp(lse_j) * o_j) / torch.exp(lse_new)
+            lse = lse_new
+        return o
+
+    assert_rejects(check_online_softmax, exp_weights, "只有分数上百的那一组不对", capsys)
+
+
+def test_the_recurrence_without_the_denominators_fix_is_told_by_its_symptom(capsys):
+    def ell_not_rescaled(q, k, v, block=4):  # the bug this exercise printed before
+        c = torch.full(q.shape[:-1] + (1,), -math.inf)
+        ell = torch.zeros_like(c)
+        o = torch.zeros(q.shape[:-1] + (v.size(-1),))
+        for start in range(0, k.size(-2), block):
+            s = q @ k[..., start : start + block, :].mT / math.sqrt(q.size(-1))
+            c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+            p = torch.exp(s - c_new)
+            ell = ell + p.sum(-1, keepdim=True)
+            o = o * torch.exp(c - c_new) + p @ v[..., start : start + block, :]
+            c = c_new
+        return o / ell
+
+    assert_rejects(check_online_softmax, ell_not_rescaled, "值全为 1 时输出小于 1", capsys)
 
 
 def test_full_matrix_attention_is_not_the_fix(capsys):  # learner test 59: it passed
@@ -112,15 +158,13 @@ def test_full_matrix_attention_is_not_the_fix(capsys):  # learner test 59: it pa
 
 
 def test_in_the_bug_hunt_the_pages_bug_is_told_unchanged_not_fixed():
-    with pytest.raises(AssertionError) as info:
-        check_online_softmax(online_softmax("the page's bug"), exercise="4.4")
-    assert "那一行还没改" in str(info.value) and "ell * fix" not in str(info.value), info.value
+    message = rejection(lambda c: check_online_softmax(c, exercise="4.4"), merged("the page's bug"))
+    assert "那一行还没改" in message and "logaddexp" not in message, message
 
 
-def test_the_missing_division_is_not_sent_to_the_fix_factor():
-    with pytest.raises(AssertionError) as info:
-        check_online_softmax(online_softmax("no_division"))
-    assert "fix" not in str(info.value), info.value
+def test_in_the_bug_hunt_the_bug_hidden_by_dividing_is_not_fixed_for_the_learner():
+    message = rejection(lambda c: check_online_softmax(c, exercise="4.4"), merged("renormalised"))
+    assert "有 bug 的那一行还在" in message and "logaddexp" not in message, message
 
 
 def test_a_wrong_shape_is_named(capsys):

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import transformer_course as tc
-from transformer_course.exercises import check_receptive_field
+from transformer_course.exercises import check_receptive_field, receptive_field
 
-from .support import assert_passes, assert_rejects, assert_skeleton
+from .support import assert_passes, assert_rejects, assert_skeleton, rejection
 
 
 def stacked(layers_done=lambda layers: layers, product="@", start="eye", count="last row"):
@@ -58,7 +58,24 @@ def boolean_product(L, n_w, layers):  # right (learner test 59): (M[:, :, None] 
     return int(reach[-1].sum())
 
 
-@pytest.mark.parametrize("right", [stacked(), vector, power, einsum_tensor, by_tensordot, boolean_product])
+def counted_in(dtype, test="> 0"):  # path counts in dtype, thresholded only at the end
+    def fn(L, n_w, layers):
+        band = tc.causal_mask(L, window=n_w + 1).to(dtype)
+        reach = band
+        for _ in range(layers - 1):
+            reach = reach @ band
+        return int(((reach[-1] > 0) if test == "> 0" else (reach[-1] != 0)).sum())
+
+    return fn
+
+
+# counts that fit (int32 up to 1.1e9 here) or that only round (bfloat16) are right
+WIDE_ENOUGH = [counted_in(torch.int32), counted_in(torch.int64), counted_in(torch.bfloat16)]
+
+
+@pytest.mark.parametrize(
+    "right", [stacked(), vector, power, einsum_tensor, by_tensordot, boolean_product, *WIDE_ENOUGH]
+)
 def test_right_answers_pass(right, capsys):
     assert_passes(check_receptive_field, right, capsys)
 
@@ -128,3 +145,45 @@ def one_short(L, n_w, layers):  # min(ℓ n_w, L): the position itself left out
 )
 def test_each_mistake_gets_its_hint(answer, keyword, capsys):
     assert_rejects(check_receptive_field, answer, keyword, capsys)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "test", "keyword"),
+    [
+        (torch.uint8, "> 0", "torch.uint8，它只能存 0～255"),  # learner test 61: it passed
+        (torch.uint8, "!= 0", "按 2^8 取模"),
+        (torch.int8, "!= 0", "torch.int8，它只能存 -128～127"),  # learner test 61: it passed
+        (torch.int8, "> 0", "可能变成 0 或负数"),
+        (torch.int16, "> 0", "torch.int16"),
+        # learner test 61: inf and nan got the general hint
+        (torch.float16, "> 0", "torch.float16，它最大只能存 65504"),
+        (torch.float16, "!= 0", "nan != 0 却是 True"),
+    ],
+)
+def test_path_counts_that_overflow_are_named(dtype, test, keyword, capsys):
+    message = rejection(check_receptive_field, counted_in(dtype, test))
+    assert "路径条数溢出了" in message and keyword in message, message
+    assert "每乘一次就取 > 0" in message and "int64 / float64" in message, message
+    assert "✓" not in capsys.readouterr().out
+
+
+def test_the_wrapping_case_of_learner_test_61():
+    assert counted_in(torch.uint8)(12, 2, 9) == 10  # the right answer is 12
+    assert (12, 2, 9) in receptive_field._CASES
+
+
+def test_overflow_that_happened_to_give_right_answers_is_named(capsys):
+    message = rejection(check_receptive_field, counted_in(torch.int16, "!= 0"))
+    assert "答案都对" in message and "溢出" in message and "torch.int16" in message, message
+    assert "✓" not in capsys.readouterr().out
+
+
+def test_narrow_counts_thresholded_every_layer_pass(capsys):
+    def every_layer(L, n_w, layers):
+        band = tc.causal_mask(L, window=n_w + 1).to(torch.uint8)
+        reach = band
+        for _ in range(layers - 1):
+            reach = ((reach @ band) > 0).to(torch.uint8)  # entries at most L
+        return int(reach[-1].sum())
+
+    assert_passes(check_receptive_field, every_layer, capsys)

@@ -237,7 +237,7 @@ def _attention_bytes(answer: object) -> _Grading:
     )
 
 
-# ---- the mean distance of bidirectional uniform attention (a prediction) -------
+# ---- the reference values of uniform attention (predictions) ----------------------
 
 _L_UNIFORM = 32
 
@@ -284,6 +284,74 @@ def _uniform_distance_mistakes() -> list[tuple[object, str]]:
             "这是因果均匀的有效键数 (L + 1)/2：这里问的是双向均匀的平均注意距离。",
         ),
         (float(L), "这是双向均匀的有效键数 L：这里问的是平均注意距离。"),
+    ]
+
+
+def _causal_distance_mistakes() -> list[tuple[object, str]]:
+    L = _L_UNIFORM
+    return [
+        (
+            L / 4,
+            "这是大 L 的近似 L/4：要 L = 32 的精确值。查询 i 均匀地看 0..i，"
+            "平均距离是 i/2，再对 i = 0..L−1 平均。",
+        ),
+        (
+            (L + 1) / 4,
+            "距离从 0 数起：查询 i 也看自己（距离 0），它到 0..i 的平均距离是 i/2，"
+            "不是 (i + 1)/2。",
+        ),
+        (
+            (L - 1) / 3,
+            "这是对所有 (i, j ≤ i) 对等权平均：后面的查询看的键多，占的对也多。"
+            "平均注意距离先对每个查询按它的权重平均（权重和为 1），再对 L 个查询平均。",
+        ),
+        (
+            (L - 1) / 2,
+            "(L − 1)/2 是最后一个查询的平均距离：前面的查询看的键少、距离也小，"
+            "要对所有 L 个查询平均。",
+        ),
+        (
+            (L - 2) / 4,
+            "公式对了，代入的 L 错了：i 取 0..31，一共 L = 32 个位置，不是 31。",
+        ),
+        (
+            (L**2 - 1) / (3 * L),
+            "这是双向均匀的平均距离：因果均匀的查询 i 只看 0..i，不看后面。",
+        ),
+        ((L + 1) / 2, "这是因果均匀的有效键数：这里问的是平均注意距离。"),
+    ]
+
+
+def _causal_keys_mistakes() -> list[tuple[object, str]]:
+    L = _L_UNIFORM
+    return [
+        (
+            L / 2,
+            "这是大 L 的近似 L/2：要 L = 32 的精确值。查询 i 均匀地看 i + 1 个键，"
+            "有效键数是 i + 1，再对 i = 0..L−1 平均。",
+        ),
+        (
+            (L - 1) / 2,
+            "查询 i 看 0..i 共 i + 1 个键，不是 i 个：它也看自己。",
+        ),
+        (
+            math.exp(math.lgamma(L + 1) / L),
+            "先把熵对查询平均、再取了 e 的幂：有效键数是每个查询各自的 e^熵"
+            "（查询 i 的是 i + 1）再对查询平均。",
+        ),
+        (
+            (2 * L + 1) / 3,
+            "按 (i, j) 对加权平均了：有效键数对 L 个查询等权平均，查询 i 的是 i + 1。",
+        ),
+        (
+            float(L),
+            "这是双向均匀的有效键数（也是最后一个查询的键数）：因果均匀的查询 i "
+            "只看 i + 1 个键，要对所有查询平均。",
+        ),
+        (
+            (L - 1) / 4,
+            "这是因果均匀的平均注意距离：这里问的是有效键数。",
+        ),
     ]
 
 
@@ -516,8 +584,37 @@ QUESTIONS: dict[str, _Question] = {
         "200 步之后的倍数", "my_decay", _weight_decay_factor
     ),
 }
+
+
+class _Prediction(NamedTuple):
+    title: str
+    name: str  # the page's variable for the prediction
+    measured: str  # the keyword of the page's measurement
+    mistakes: Callable[[], list[tuple[object, str]]]
+
+
 # predictions: compared with the page's measurement and shown, as compare_prediction
-PREDICTIONS = {"uniform_distance": "双向均匀的平均注意距离（L = 32）"}
+PREDICTIONS: dict[str, _Prediction] = {
+    "uniform_distance": _Prediction(
+        "双向均匀的平均注意距离（L = 32）",
+        "my_prediction_distance",
+        "measured_distance",
+        _uniform_distance_mistakes,
+    ),
+    "causal_distance": _Prediction(
+        "因果均匀的平均注意距离（L = 32）",
+        "my_causal_distance",
+        "measured_distance",
+        _causal_distance_mistakes,
+    ),
+    "causal_keys": _Prediction(
+        "因果均匀的有效键数（L = 32）",
+        "my_causal_keys",
+        "measured_keys",
+        _causal_keys_mistakes,
+    ),
+}
+_PREDICTION_TOL = 5e-4
 
 
 def _measured_names(grading: Callable) -> list[str]:
@@ -539,29 +636,27 @@ def check_number(
     accuracies of the H = 2 and H = 1 models). ``exercise`` (``"4.11"``) names the
     exercise in the messages and keeps the outcome for ``progress()``.
 
-    A prediction (a key of :data:`PREDICTIONS`: ``"uniform_distance"``, with the
-    page's ``measured_distance``) is never an error: it is printed next to the
-    measurement by :func:`compare_prediction`, whose result is returned."""
+    A prediction (a key of :data:`PREDICTIONS`: ``"uniform_distance"`` and
+    ``"causal_distance"`` with the page's ``measured_distance``, ``"causal_keys"``
+    with its ``measured_keys``) is never an error: it is printed next to the
+    measurement by :func:`compare_prediction`, whose result is returned. An exercise
+    with several predictions counts in ``progress()`` with the worst of them."""
     __tracebackhide__ = True
     if question in PREDICTIONS:
-        _expect_measured(question, ["measured_distance"], measured)
-        title = PREDICTIONS[question]
+        title, name, measure, mistakes = PREDICTIONS[question]
+        _expect_measured(question, [measure], measured)
         what = f"练习 {exercise}：{title}" if exercise else title
-        actual = float(measured["measured_distance"])
+        actual = float(measured[measure])
         graded = compare_prediction(
-            answer,
-            actual,
-            rel_tol=5e-4,
-            what=what,
-            mistakes=_uniform_distance_mistakes(),
+            answer, actual, rel_tol=_PREDICTION_TOL, what=what, mistakes=mistakes()
         )
         if answer is None:
             status = SKELETON
-        elif graded and abs(float(answer) - actual) <= 5e-4 * abs(actual):
+        elif graded and abs(float(answer) - actual) <= _PREDICTION_TOL * abs(actual):
             status = PASSED
         else:
             status = FAILED
-        _keep_result(exercise, title, "my_prediction_distance", solution, status)
+        _keep_result(exercise, title, name, solution, status)
         return graded
     if question not in QUESTIONS:
         known = sorted([*QUESTIONS, *PREDICTIONS])

@@ -1,6 +1,8 @@
-"""The online softmax's correction (chapter 4, the bug hunt of exercise 4.4): the
-learner fixes the one wrong line of a blockwise softmax attention; graded against
-full-matrix attention at several block sizes, each typical slip named."""
+"""Merging blockwise attention (chapter 4, the bug hunt of exercise 4.4): the learner
+fixes the one wrong line of an online softmax that keeps, for each query, the attention
+output over the keys so far and the log-sum-exp of their scores, and merges each block's
+own attention into them; graded against full-matrix attention at several block sizes,
+each typical slip named."""
 
 from __future__ import annotations
 
@@ -24,86 +26,92 @@ from ._report import bug_hunt_hints
 
 __all__ = ["check_online_softmax"]
 
+# how the log-sum-exp of the keys so far and of the new block are merged
+_MERGE = {
+    "logaddexp": torch.logaddexp,
+    "max": torch.maximum,  # the page's bug (exercise 4.4)
+    "add": torch.add,
+}
 
-def _online_variant(
+
+def _merged_variant(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     block: int,
+    merge: str = "logaddexp",
+    weights_after_update: bool = False,
+    swapped: bool = False,
+    renormalised: bool = False,
     scaled: bool = True,
-    fix_ell: bool = True,
-    fix_o: bool = True,
-    keep_c: bool = True,
-    p_by_block_max: bool = False,
-    carry_ell: bool = True,
-    divide: bool = True,
-    running_max: bool = True,
     drop_partial: bool = False,
 ) -> Tensor:
-    """Online softmax, possibly with one typical mistake: to name the learner's."""
-    c = torch.full(q.shape[:-1] + (1,), -math.inf)
-    ell, o = torch.zeros_like(c), torch.zeros(q.shape[:-1] + (v.size(-1),))
+    """The merging online softmax, possibly with one typical mistake: to name the
+    learner's."""
+    lse = torch.full(q.shape[:-1] + (1,), -math.inf)
+    o = torch.zeros(q.shape[:-1] + (v.size(-1),))
     end = k.size(-2) - block + 1 if drop_partial else k.size(-2)
     for start in range(0, end, block):
         scale = math.sqrt(q.size(-1)) if scaled else 1
         s = q @ k[..., start : start + block, :].mT / scale
-        block_max = s.amax(-1, keepdim=True)
-        c_new = torch.maximum(c, block_max) if running_max else block_max
-        fix = torch.exp(c - c_new)
-        p = torch.exp(s - (s.amax(-1, keepdim=True) if p_by_block_max else c_new))
-        kept = ell * (fix if fix_ell else 1) if carry_ell else 0
-        ell = kept + p.sum(-1, keepdim=True)
-        o = o * (fix if fix_o else 1) + p @ v[..., start : start + block, :]
-        c = c_new if keep_c else c
-    return o / ell if divide else o
+        lse_j = torch.logsumexp(s, -1, keepdim=True)
+        o_j = torch.softmax(s, -1) @ v[..., start : start + block, :]
+        lse_new = _MERGE[merge](lse, lse_j)
+        w_old = torch.exp((lse_new if weights_after_update else lse) - lse_new)
+        w_new = torch.exp(lse_j - lse_new)
+        if swapped:
+            w_old, w_new = w_new, w_old
+        o = w_old * o + w_new * o_j
+        o = o / (w_old + w_new) if renormalised else o
+        lse = lse_new
+    return o
 
 
-# each mistake: the keywords of ``_online_variant`` that make it
+# each mistake: the keywords of ``_merged_variant`` that make it
 _VARIANTS = {
-    "no_division": dict(divide=False),
+    "max": dict(merge="max"),  # the page's bug (exercise 4.4)
+    "renormalised_max": dict(merge="max", renormalised=True),
+    "add": dict(merge="add"),
+    "weights_after_update": dict(weights_after_update=True),
+    "swapped": dict(swapped=True),
     "unscaled": dict(scaled=False),
-    "neither_rescaled": dict(fix_ell=False, fix_o=False),
-    "ell_not_carried": dict(carry_ell=False),
-    "c_not_updated": dict(keep_c=False),
-    "block_max": dict(p_by_block_max=True),
-    "ell_not_rescaled": dict(fix_ell=False),  # the page's bug (exercise 4.4)
-    "block_max_only": dict(running_max=False),
     "partial_block_dropped": dict(drop_partial=True),
 }
 
-_ONLINE_MISTAKES = [
-    ("最后要除以 ℓ：o 只是分子（按 exp 加权的和），return o / ell。", "no_division"),
+_LOGADDEXP = "lse_new = torch.logaddexp(lse, lse_j)"
+
+_MISTAKES = [
+    (
+        "合并后的 lse 取了两者的最大值：lse 是目前见过的所有分数的 ln Σ e^s，"
+        "两部分的键合在一起，Σ e^s 要相加：ln(e^lse + e^lse_j)，即 "
+        f"{_LOGADDEXP}。取最大值时，两部分的权重 exp(lse − lse_new) 与 "
+        "exp(lse_j − lse_new) 加起来大于 1。",
+        "max",
+    ),
+    (
+        "o 除以了两部分的权重之和，这一次合并的 o 对了；但 lse 仍是两者的最大值，"
+        "不是 ln Σ e^s，下一块合并时前面各块的权重就算小了。要改的是 lse 本身："
+        f"{_LOGADDEXP}，两个权重之和就正好是 1，不用再除。",
+        "renormalised_max",
+    ),
+    (
+        "合并写成了 lse + lse_j：对数相加是两个和相乘。两部分的键合在一起，"
+        f"Σ e^s 要相加：{_LOGADDEXP}。第一块时 lse = −∞，lse_new 也是 −∞，"
+        "−∞ − (−∞) 得 nan。",
+        "add",
+    ),
+    (
+        "两部分的权重是用更新之后的 lse 算的：前面各块的权重 exp(lse − lse_new) "
+        "要用合并之前的 lse，更新之后它恒为 1。先算两个权重、合并 o，"
+        "再 lse = lse_new。",
+        "weights_after_update",
+    ),
+    (
+        "两部分的权重互换了：前面各块的 o 乘 exp(lse − lse_new)，"
+        "这一块的 o_j 乘 exp(lse_j − lse_new)。",
+        "swapped",
+    ),
     ("分数没有除以 √D：s = q kᵀ / √D，与整矩阵注意力一样。", "unscaled"),
-    (
-        "ℓ 和 o 都没有乘校正因子：最大值变大时，旧块的项是按旧的最大值算的，"
-        "两者都要先乘 fix = exp(c − c_new)，再加上新块的项。",
-        "neither_rescaled",
-    ),
-    (
-        "ℓ 没有跨块累加：ell = p.sum(...) 每块重新开始，只剩最后一块的和。"
-        "o 是对的；ℓ 也要带上旧块：ell = ell * fix + p.sum(-1, keepdim=True)。",
-        "ell_not_carried",
-    ),
-    (
-        "c 没有更新：每块末尾要 c = c_new。c 一直是 −∞ 时，每块的 fix = exp(−∞) = 0，"
-        "把前面各块累加的 ℓ 和 o 清零，结果只剩最后一块的注意力。",
-        "c_not_updated",
-    ),
-    (
-        "新块的 p 减的是这一块自己的最大值：p = exp(s − c_new)，要减到目前为止的最大值 "
-        "c_new。ℓ 和 o 里的每一项都要相对同一个最大值，fix 才能把旧的项换算过来。",
-        "block_max",
-    ),
-    (
-        "分母 ℓ 没有乘校正因子：旧块在 ℓ 里的项还按旧的最大值计，"
-        "应为 ell = ell * fix + p.sum(-1, keepdim=True)。",
-        "ell_not_rescaled",
-    ),
-    (
-        "c_new 只取了这一块的最大值：要取 max(c, 这一块的最大值)。否则 fix = "
-        "exp(c − c_new) 可能大于 1，分数大时溢出成 inf，o / ℓ 得 nan。",
-        "block_max_only",
-    ),
     (
         "最后一个不满的块被丢掉了：键的个数不是块大小的倍数时，最后一块较短，"
         "循环要写 range(0, S, block)。",
@@ -111,46 +119,58 @@ _ONLINE_MISTAKES = [
     ),
 ]
 
-# the bug hunt prints the buggy function: its bug unchanged is told as such, not fixed
-_BUG_HUNT = {"4.4": {"ell_not_rescaled": "结果与有 bug 的版本完全相同：那一行还没改。"}}
+# the bug hunt prints the buggy function: its bug unchanged (or hidden by dividing by
+# the weights' sum) is told by its symptom, not fixed
+_BUG_HUNT = {
+    "4.4": {
+        "max": (
+            "结果与有 bug 的版本完全相同：那一行还没改。值全为 1 时输出大于 1，"
+            "说明合并时两部分的权重加起来大于 1：按 lse 的含义，这两个权重各应是多少？"
+        ),
+        "renormalised_max": (
+            "o 除以了两部分的权重之和：这一次合并对了，但有 bug 的那一行还在，"
+            "lse 仍不是目前所有分数的 ln Σ e^s，下一块合并时前面各块的权重就错了。"
+            "要改的是算 lse_new 的那一行本身。"
+        ),
+    }
+}
 
 
 def _general_hint(wrong: list[tuple]) -> str:
     """The hint when no listed mistake reproduces the answer, from how the wrong
-    cases failed: ``(block, single block, all 0, not finite, > 1)``."""
-    if any(nan for _, single, *_, nan, _ in wrong if single) and not any(
-        nan for _, single, *_, nan, _ in wrong if not single
-    ):
+    cases failed: ``(block, single block, not finite, sharp scores, > 1, < 1)`` (the
+    last two on values all 1)."""
+    if all(sharp for *_, sharp, _, _ in wrong) and any(nan for _, _, nan, *_ in wrong):
         return (
-            "只有一块时输出是 nan 或 inf：校正放在了加法之后，例如 "
-            "ell = (ell + Σp) * fix，新块的项也被乘了 fix（校正了两次）。"
-            "第一块时旧的最大值是 −∞，fix = 0，被这样校正的 ℓ（或 o）清零，"
-            "o / ℓ 得 inf 或 nan。"
-            "每块先给旧的 ℓ、o 乘 fix，再加上新块的项。"
+            "只有分数上百的那一组不对（输出有 nan 或 inf）：某处直接对分数或 lse "
+            "取了 exp，溢出了（float32 只到 e^88 左右），例如把 ln(e^lse + e^lse_j) "
+            "写成 torch.log(torch.exp(lse) + torch.exp(lse_j))。合并用 "
+            f"{_LOGADDEXP}（它先减去两者中较大的一个再取 exp），"
+            "权重写成 exp(lse − lse_new)：先相减，再取 exp。"
         )
-    if any(nan for *_, nan, _ in wrong):
+    if any(nan for _, _, nan, *_ in wrong):
         return (
-            "输出里有 nan 或 inf：校正因子倒过来了。应为 fix = exp(c − c_new)"
-            "（旧的最大值减新的，≤ 1）；第一块时 c = −∞，"
-            "exp(c_new − c) = ∞，0·∞ 得 nan。"
+            "输出里有 nan 或 inf：看第一块时（lse = −∞）合并那一行和两个权重算出"
+            "什么。torch.logaddexp(−∞, x) = x，exp(−∞) = 0，而 −∞ − (−∞) 是 nan。"
         )
-    if any(above for *_, above in wrong):
+    if any(above for *_, above, _ in wrong):
         return (
-            "值全为 1 时输出大于 1：分子 o 里旧块的项没有按新的最大值缩小，"
-            "而分母 ℓ 缩小了。o 和 ℓ 每块都要先乘 fix，再加上新块的项。"
+            "值全为 1 时输出大于 1：合并时两部分的权重加起来大于 1。两个权重应是"
+            "两部分各自的 Σ e^s 在合并后的总和里所占的份额，加起来正好是 1。"
         )
-    if any(zero for *_, zero, _, _ in wrong):
+    if any(below for *_, below in wrong):
         return (
-            "输出全是 0：o 被校正了两次"
-            "（例如 o = (o * fix + p @ V) * fix）。第一块时旧的最大值是 −∞，"
-            "fix = exp(−∞) = 0，把刚加上的 p @ V 也清零了。"
-            "每块只给旧的 o 乘一次 fix，再加上新块的 p @ V。"
+            "值全为 1 时输出小于 1：合并时两部分的权重加起来小于 1。两个权重应是"
+            "两部分各自的 Σ e^s 在合并后的总和里所占的份额，加起来正好是 1。"
         )
     if any(single for _, single, *_ in wrong):
-        return "只有一块时就不对：对照 4.1.4 节检查分数的缩放与最后的 o / ℓ。"
+        return (
+            "只有一块时就不对：检查分数的缩放（除以 √D）和这一块自己的注意力输出 "
+            "o_j = softmax(s) @ V_j。"
+        )
     return (
-        "只有一块时对、分块后错：问题在跨块的校正上。对照 4.1.4 节的"
-        "递推，逐个累加量看它是否按新的最大值重新计过。"
+        "只有一块时对、分块后错：问题在合并上。前面各块与这一块的权重各应是多少，"
+        "合并后的 lse 又应是多少？"
     )
 
 
@@ -160,12 +180,14 @@ def _all_scores(shape: tuple[int, int], func, args: tuple, out: object) -> bool:
     return ends_in(out, shape)
 
 
-@checker("在线 softmax 的校正")
+@checker("在线 softmax 的合并")
 def check_online_softmax(fn, exercise: str | None = None) -> str:
-    """Grade ``fn(q, k, v, block=4)``, the online softmax of section 4.1.4 with its
-    denominator rescaled: full-matrix attention ``(…, L, D_v)`` for every block size
-    (with a batch dimension; smaller blocks update the maximum later more often), and
-    values all 1 (any weighted mean is 1). A float64 answer is fine."""
+    """Grade ``fn(q, k, v, block=4)``, blockwise softmax attention whose blocks are
+    merged correctly (exercise 4.4 merges each block's own attention by log-sum-exp;
+    the recurrence of section 4.1.4 passes too): full-matrix attention ``(…, L, D_v)``
+    for every block size (with a batch dimension; smaller blocks merge more often),
+    values all 1 (any weighted mean is 1) and scores in the hundreds (a naive exp
+    overflows). A float64 answer is fine."""
     name = name_of(fn)
     g = seeded_generator(191)
     q, k, v = (torch.randn(2, 5, 8, generator=g) for _ in range(3))
@@ -185,7 +207,7 @@ def check_online_softmax(fn, exercise: str | None = None) -> str:
                 )
             )
         full = full or (watch.seen and b < kc.size(-2))
-    wrong = []  # (块大小, 单块, 全 0, 非有限, 值全 1 时输出 > 1)
+    wrong = []  # (块大小, 单块, 非有限, 分数大的一组, 值全 1 时输出 > 1, < 1)
     for i, ((qc, kc, vc, b), got) in enumerate(zip(cases, answers, strict=True)):
         want = scaled_dot_product_attention(qc, kc, vc)[0]
         if not isinstance(got, Tensor) or got.shape != want.shape:
@@ -195,17 +217,19 @@ def check_online_softmax(fn, exercise: str | None = None) -> str:
             )
         answers[i] = got = got.to(want.dtype)  # float64 也可以：在同一精度里比较
         if not torch.allclose(got, want, atol=1e-5, rtol=1e-4):
+            ones_case = i == len(cases) - 2
             wrong.append(
                 (
                     b,
                     b >= kc.size(-2),
-                    not got.any(),
                     not bool(got.isfinite().all()),
-                    i == len(cases) - 2 and bool((got > 1 + 1e-5).any()),
+                    i == len(cases) - 1,
+                    ones_case and bool((got > 1 + 1e-5).any()),
+                    ones_case and bool((got < 1 - 1e-5).any()),
                 )
             )
     if wrong:
-        hints = bug_hunt_hints(_ONLINE_MISTAKES, exercise, _BUG_HUNT)
+        hints = bug_hunt_hints(_MISTAKES, exercise, _BUG_HUNT)
         named = next(
             (
                 why
@@ -213,7 +237,7 @@ def check_online_softmax(fn, exercise: str | None = None) -> str:
                 if all(
                     torch.allclose(
                         got,
-                        _online_variant(qc, kc, vc, b, **_VARIANTS[mistake]),
+                        _merged_variant(qc, kc, vc, b, **_VARIANTS[mistake]),
                         atol=1e-5,
                         rtol=1e-4,
                         equal_nan=True,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch import Tensor
 
 from ..masks import causal_mask
 from ._protocol import CallWatch, checker, ends_in, fail, name_of, run_learner
@@ -14,8 +15,17 @@ from .numeric_answers import refuse_wrong_answer
 
 __all__ = ["check_receptive_field"]
 
-# (L, n_w, layers)
-_CASES = [(40, 3, 1), (40, 3, 5), (40, 3, 15), (10, 4, 3), (12, 1, 20)]
+# (L, n_w, layers): in the last two, path counts kept in uint8, int8 or float16 and
+# thresholded only at the end wrap around (or become inf) into wrong answers
+_CASES = [
+    (40, 3, 1),
+    (40, 3, 5),
+    (40, 3, 15),
+    (10, 4, 3),
+    (12, 1, 20),
+    (12, 2, 9),
+    (38, 3, 12),
+]
 
 
 # products of two matrices; a broadcast boolean product (M[:, :, None] & R).any(1)
@@ -44,6 +54,48 @@ def _multiplies_masks(L: int, func, args: tuple, out: object) -> bool:
     operands = [t for a in args for t in (a if isinstance(a, (list, tuple)) else [a])]
     square = any(ends_in(t, (L, L)) for t in operands)
     return (func in _PRODUCTS and square) or ends_in(out, (L, L, L))
+
+
+# dtypes in which a product's path counts can overflow on these cases
+_NARROW = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.float16)
+
+
+def _overflowed(func, args: tuple, out: object) -> bool:
+    """Whether a product in a narrow dtype overflowed: its result differs from the same
+    product in float64 (an integer count wrapped around; a float16 one became inf)."""
+    if func not in _PRODUCTS or not isinstance(out, Tensor) or out.dtype not in _NARROW:
+        return False
+    wide = func(*[_in_float64(a) for a in args])
+    if out.is_floating_point():
+        return bool((~out.isfinite() & wide.isfinite()).any())
+    return not torch.equal(out.to(torch.float64), wide)
+
+
+def _in_float64(a: object) -> object:
+    if isinstance(a, (list, tuple)):
+        return type(a)(_in_float64(t) for t in a)
+    return a.to(torch.float64) if isinstance(a, Tensor) else a
+
+
+def _overflow(dtype: torch.dtype) -> str:
+    """``dtype`` and what happens in it to a path count too large for it."""
+    if dtype.is_floating_point:
+        return (
+            f"{dtype}，它最大只能存 {torch.finfo(dtype).max:g}，更大的条数变成 inf，"
+            "inf 再乘 0 得 nan：nan > 0 是 False，nan != 0 却是 True，两种写法都数错"
+        )
+    info = torch.iinfo(dtype)
+    return (
+        f"{dtype}，它只能存 {info.min}～{info.max}，更大的条数会回绕"
+        f"（按 2^{info.bits} 取模），可能变成 0{' 或负数' if info.min < 0 else ''}，"
+        "这样的位置就数漏了"
+    )
+
+
+_OVERFLOW_FIX = (
+    "不取 > 0 时 band @ reach 的元素是路径的条数，层数一多就超出这个范围。"
+    "每乘一次就取 > 0（元素最多是 L），或者用 int64 / float64 计数。"
+)
 
 
 def _path_counts(L: int, n_w: int, layers: int) -> float:
@@ -114,9 +166,19 @@ def check_receptive_field(fn) -> str:
     after ``layers`` causal sliding-window layers (itself and the ``n_w`` positions
     before), computed with matrix products of the ``(L, L)`` window mask."""
     name = name_of(fn)
-    answers, products = [], False
+    answers, products, narrow = [], False, []
+
+    def overflowed(func, args: tuple, out: object) -> bool:
+        if _overflowed(func, args, out):
+            narrow.append(out.dtype)
+            return True
+        return False
+
     for i, case in enumerate(_CASES):
-        with CallWatch(functools.partial(_multiplies_masks, case[0])) as watch:
+        with (
+            CallWatch(functools.partial(_multiplies_masks, case[0])) as watch,
+            CallWatch(overflowed),
+        ):
             answers.append(
                 run_learner(
                     fn,
@@ -139,8 +201,17 @@ def check_receptive_field(fn) -> str:
         answers,
         expected,
         what="练习 4.16：堆叠后的感受野",
-        hint="从单位矩阵出发，每过一层做一次 (band @ reach) > 0，"
+        hint=f"路径条数溢出了：你的矩阵乘积用的是 {_overflow(narrow[0])}。"
+        + _OVERFLOW_FIX
+        if narrow
+        else "从单位矩阵出发，每过一层做一次 (band @ reach) > 0，"
         "最后数最后一行有几个 True。",
         mistakes=_mistakes(),
     )
+    if narrow:  # right by luck: no count wrapped onto 0 here
+        fail(
+            "练习 4.16：答案都对，但路径条数在你的矩阵乘积里溢出了"
+            f"（{_overflow(narrow[0])}）：这几组碰巧没有数错，"
+            "换一组 (L, n_w, layers) 就可能数错。" + _OVERFLOW_FIX
+        )
     return f"{len(_CASES)} 组 (L, n_w, layers)，用掩码的乘积算出 min(ℓ n_w + 1, L)"
