@@ -2,11 +2,13 @@
 
 import contextlib
 import io
+import math
 import re
 from pathlib import Path
 
 import jupytext
 import pytest
+import torch
 
 import transformer_course as tc
 from transformer_course import exercises as ex
@@ -92,3 +94,19 @@ def run_cell(ns, source, name):
     with contextlib.redirect_stdout(out):
         exec(compile(source, f"<{name}>", "exec"), ns)  # noqa: S102
     return out.getvalue()
+
+
+def online_softmax_reference(q, k, v, block=4):
+    """Section 4.1.4's (c, ℓ, o) recurrence, divided at the end: a right answer to ex 4.4."""
+    c = torch.full(q.shape[:-1] + (1,), -math.inf)
+    ell = torch.zeros_like(c)
+    o = torch.zeros(q.shape[:-1] + (v.size(-1),))
+    for start in range(0, k.size(-2), block):
+        s = q @ k[..., start : start + block, :].mT / math.sqrt(q.size(-1))
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix = torch.exp(c - c_new)
+        p = torch.exp(s - c_new)
+        ell = ell * fix + p.sum(-1, keepdim=True)
+        o = o * fix + p @ v[..., start : start + block, :]
+        c = c_new
+    return o / ell

@@ -14,7 +14,7 @@ import torch
 
 import transformer_course as tc
 
-from .support import BOOK, page_cells, run_cell
+from .support import BOOK, online_softmax_reference, page_cells, run_cell
 
 # one marker per code cell the graders need (definitions and cheap set-up only)
 MARKERS = {
@@ -132,21 +132,6 @@ def weight_on_next(model, x):
     return maps[model.layers[0].self_attn].diagonal(offset=1, dim1=-2, dim2=-1).mean(dim=(0, 2))
 
 
-def fixed_online_softmax(q, k, v, block=4):
-    c = torch.full(q.shape[:-1] + (1,), -math.inf)
-    ell = torch.zeros_like(c)
-    o = torch.zeros(q.shape[:-1] + (v.size(-1),))
-    for start in range(0, k.size(-2), block):
-        s = q @ k[..., start : start + block, :].mT / math.sqrt(q.size(-1))
-        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
-        fix = torch.exp(c - c_new)
-        p = torch.exp(s - c_new)
-        ell = ell * fix + p.sum(-1, keepdim=True)
-        o = o * fix + p @ v[..., start : start + block, :]
-        c = c_new
-    return o / ell
-
-
 def receptive_field(L, n_w, layers):
     band = tc.causal_mask(L, window=n_w + 1).long()
     return torch.linalg.matrix_power(band, layers)[-1].count_nonzero().item()
@@ -164,7 +149,7 @@ def add_memory(ffn, k_new, v_new, tau):
 # (cell, the learner's name, a right answer, a wrong one and a keyword of its hint)
 CHECKED_CELLS = [
     ("4.3", "my_weight_on_next", weight_on_next, lambda m, x: weight_on_next(m, x) * 2, "4.3"),
-    ("4.4", "my_fixed_online_softmax", fixed_online_softmax, "buggy_online_softmax", "那一行还没改"),
+    ("4.4", "my_fixed_online_softmax", online_softmax_reference, "buggy_online_softmax", "那一行还没改"),
     (
         "4.16",
         "my_receptive_field",
