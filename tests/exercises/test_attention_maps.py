@@ -113,3 +113,12 @@ def test_bad_arguments_are_named(pair):
         check_weight_on_next(right, masked=pair["masked"], unmasked=pair["unmasked"], x=pair["x"][:, :1])
     with pytest.raises(TypeError, match="keyword arguments"):
         check_weight_on_next(right, masked=pair["masked"], x=pair["x"])
+
+
+def test_code_that_measures_other_data_is_told_so(pair, capsys):  # learner test 62
+    def other_data(model, x):
+        return weights(model, x[:-1]).mean(dim=(0, 2))  # one sample left out
+
+    with pytest.raises(AssertionError) as info:
+        check_weight_on_next(other_data, **pair)
+    assert "很接近" in str(info.value) and "不要自己另造一批序列" in str(info.value), info.value

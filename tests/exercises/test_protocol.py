@@ -199,8 +199,17 @@ def cat_without_a_list(Q, K, V, attn_mask=None):  # a TypeError from torch on th
     return both
 
 
+def bool_matrix_product(L, n_w, layers):  # torch: "not implemented for 'Bool'"
+    band = tc.causal_mask(L, window=n_w + 1)
+    reach = band
+    for _ in range(layers - 1):
+        reach = reach @ band
+    return int(reach[-1].sum())
+
+
 # one mutant per entry of _protocol.CRASH_CAUSES, in its order
 GENERAL_CRASHES = [
+    pytest.param(ex.check_receptive_field, bool_matrix_product, "不支持布尔张量", id="bool @ bool"),
     *_by_id(test_attention.REJECTS, ".view after .transpose", "a tuple used as a tensor"),
     pytest.param(
         ex.check_lm_training, train_step_before_backward, "放在了 loss.backward() 之前", id="step before backward"

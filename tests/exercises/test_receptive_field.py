@@ -187,3 +187,10 @@ def test_narrow_counts_thresholded_every_layer_pass(capsys):
         return int(reach[-1].sum())
 
     assert_passes(check_receptive_field, every_layer, capsys)
+
+
+def test_a_skeleton_with_a_message_is_still_a_skeleton(capsys):
+    def skeleton(L, n_w, layers):
+        raise NotImplementedError("写好再运行")
+
+    assert_skeleton(check_receptive_field, skeleton, capsys)

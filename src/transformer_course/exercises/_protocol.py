@@ -221,6 +221,11 @@ def _user_frame(err: BaseException) -> tuple[str, str]:
 # know what a line such as ``K.T`` means).
 CRASH_CAUSES = [
     (
+        r"not implemented for 'Bool'",
+        "torch 的矩阵乘法（@、matmul、mm）不支持布尔张量：先转成整数或浮点"
+        "（如 .int()、.float()），乘完再用 > 0 变回布尔。",
+    ),
+    (
         r"view size is not compatible",
         "transpose（或 permute）之后张量在内存里不再连续（contiguous），"
         ".view 只能用于连续的张量：改用 .reshape(...)，"
@@ -295,6 +300,13 @@ def _crash_message(
     )
 
 
+def _is_skeleton(err: NotImplementedError) -> bool:
+    """The learner's own ``raise NotImplementedError`` (a skeleton), not one from torch
+    (``bool @ bool``: "... not implemented for 'Bool'") inside code already written."""
+    _, line = _user_frame(err)
+    return not err.args or line.startswith("raise NotImplementedError")
+
+
 def copies(args: tuple) -> tuple:
     """Clones of the tensors in ``args``; a tensor passed twice gives one clone, passed
     twice (``f(x, x, x)`` stays self-attention, so an in-place edit of Q shows in K)."""
@@ -324,8 +336,10 @@ def run_learner(
         args = copies(args)
     try:
         out = fn(*args, **kwargs)
-    except NotImplementedError:
-        raise Skeleton(what, "抛出了 NotImplementedError") from None
+    except NotImplementedError as err:
+        if _is_skeleton(err):
+            raise Skeleton(what, "抛出了 NotImplementedError") from None
+        raise ExerciseError(_crash_message(err, what, case, causes)) from None
     except (ExerciseError, Skeleton):
         raise
     except Exception as err:  # the learner's bug: say where and on what

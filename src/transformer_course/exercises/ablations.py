@@ -87,14 +87,14 @@ ABLATION_HINTS = [
     ),
     (
         "阈值少了 1 +：loss_1 > margin * loss_0 只要求第二个方案的损失超过第一个的 "
-        "margin 倍（margin = 0.2 时是 20%，几乎总成立）。「高出 margin 以上」是 "
+        "margin 倍（margin 小于 1 时几乎总成立）。「高出 margin 以上」是 "
         "loss_1 > (1 + margin) * loss_0。",
         "no_one",
     ),
     (
         "margin 是相对第一个方案（arms[0]）的损失：要求 "
         "loss_1 > (1 + margin) * loss_0，即 (loss_1 − loss_0) / loss_0 > margin。"
-        "你把差值除以了第二个方案的损失，阈值就变严了：margin = 0.2 时要求的损失比"
+        "你把差值除以了第二个方案的损失，阈值就变严了：例如 margin = 0.2 时要求的损失比"
         "成了 1/(1 − 0.2) = 1.25，而不是 1.2。",
         "of_worse",
     ),

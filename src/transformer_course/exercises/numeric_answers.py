@@ -84,10 +84,13 @@ def refuse_wrong_answer(
     hint: str = "",
     mistakes: Sequence[tuple[object, str]] = (),
     rel_tol: float = 1e-3,
+    near: str = "",
 ) -> None:
     """The grading of :func:`check_answer` without its verdict line: raise
     :class:`ExerciseError` for a wrong ``answer`` (not None), return for a right one.
-    A ``@checker`` body grades a value it computed from the learner's code with it."""
+    A ``@checker`` body grades a value it computed from the learner's code with it;
+    ``near`` then replaces the "很接近" advice (written for a typed answer) with one
+    about code."""
     __tracebackhide__ = True
     try:
         got = torch.as_tensor(answer, dtype=_F64)
@@ -104,7 +107,7 @@ def refuse_wrong_answer(
         raise ExerciseError(
             f"{what}：答案的形状是 {tuple(got.shape)}，应该是 {tuple(want.shape)}"
         )
-    why = _why_wrong(got, want, rel_tol, mistakes)
+    why = _why_wrong(got, want, rel_tol, mistakes, near)
     raise ExerciseError(
         f"{what}：你的答案 {shown} 不对（相对容差 {rel_tol:g}）。" + (why or hint)
     )
@@ -144,6 +147,7 @@ def _why_wrong(
     want: torch.Tensor,
     rel_tol: float,
     mistakes: Sequence[tuple[object, str]],
+    near_hint: str = "",
 ) -> str | None:
     """The hint for a wrong answer of the right shape, or None (the general hint)."""
     why = next((why for wrong, why in mistakes if _close(got, wrong, rel_tol)), None)
@@ -156,9 +160,9 @@ def _why_wrong(
         why = next((why for wrong, why in mistakes if _rounds_to(got, wrong, 2)), None)
     near = max(10 * rel_tol, 0.01)  # "很接近": printed as a percentage, 2 digits
     if why is None and torch.allclose(got, want, rtol=near, atol=1e-6):
-        why = (
-            f"很接近：与正确值相差不到 {near * 100:.2g}%，推导多半对了，"
-            "是算术或舍入出了错。直接填算式，让 Python 去算。"
+        why = f"很接近：与正确值相差不到 {near * 100:.2g}%，" + (
+            near_hint
+            or "推导多半对了，是算术或舍入出了错。直接填算式，让 Python 去算。"
         )
     return why
 
