@@ -1308,6 +1308,17 @@ def _streaming_masked_by(Q, blocks, apply_mask):
     return o / ell
 
 
+def streaming_c_starts_at_zero(Q, blocks):  # learner test 63, 4.5: no NaN, but underflow
+    c = torch.zeros(Q.shape[:-1] + (1,))
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        fix, p = torch.exp(c - c_new), torch.exp(s - c_new)
+        ell, o, c = ell * fix + p.sum(-1, keepdim=True), o * fix + p @ V, c_new
+    return o / ell
+
+
 def streaming_mask_multiplied(Q, blocks):  # learner test 21b, 4.5: s · mask, not −∞
     return _streaming_masked_by(Q, blocks, lambda s, mask: s * mask)
 
@@ -1421,6 +1432,8 @@ STREAMING_REJECTS = [
                  id="normalized_o"),
     pytest.param(ex.check_streaming_attention, streaming_block_softmax_mean, "各块 softmax 的分母不同",
                  id="block_softmax_mean"),
+    pytest.param(ex.check_streaming_attention, streaming_c_starts_at_zero, "c 的初值要是 −∞",
+                 id="c_starts_at_zero"),
 ]  # fmt: skip
 
 

@@ -87,6 +87,13 @@ def replace_last(ffn, k_new, v_new, tau):  # learner test 25b
     return new
 
 
+def value_as_a_row(ffn, k_new, v_new, tau):  # learner test 63: v_new under W₂ as a row
+    grown = tc.FeedForward(E, N_MEM + 1, "relu", bias=False)
+    with torch.no_grad():
+        grown.w2.weight.copy_(torch.cat([ffn.w2.weight, v_new / (1 - tau)], 0))
+    return grown
+
+
 def shifted_threshold(ffn, k_new, v_new, tau):
     return add_memory(tau_used=-tau)(ffn, k_new, v_new, tau)
 
@@ -100,6 +107,7 @@ def shifted_threshold(ffn, k_new, v_new, tau):
         (gelu_activation, "激活函数是 gelu"),
         (replace_last, "要新加一个神经元"),
         (shifted_threshold, "旧记忆取回的值变了"),
+        (value_as_a_row, "新列 v_new.T / (1 − τ) 的形状是 (E, 1)"),
     ],
 )
 def test_each_mistake_gets_its_hint(memories, answer, keyword):

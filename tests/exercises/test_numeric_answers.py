@@ -65,6 +65,7 @@ WRONG = [
     ("rope_base_period", (7 / (2 * math.pi)) ** 4, "要么用了 D = 8"),  # learner test 22b
     ("rope_base_period", (7 / (2 * math.pi)) ** 16, "指数用错了"),
     ("rope_base_period", 7.0**8, "漏了 2π"),
+    ("rope_base_period", (7 / math.pi) ** 8, "用了 π 而不是 2π"),  # learner test 63
     ("rope_base_period", (2 * math.pi / 7) ** 8, "解反了"),
     ("rope_base_period", 5.0, "令它等于 7 解出 b"),
     ("rope_base_period", 7 / (2 * math.pi), "还要把两边取 8 次方"),  # learner test 25b

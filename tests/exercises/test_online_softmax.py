@@ -23,7 +23,7 @@ def merged(mistake=None):
     """The page's function (exercise 4.4) with its bug fixed, or with one mistake."""
 
     def fn(q, k, v, block=4):
-        lse = torch.full(q.shape[:-1] + (1,), -math.inf)
+        lse = torch.full(q.shape[:-1] + (1,), 0.0 if mistake == "lse_zero" else -math.inf)
         o = torch.zeros(q.shape[:-1] + (v.size(-1),))
         end = k.size(-2) - block + 1 if mistake == "partial_dropped" else k.size(-2)
         for start in range(0, end, block):
@@ -96,6 +96,7 @@ MISTAKES = [
     # learner test 59: range(0, S - block + 1, block) was told "校正了两次"
     ("partial_dropped", "不满的块被丢掉了"),
     ("new_block_unweighted", "值全为 1 时输出大于 1"),  # the general hint by symptom
+    ("lse_zero", "lse 的初值是 0"),  # learner test 63: was "问题在合并上"
 ]
 
 

@@ -290,6 +290,10 @@ _NONFINITE_HINTS = {
     "row_scales": "每一行要减去它自己的最大值：c 的形状是 (…, L, 1)，按行取 "
     "amax(-1, keepdim=True)。用整块（或全部查询）共同的最大值时，分数远低于它的那一行 "
     "exp(s − c) 全部下溢成 0，ℓ = 0，结果是 0/0 = NaN。",
+    # learner test 63: c started at 0 rather than −∞ dodges the NaN of masked blocks
+    "low_row": "第 1 行的分数全都远低于 0（−100 以下）：c 的初值要是 −∞，不能是 0。"
+    "c 从 0 开始时 c_新 = max(0, 本块最大值) = 0，这一行的 exp(s − 0) 全部下溢成 0，"
+    "ℓ = 0，最后 0/0 = NaN。整块被屏蔽的行照旧用 c_safe 处理。",
     "loud_masked": "被屏蔽的键分数比可见的键高 100 以上，在 exp 之后才乘掩码就会出 "
     "NaN。若最大值 c 把被屏蔽的键也算进去，可见键的 exp(s − c) 全部下溢成 0，ℓ = 0，"
     "结果是 0/0 = NaN；若 c 只取可见的键，被屏蔽键的 exp(s − c) 上溢成 inf，"
@@ -307,7 +311,7 @@ def _streaming_mask(
     elif kind == "left_pad":  # the second sequence's first 40 keys are padding
         mask = torch.ones(batch[0], 1, S, dtype=torch.bool)
         mask[1, :, :40] = False
-    elif kind in ("none", "row_scales"):
+    elif kind in ("none", "row_scales", "low_row"):
         mask = torch.ones(L, S, dtype=torch.bool)
     elif kind == "loud_masked":  # a third of the keys masked, the same for every row
         mask = torch.rand(1, S, generator=g) < 0.7
@@ -390,6 +394,8 @@ def check_streaming_attention(fn) -> str:
          (2,), 3, 4, 4, 256, 4, "loud_masked", 1.0),
         ("各行分数的尺度相差悬殊（第 1 行的查询放大 60 倍，第 2 行缩小到 0.1）",
          (2,), 2, 8, 4, 64, 8, "row_scales", 1.0),
+        ("第 1 行的分数全都远低于 0（−100 以下），其余行正常",
+         (2,), 3, 4, 4, 64, 8, "low_row", 1.0),
     ]  # fmt: skip
     peak = 0
     for i, (case, batch, L, D, Dv, S, b, kind, scale) in enumerate(cases):
@@ -404,6 +410,9 @@ def check_streaming_attention(fn) -> str:
             k[..., ~mask[0], :] = 100.0
         if kind == "row_scales":  # one row's scores hundreds above the other's
             q, k = q * torch.tensor([[60.0], [0.1]]), k * 10
+        if kind == "low_row":  # k > 1 and row 0 of q < −60: its scores ≤ −60·D/√D
+            k = k.abs() + 1
+            q[..., 0, :] = -60 * (q[..., 0, :].abs() + 1)
         lead = math.prod(batch)
         # one block plus O(L·D) state, with room to spare; anything that grows with S
         # (a concatenation, the full score matrix, a list of all the blocks) is larger

@@ -155,6 +155,17 @@ def _page_hint(grown: object, n_mem: int, old_ok: bool) -> str:
     )
 
 
+# learner test 63: v_new (1, E) put under W₂ as a row
+_ADD_MEMORY_CRASHES = [
+    (
+        r"Sizes of tensors must match except in dimension",
+        "拼接的形状对不上。W₁ 的权重是 (d_ff, E)，新行 [k_new, −τ] 的形状是 (1, E)，"
+        "沿 dim=0 接在下面；W₂ 的权重是 (E, d_ff)，记忆 v_i 是它的列，新列 "
+        "v_new.T / (1 − τ) 的形状是 (E, 1)，沿 dim=1 接在右边。",
+    ),
+]
+
+
 @checker("再写一条记忆", validate=_check_context)
 def check_add_memory(
     fn,
@@ -173,7 +184,15 @@ def check_add_memory(
     name = name_of(fn)
     given = copy.deepcopy(ffn)  # 改了副本，页面的 ffn 也不受影响
     grown = run_learner(
-        fn, given, k_new, v_new, tau, what=name, first=True, copy_inputs=False
+        fn,
+        given,
+        k_new,
+        v_new,
+        tau,
+        what=name,
+        first=True,
+        copy_inputs=False,
+        causes=_ADD_MEMORY_CRASHES,
     )
     before, after = ffn.state_dict(), given.state_dict()
     if before.keys() != after.keys() or not all(

@@ -523,6 +523,10 @@ def _rope_base_period() -> _Grading:
                 1 / _base_for_period(farthest),
                 "解反了：周期随 b 增大而变长，b = (7/2π)^8。",
             ),
+            (  # learner test 63
+                (farthest / math.pi) ** (_HEAD_DIM / 2),
+                "用了 π 而不是 2π：π/θ₁ 是转半圈的距离；转满一整圈是 2π/θ₁ = 7。",
+            ),
             (
                 _base_for_period(farthest, dim=2),
                 "这是 b^{1/8}：令 2π·b^{1/8} = 7 之后还要把两边取 8 次方，"

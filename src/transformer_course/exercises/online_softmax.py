@@ -45,10 +45,11 @@ def _merged_variant(
     renormalised: bool = False,
     scaled: bool = True,
     drop_partial: bool = False,
+    lse_start: float = -math.inf,
 ) -> Tensor:
     """The merging online softmax, possibly with one typical mistake: to name the
     learner's."""
-    lse = torch.full(q.shape[:-1] + (1,), -math.inf)
+    lse = torch.full(q.shape[:-1] + (1,), lse_start)
     o = torch.zeros(q.shape[:-1] + (v.size(-1),))
     end = k.size(-2) - block + 1 if drop_partial else k.size(-2)
     for start in range(0, end, block):
@@ -76,6 +77,7 @@ _VARIANTS = {
     "swapped": dict(swapped=True),
     "unscaled": dict(scaled=False),
     "partial_block_dropped": dict(drop_partial=True),
+    "lse_starts_at_zero": dict(lse_start=0.0),
 }
 
 _LOGADDEXP = "lse_new = torch.logaddexp(lse, lse_j)"
@@ -116,6 +118,12 @@ _MISTAKES = [
         "最后一个不满的块被丢掉了：键的个数不是块大小的倍数时，最后一块较短，"
         "循环要写 range(0, S, block)。",
         "partial_block_dropped",
+    ),
+    (  # learner test 63, 4.4
+        "lse 的初值是 0，应是 −∞：还没有见过任何键时 Σ e^s = 0，ln 0 = −∞。"
+        "从 0 开始，等于多了一个分数为 0、值为零向量的假键，它分走了一份权重，"
+        "输出被整体拉向 0。",
+        "lse_starts_at_zero",
     ),
 ]
 
