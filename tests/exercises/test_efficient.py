@@ -99,6 +99,32 @@ def gqa_einsum(q, k, v, mask):
     return torch.einsum("nhgls,nhsd->nhgld", s.softmax(-1), v).flatten(1, 2)
 
 
+def gqa_einsum_unsqueezed(q, k, v, mask):  # right: a size-1 group dim, broadcast, no copy
+    N, H, L, D = q.shape
+    Hkv = k.size(1)
+    qg = q.unflatten(1, (Hkv, H // Hkv))
+    s = torch.einsum("nhgld,nhgsd->nhgls", qg, k[:, :, None]) / math.sqrt(D)
+    s = s.masked_fill(~mask, -math.inf)
+    return torch.einsum("nhgls,nhgsd->nhgld", s.softmax(-1), v[:, :, None]).flatten(1, 2)
+
+
+def gqa_einsum_expanded(only_v):  # learner test 64: einsum copies expanded k, v internally
+    def fn(q, k, v, mask):
+        N, H, L, D = q.shape
+        Hkv, S = k.size(1), k.size(2)
+        G = H // Hkv
+        qg = q.view(N, Hkv, G, L, D)
+        vv = v[:, :, None].expand(N, Hkv, G, S, D)
+        if only_v:
+            s = torch.einsum("nhgld,nhsd->nhgls", qg, k)
+        else:
+            s = torch.einsum("nhgld,nhgsd->nhgls", qg, k[:, :, None].expand(N, Hkv, G, S, D))
+        s = (s / math.sqrt(D)).masked_fill(~mask, -math.inf)
+        return torch.einsum("nhgls,nhgsd->nhgld", s.softmax(-1), vv).reshape(N, H, L, D)
+
+    return fn
+
+
 def gqa_repeat_interleave(q, k, v, mask):
     G = q.size(1) // k.size(1)
     k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
@@ -288,7 +314,15 @@ def gqa_skeleton(q, k, v, mask):
 
 @pytest.mark.parametrize(
     "fn",
-    [gqa_merged_rows, gqa_mask_tiled, gqa_einsum, gqa_loop_views, gqa_fold_then_sdpa, gqa_permuted_both_ways],
+    [
+        gqa_merged_rows,
+        gqa_mask_tiled,
+        gqa_einsum,
+        gqa_einsum_unsqueezed,
+        gqa_loop_views,
+        gqa_fold_then_sdpa,
+        gqa_permuted_both_ways,
+    ],
 )
 def test_grouped_attention_accepts(fn, capsys):
     assert_passes(ex.check_grouped_attention, fn, capsys)
@@ -303,6 +337,8 @@ def test_grouped_attention_skeleton(capsys):
     [
         (gqa_repeat_interleave, "repeat_interleave"),
         (gqa_expand_reshape, "复制成了 H 份"),
+        (gqa_einsum_expanded(only_v=False), "einsum（其中 clone 得到形状"),  # learner test 64
+        (gqa_einsum_expanded(only_v=True), "einsum（其中 clone 得到形状"),
         (gqa_modulo, "h % H_kv"),
         (gqa_modulo, "直接 reshape 为 (N, H_kv, G·L, D)"),  # learner test 24b
         (gqa_unscaled, "√D"),

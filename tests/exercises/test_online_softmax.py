@@ -23,6 +23,13 @@ def merged(mistake=None):
     """The page's function (exercise 4.4) with its bug fixed, or with one mistake."""
 
     def fn(q, k, v, block=4):
+        if mistake == "equal_weights":  # learner test 64: the blocks averaged alike
+            scale = math.sqrt(q.size(-1))
+            parts = [
+                torch.softmax(q @ k[..., i : i + block, :].mT / scale, -1) @ v[..., i : i + block, :]
+                for i in range(0, k.size(-2), block)
+            ]
+            return sum(parts) / len(parts)
         lse = torch.full(q.shape[:-1] + (1,), 0.0 if mistake == "lse_zero" else -math.inf)
         o = torch.zeros(q.shape[:-1] + (v.size(-1),))
         end = k.size(-2) - block + 1 if mistake == "partial_dropped" else k.size(-2)
@@ -45,10 +52,12 @@ def merged(mistake=None):
                 w_old, w_new = w_new, w_old
             if mistake == "new_block_unweighted":
                 w_new = 1
+            if mistake == "old_unweighted":  # learner test 64: the factor left out
+                w_old = 1
             o = w_old * o + w_new * o_j
             if mistake == "renormalised":  # hides the page's bug for one merge
                 o = o / (w_old + w_new)
-            lse = lse_new
+            lse = lse_j if mistake == "lse_not_kept" else lse_new
         return o
 
     return fn
@@ -90,13 +99,16 @@ MISTAKES = [
     ("renormalised", "但 lse 仍是两者的最大值"),
     ("added", "对数相加是两个和相乘"),
     ("exp_then_log", "只有分数上百的那一组不对"),  # the general hint by symptom
-    ("updated_first", "用更新之后的 lse 算的"),
+    ("updated_first", "先更新了 lse"),
     ("swapped", "两部分的权重互换了"),
     ("unscaled", "分数没有除以 √D"),  # learner test 25b: was "缩放与最后的 o / ℓ"
     # learner test 59: range(0, S - block + 1, block) was told "校正了两次"
     ("partial_dropped", "不满的块被丢掉了"),
     ("new_block_unweighted", "值全为 1 时输出大于 1"),  # the general hint by symptom
     ("lse_zero", "lse 的初值是 0"),  # learner test 63: was "问题在合并上"
+    ("lse_not_kept", "lse 没有累积"),  # learner test 64: was "问题在合并上"
+    ("equal_weights", "等权平均"),  # learner test 64
+    ("old_unweighted", "漏乘了这个因子"),  # learner test 64: was told "lse updated first"
 ]
 
 

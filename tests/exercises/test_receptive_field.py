@@ -110,6 +110,10 @@ def narrow_window(L, n_w, layers):
     return stacked()(L, n_w - 1, layers)
 
 
+def wide_window(L, n_w, layers):  # learner test 64: window=n_w + 2
+    return stacked()(L, n_w + 1, layers)
+
+
 def unclipped(L, n_w, layers):
     band = torch.ones(L, L)  # no mask product clips at L: reads as the formula unclipped
     _ = band @ band
@@ -138,6 +142,7 @@ def one_short(L, n_w, layers):  # min(ℓ n_w, L): the position itself left out
         (path_counts, "没有取 > 0"),
         (transposed, "不要转置"),
         (narrow_window, "窗口小了 1"),
+        (wide_window, "窗口大了 1"),
         (unclipped, "超过了序列长度"),
         (one_short, "每个位置也看它自己"),
         (stacked(lambda n: n - 1, count="all"), "最后一行有几个 True"),  # the general hint

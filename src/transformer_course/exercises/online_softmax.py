@@ -46,9 +46,18 @@ def _merged_variant(
     scaled: bool = True,
     drop_partial: bool = False,
     lse_start: float = -math.inf,
+    lse_kept: bool = True,
+    equal_weights: bool = False,
 ) -> Tensor:
     """The merging online softmax, possibly with one typical mistake: to name the
     learner's."""
+    if equal_weights:  # each block's own attention, the blocks averaged alike
+        parts = [
+            torch.softmax(q @ k[..., i : i + block, :].mT / math.sqrt(q.size(-1)), -1)
+            @ v[..., i : i + block, :]
+            for i in range(0, k.size(-2), block)
+        ]
+        return sum(parts) / len(parts)
     lse = torch.full(q.shape[:-1] + (1,), lse_start)
     o = torch.zeros(q.shape[:-1] + (v.size(-1),))
     end = k.size(-2) - block + 1 if drop_partial else k.size(-2)
@@ -64,7 +73,7 @@ def _merged_variant(
             w_old, w_new = w_new, w_old
         o = w_old * o + w_new * o_j
         o = o / (w_old + w_new) if renormalised else o
-        lse = lse_new
+        lse = lse_new if lse_kept else lse_j
     return o
 
 
@@ -78,6 +87,8 @@ _VARIANTS = {
     "unscaled": dict(scaled=False),
     "partial_block_dropped": dict(drop_partial=True),
     "lse_starts_at_zero": dict(lse_start=0.0),
+    "lse_not_kept": dict(lse_kept=False),
+    "equal_weights": dict(equal_weights=True),
 }
 
 _LOGADDEXP = "lse_new = torch.logaddexp(lse, lse_j)"
@@ -103,9 +114,9 @@ _MISTAKES = [
         "add",
     ),
     (
-        "两部分的权重是用更新之后的 lse 算的：前面各块的权重 exp(lse − lse_new) "
-        "要用合并之前的 lse，更新之后它恒为 1。先算两个权重、合并 o，"
-        "再 lse = lse_new。",
+        "前面各块的 o 的权重成了 1：它应是 exp(lse − lse_new)，用合并之前的 lse。"
+        "要么是漏乘了这个因子，要么是先更新了 lse 再算它（更新之后它恒为 1）。"
+        "先算两个权重、合并 o，再 lse = lse_new。",
         "weights_after_update",
     ),
     (
@@ -124,6 +135,16 @@ _MISTAKES = [
         "从 0 开始，等于多了一个分数为 0、值为零向量的假键，它分走了一份权重，"
         "输出被整体拉向 0。",
         "lse_starts_at_zero",
+    ),
+    (  # learner test 64
+        "lse 没有累积：合并之后写成了 lse = lse_j，只记住了最后一块。lse 是目前"
+        "见过的所有键的 ln Σ e^s，合并之后要 lse = lse_new。",
+        "lse_not_kept",
+    ),
+    (  # learner test 64
+        "把各块的输出等权平均了：各块的 Σ e^s 不同，权重要按它们在总和里的份额，"
+        "即 exp(lse − lse_new) 与 exp(lse_j − lse_new)。",
+        "equal_weights",
     ),
 ]
 

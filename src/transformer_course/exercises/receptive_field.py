@@ -143,6 +143,11 @@ def _mistakes() -> list[tuple[list, str]]:
             [min(layers * (n_w - 1) + 1, L) for L, n_w, layers in c],
             "窗口小了 1：自己和前 n_w 个位置是 tc.causal_mask(L, window=n_w + 1)。",
         ),
+        (  # learner test 64
+            [min(layers * (n_w + 1) + 1, L) for L, n_w, layers in c],
+            "窗口大了 1：自己和前 n_w 个位置共 n_w + 1 个，是 "
+            "tc.causal_mask(L, window=n_w + 1)，不是 window=n_w + 2。",
+        ),
         (
             [min(n_w + 1, L) for L, n_w, layers in c],
             "只算了一层：掩码的布尔乘积要做 layers 次，而且是矩阵乘 band @ reach。"
