@@ -73,6 +73,8 @@ def test_skeleton(pair, capsys):
         (lambda m, x: attention(m, x).triu(1).sum(-1)[..., :-1].mean(dim=(0, 2)), "所有后面的键"),
         (lambda m, x: diagonal(m, x, 1)[0].mean(-1), "只用了第一个样本"),
         (lambda m, x: diagonal(m, x, -1).mean(dim=(0, 2)), "键 i−1（前一个位置）"),
+        # learner test 65: the map transposed, then offset 1, was told "offset 应为 +1"
+        (lambda m, x: attention(m, x).mT.diagonal(1, -2, -1).mean(dim=(0, 2)), "权重矩阵被转置了"),
         # learner test 36b: only query 0 averaged
         (lambda m, x: diagonal(m, x, 1)[..., 0].mean(0), "只用了查询 0"),
         # learner test 24b: a list or an ndarray was a raw TypeError from torch.stack

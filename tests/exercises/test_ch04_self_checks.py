@@ -133,7 +133,7 @@ def weight_on_next(model, x):
 
 
 def receptive_field(L, n_w, layers):
-    band = tc.causal_mask(L, window=n_w + 1).long()
+    band = tc.causal_mask(L, window=n_w + 1).double()  # int64 counts overflow at (40, 3, 40)
     return torch.linalg.matrix_power(band, layers)[-1].count_nonzero().item()
 
 

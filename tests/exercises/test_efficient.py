@@ -448,6 +448,14 @@ def sparsemax_no_clamp(z):
     return z - sparsemax_tau(z)
 
 
+def sparsemax_tau_plus_one(z):  # learner test 65: + 1 where − 1 belongs
+    zs = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
+    cs = zs.cumsum(-1)
+    support = (1 + k * zs > cs).sum(-1, keepdim=True)
+    return torch.clamp(z - (cs.gather(-1, support - 1) + 1) / support, min=0)
+
+
 def sparsemax_k_from_zero(z):
     zs, _ = torch.sort(z, dim=-1, descending=True)
     k = torch.arange(1, z.size(-1) + 1, dtype=z.dtype)
@@ -647,6 +655,7 @@ def test_sparsemax_skeleton(capsys):
 
 SPARSEMAX_REJECTS = [
     (sparsemax_no_clamp, "截断"),
+    (sparsemax_tau_plus_one, "τ 里写成了 + 1"),
     (sparsemax_k_from_zero, "k 从 1 数起"),
     (sparsemax_ranks_from_zero, "名次 k 从 0 数起了"),
     (sparsemax_at_least_without_one, "支撑集的判据少了 1，> 又换成了 ≥"),
@@ -1355,6 +1364,19 @@ def streaming_c_starts_at_zero(Q, blocks):  # learner test 63, 4.5: no NaN, but 
     return o / ell
 
 
+def streaming_mask_in_ell_only(Q, blocks):  # learner test 65: o from the unmasked scores
+    c = torch.full(Q.shape[:-1] + (1,), -math.inf)
+    ell, o = torch.zeros_like(c), 0
+    for K, V, mask in blocks:
+        raw = Q @ K.mT / math.sqrt(Q.size(-1))
+        s = raw.masked_fill(~mask, -math.inf)
+        c_new = torch.maximum(c, s.amax(-1, keepdim=True))
+        safe = torch.where(torch.isinf(c_new), torch.zeros_like(c_new), c_new)
+        fix = torch.exp(c - safe)
+        ell, o, c = ell * fix + torch.exp(s - safe).sum(-1, keepdim=True), o * fix + torch.exp(raw - safe) @ V, c_new
+    return o / ell
+
+
 def streaming_mask_multiplied(Q, blocks):  # learner test 21b, 4.5: s · mask, not −∞
     return _streaming_masked_by(Q, blocks, lambda s, mask: s * mask)
 
@@ -1470,6 +1492,8 @@ STREAMING_REJECTS = [
                  id="block_softmax_mean"),
     pytest.param(ex.check_streaming_attention, streaming_c_starts_at_zero, "c 的初值要是 −∞",
                  id="c_starts_at_zero"),
+    pytest.param(ex.check_streaming_attention, streaming_mask_in_ell_only, "掩码只用在了分母 ℓ 上",
+                 id="mask_in_ell_only"),
 ]  # fmt: skip
 
 

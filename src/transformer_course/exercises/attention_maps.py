@@ -90,7 +90,9 @@ def check_weight_on_next(
         mistakes=[
             (
                 torch.stack([d.mean(dim=(0, 2)) for d in diag]),
-                "这是键 i−1（前一个位置）上的权重：diagonal 的 offset 应为 +1。",
+                "这是键 i−1（前一个位置）上的权重：diagonal 的 offset 应为 +1。"
+                "若你用的已是 offset=1，就是权重矩阵被转置了（如 .mT、.T 或 dim1、"
+                "dim2 对调）：行是查询、列是键，不要转置。",
             ),
             (
                 torch.stack(

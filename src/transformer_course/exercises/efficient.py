@@ -151,8 +151,8 @@ def _streaming_variant(
     o = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype)
     first = b if mistake == "first_block_dropped" else 0
     for start in range(first, k.size(-2), b):
-        s = (q @ k[..., start : start + b, :].mT) * scale
-        s = _mask_scores(s, mask[..., start : start + b], mistake)
+        raw = (q @ k[..., start : start + b, :].mT) * scale
+        s = _mask_scores(raw, mask[..., start : start + b], mistake)
         if mistake == "skipped_block" and torch.isinf(s.amax(-1)).any():
             continue
         block_max = s.amax(-1, keepdim=True)
@@ -167,6 +167,8 @@ def _streaming_variant(
         ell_fix = torch.ones_like(fix) if mistake == "ell_not_rescaled" else fix
         ell = ell * ell_fix + p.sum(-1, keepdim=True)
         o_fix = torch.ones_like(fix) if mistake == "o_not_rescaled" else fix
+        if mistake == "o_unmasked":  # ℓ from the masked scores, o from the raw ones
+            p = torch.exp(raw - c_safe)
         o = o * o_fix + p @ v[..., start : start + b, :]
         if mistake == "o_normalized_without_ell":  # o / ℓ, the old ℓ never put back
             o = o / ell
@@ -218,6 +220,11 @@ _STREAMING_MISTAKES = [
     (
         "最后没有除以 ℓ：o 只是按 exp(s − c) 加权的和，输出是 o / ℓ。",
         "not_normalized",
+    ),
+    (  # learner test 65
+        "掩码只用在了分母 ℓ 上：o 的 exp 用的还是没屏蔽的分数，"
+        "被屏蔽的键仍把值加进了 o。ℓ 和 o 要用同一个 p = exp(s_屏蔽后 − c_新)。",
+        "o_unmasked",
     ),
     (
         "c 没有更新：每块处理完要 c = c_新。c 一直是 −∞ 时，校正因子 exp(c − c_新) "
@@ -879,6 +886,8 @@ def _sparsemax_tau(cs: Tensor, k: Tensor, mistake: str) -> Tensor:
         return (cs.gather(-1, k.clamp(max=n - 1)) - 1) / k
     if mistake == "no_minus_one":
         return cs.gather(-1, k - 1) / k
+    if mistake == "plus_one":  # learner test 65: + 1 where − 1 belongs
+        return (cs.gather(-1, k - 1) + 1) / k
     if mistake == "no_parentheses":  # cs[k - 1] / k - 1: divided first, then 1 taken
         return cs.gather(-1, k - 1) / k - 1
     if mistake == "tau_over_n":  # the right sum, divided by the length n
@@ -946,6 +955,11 @@ _SPARSEMAX_MISTAKES = [
         "sum_shifted",
     ),
     ("τ 少了 −1：τ = (前 k 大之和 − 1) / k。", "no_minus_one"),
+    (
+        "τ 里写成了 + 1：τ = (前 k 大之和 − 1) / k。+ 1 让 τ 大了 2/k，"
+        "支撑集上 z − τ 的和成了 −1，截断之后输出多半是 0，和不再是 1。",
+        "plus_one",
+    ),
     (
         "τ 那一行少了括号：cs.gather(-1, k - 1) / k - 1 是先除以 k 再减 1，"
         "应是 (前 k 大之和 − 1) / k，即 (cs.gather(-1, k - 1) - 1) / k。",

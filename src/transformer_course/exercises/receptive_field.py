@@ -15,8 +15,9 @@ from .numeric_answers import refuse_wrong_answer
 
 __all__ = ["check_receptive_field"]
 
-# (L, n_w, layers): in the last two, path counts kept in uint8, int8 or float16 and
-# thresholded only at the end wrap around (or become inf) into wrong answers
+# (L, n_w, layers): path counts thresholded only at the end wrap around (or become
+# inf) into wrong answers: in uint8, int8 or float16 on (12, 2, 9) and (38, 3, 12), in
+# int64 on (40, 3, 40), in float32 on (64, 2, 130) (learner test 65)
 _CASES = [
     (40, 3, 1),
     (40, 3, 5),
@@ -25,6 +26,8 @@ _CASES = [
     (12, 1, 20),
     (12, 2, 9),
     (38, 3, 12),
+    (40, 3, 40),
+    (64, 2, 130),
 ]
 
 
@@ -57,18 +60,29 @@ def _multiplies_masks(L: int, func, args: tuple, out: object) -> bool:
 
 
 # dtypes in which a product's path counts can overflow on these cases
-_NARROW = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.float16)
+_NARROW = (
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+)
 
 
 def _overflowed(func, args: tuple, out: object) -> bool:
-    """Whether a product in a narrow dtype overflowed: its result differs from the same
-    product in float64 (an integer count wrapped around; a float16 one became inf)."""
+    """Whether a product in a narrow dtype overflowed: the same product in float64
+    leaves the integer dtype's range (a count wrapped around), or is finite where the
+    float16, bfloat16 or float32 one became inf."""
     if func not in _PRODUCTS or not isinstance(out, Tensor) or out.dtype not in _NARROW:
         return False
     wide = func(*[_in_float64(a) for a in args])
     if out.is_floating_point():
         return bool((~out.isfinite() & wide.isfinite()).any())
-    return not torch.equal(out.to(torch.float64), wide)
+    info = torch.iinfo(out.dtype)
+    return bool(((wide > info.max) | (wide < info.min)).any())
 
 
 def _in_float64(a: object) -> object:
@@ -94,7 +108,7 @@ def _overflow(dtype: torch.dtype) -> str:
 
 _OVERFLOW_FIX = (
     "不取 > 0 时 band @ reach 的元素是路径的条数，层数一多就超出这个范围。"
-    "每乘一次就取 > 0（元素最多是 L），或者用 int64 / float64 计数。"
+    "每乘一次就取 > 0，元素最多是 L，用哪种 dtype 都不会溢出。"
 )
 
 
