@@ -59,6 +59,9 @@ def mutant(**change):
         factor = 1.0 if change.get("no_margin") else 1 + margin
         if change.get("mean"):
             holds = sum(y) / len(y) > factor * sum(x) / len(x)
+        elif change.get("last"):  # learner test 66: holds overwritten in the loop
+            for p, q in zip(x, y, strict=True):
+                holds = q > factor * p
         else:
             holds = all(q > factor * p for p, q in zip(x, y, strict=True))
         if change.get("as_int"):
@@ -152,6 +155,7 @@ REJECTS = [
     pytest.param(ex.check_paired_ablation, mutant(offset=100), "同一组种子", id="unpaired"),
     pytest.param(ex.check_paired_ablation, mutant(sorted=True), "不要排序", id="sorted"),
     pytest.param(ex.check_paired_ablation, mutant(mean=True), "逐个种子", id="mean"),
+    pytest.param(ex.check_paired_ablation, mutant(last=True), "只剩最后一个种子", id="last"),
     pytest.param(ex.check_paired_ablation, mutant(no_margin=True), "相对", id="margin"),
     pytest.param(ex.check_paired_ablation, mutant(swap=True), "方向", id="direction"),
     pytest.param(ex.check_paired_ablation, mutant(as_int=True), "True 或 False", id="bool"),

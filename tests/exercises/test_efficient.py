@@ -1357,6 +1357,16 @@ def streaming_c_starts_at_zero(Q, blocks):  # learner test 63, 4.5: no NaN, but 
     return _streaming_masked_by(Q, blocks, lambda s, mask: s.masked_fill(~mask, -math.inf), c0=0.0)
 
 
+def streaming_own_block_max(Q, blocks):  # learner test 66: each block's own max, summed
+    ell, o = 0, 0
+    for K, V, mask in blocks:
+        s = (Q @ K.mT / math.sqrt(Q.size(-1))).masked_fill(~mask, -math.inf)
+        m = s.amax(-1, keepdim=True)
+        p = torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+        ell, o = ell + p.sum(-1, keepdim=True), o + p @ V
+    return o / ell
+
+
 def streaming_mask_in_ell_only(Q, blocks):  # learner test 65: o from the unmasked scores
     c = torch.full(Q.shape[:-1] + (1,), -math.inf)
     ell, o = torch.zeros_like(c), 0
@@ -1487,6 +1497,8 @@ STREAMING_REJECTS = [
                  id="c_starts_at_zero"),
     pytest.param(ex.check_streaming_attention, streaming_mask_in_ell_only, "掩码只用在了分母 ℓ 上",
                  id="mask_in_ell_only"),
+    pytest.param(ex.check_streaming_attention, streaming_own_block_max, "每块各用自己的最大值",
+                 id="own_block_max"),
 ]  # fmt: skip
 
 

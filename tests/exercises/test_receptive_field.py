@@ -1,6 +1,7 @@
 """check_receptive_field (exercise 4.16): boolean products of the window mask, however
 written, pass; the closed formula and each counting slip get their hints."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,8 +74,56 @@ def counted_in(dtype, test="> 0"):  # path counts in dtype, thresholded only at 
 WIDE_ENOUGH = [counted_in(torch.float64)]
 
 
+def vector_and(L, n_w, layers):  # learner test 66: a reach vector, a broadcast product
+    band = tc.causal_mask(L, window=n_w + 1)
+    e = torch.zeros(L, dtype=torch.bool)
+    e[-1] = True
+    for _ in range(layers):
+        e = (e[:, None] & band).any(0)
+    return int(e.sum())
+
+
+def vector_mul(L, n_w, layers):  # learner test 66
+    band = tc.causal_mask(L, window=n_w + 1).float()
+    e = torch.zeros(L)
+    e[-1] = 1
+    for _ in range(layers):
+        e = ((e[:, None] * band).sum(0) > 0).float()
+    return int(e.sum())
+
+
+def by_mv(L, n_w, layers):  # learner test 66: torch.mv was not seen as a product
+    band = tc.causal_mask(L, window=n_w + 1).float()
+    e = torch.zeros(L)
+    e[-1] = 1
+    for _ in range(layers):
+        e = torch.mv(band.T, e).clamp(max=1)
+    return int(e.sum())
+
+
+def in_numpy(L, n_w, layers):  # learner test 66: numpy products are trusted
+    band = tc.causal_mask(L, window=n_w + 1).numpy().astype(int)
+    reach = np.eye(L, dtype=int)
+    for _ in range(layers):
+        reach = ((band @ reach) > 0).astype(int)
+    return int(reach[-1].sum())
+
+
 @pytest.mark.parametrize(
-    "right", [stacked(), vector, power, einsum_tensor, by_tensordot, boolean_product, *WIDE_ENOUGH]
+    "right",
+    [
+        stacked(),
+        vector,
+        power,
+        einsum_tensor,
+        by_tensordot,
+        boolean_product,
+        *WIDE_ENOUGH,
+        vector_and,
+        vector_mul,
+        by_mv,
+        in_numpy,
+    ],
 )
 def test_right_answers_pass(right, capsys):
     assert_passes(check_receptive_field, right, capsys)
@@ -175,6 +224,18 @@ def test_path_counts_that_overflow_are_named(dtype, test, keyword, capsys):
     assert "路径条数溢出了" in message and keyword in message, message
     assert "每乘一次就取 > 0" in message and "用哪种 dtype 都不会溢出" in message, message
     assert "✓" not in capsys.readouterr().out
+
+
+def test_a_count_that_became_nan_before_int_is_named_as_overflow(capsys):  # learner test 66
+    def nan_to_int(L, n_w, layers):
+        band = tc.causal_mask(L, window=n_w + 1).float()
+        reach = band
+        for _ in range(layers - 1):
+            reach = reach @ band
+        return int(reach[-1].sum()) and int((reach[-1] > 0).sum())
+
+    message = rejection(check_receptive_field, nan_to_int)
+    assert "路径条数溢出了" in message and "int() 转不了它" in message, message
 
 
 def test_the_wrapping_case_of_learner_test_61():

@@ -61,6 +61,11 @@ ABLATION_HINTS = [
         "holds 就是 False。",
         "mean",
     ),
+    (  # learner test 66
+        "holds 在循环里被每个种子覆盖了，最后只剩最后一个种子说了算：要每个种子都"
+        "成立，holds = all(...)，或者在循环里一旦不成立就设为 False 并停下。",
+        "last",
+    ),
     (
         "阈值是相对的：要求 loss_1 > (1 + margin) * loss_0，不只是 loss_1 > loss_0。",
         "margin",
@@ -170,13 +175,15 @@ def _verdict(loss0, loss1, margin, mistake=None) -> bool:
         return sum(loss1) / len(loss1) > (1 + margin) * sum(loss0) / len(loss0)
     test = _PAIR_TESTS.get(mistake, lambda a, b, m: b > (1 + m) * a)
     held = [test(a, b, margin) for a, b in zip(loss0, loss1, strict=True)]
+    if mistake == "last":  # holds overwritten in the loop: the last seed decides
+        return held[-1]
     return any(held) if mistake == "any" else all(held)
 
 
 # the wrong verdicts a learner's holds is compared with, over all the cases at once
 _VERDICT_MISTAKES = (
     "direction", "margin", "percent", "absolute", "ge", "mean", "any", "no_one",
-    "of_worse", "of_mean",
+    "of_worse", "of_mean", "last",
 )  # fmt: skip
 
 
@@ -204,6 +211,9 @@ _CASES = [
     # learner test 58: margin / 100 (a percentage) got the hint of a missing margin
     ("每个种子上只高出 0.1%，阈值 20%", ("A", "B"), [2, 3], 0.2,
      [1.0, 2.0], [1.001, 2.002]),
+    # learner test 66: holds overwritten in the loop agreed with "mean" on every case
+    ("只在最后一个种子上更差", ("A", "B"), [1, 2], 0.2,
+     [1.0, 1.0], [0.2, 1.5]),
 ]  # fmt: skip
 
 

@@ -156,12 +156,13 @@ def _streaming_variant(
         if mistake == "skipped_block" and torch.isinf(s.amax(-1)).any():
             continue
         block_max = s.amax(-1, keepdim=True)
-        c_new = block_max if mistake == "block_max" else torch.maximum(c, block_max)
+        own = mistake in ("block_max", "own_block_max")
+        c_new = block_max if own else torch.maximum(c, block_max)
         c_safe = torch.where(torch.isinf(c_new), torch.zeros_like(c_new), c_new)
         fix = torch.exp(c - c_safe)
         if mistake == "fix_inverted":  # exp(c_new − c_old), the first block guarded
             fix = torch.exp(c_safe - torch.where(torch.isinf(c), c_safe, c))
-        if mistake == "no_rescale":
+        if mistake in ("no_rescale", "own_block_max"):
             fix = torch.ones_like(fix)
         p = torch.exp(s - c_safe)
         ell_fix = torch.ones_like(fix) if mistake == "ell_not_rescaled" else fix
@@ -237,6 +238,12 @@ _STREAMING_MISTAKES = [
         "校正因子 exp(−∞ − c_新) = 0 把前面的累计清零了。",
         "block_max",
     ),
+    (  # learner test 66
+        "每块各用自己的最大值取 exp，再直接相加：各块的 exp(s − c) 基准不同，不能直接"
+        "相加。c 要取到目前为止所有块的最大值，c_新 = max(c_旧, 本块最大值)，旧的 ℓ 和 "
+        "o 先乘 exp(c_旧 − c_新) 换到新的基准，再加上本块的贡献。",
+        "own_block_max",
+    ),
     (
         "跳过了一整块：只要有一行在这一块里全被屏蔽，你就跳过了这一块，可这一块对"
         "其他行仍有贡献。不要跳过块：全被屏蔽的行在这一块的 p 全是 0，只要 c 为 −∞ "
@@ -288,7 +295,11 @@ _LEADING_MASKED = (
 _NONFINITE_HINTS = {
     "left_pad": _LEADING_MASKED,
     "row_starts": _LEADING_MASKED,
-    "none": "exp 溢出了：先减去目前为止的最大分数 c，再取 exp。",
+    "none": "输出有 nan 或 inf。若没有减最大值：exp 溢出了，先减去目前为止的"
+    "最大分数 c，再取 exp。若减了：减的要是每一行自己的最大值，c 的形状是 "
+    "(…, L, 1)，按行 "
+    "amax(-1, keepdim=True)；整块共用一个最大值（s.max()）时，分数远低于它的行 "
+    "exp(s − c) 全部下溢成 0，ℓ = 0，结果是 0/0 = NaN。",
     "random": "第 1 块里每行都有可见的键，NaN 出在后面某一块里某行全被屏蔽的时候："
     "c_新 = max(c_旧, 本块最大值) 仍是有限的，exp(s − c_新) = 0，这一行在这块没有贡献。"
     "若 c_新 只取了本块的最大值（−∞），exp(−∞ − (−∞)) 就成了 NaN。",

@@ -47,16 +47,45 @@ _PRODUCTS = {
     torch.matrix_power,
     torch.Tensor.matrix_power,
     torch.linalg.multi_dot,
+    torch.mv,
+    torch.Tensor.mv,
+    torch.inner,
+    torch.Tensor.inner,
 }
+
+# a reduction over one dim of an (L, L) operand, leaving an (L,) vector, is the second
+# half of a broadcast vector–matrix product (e[:, None] & band).any(0); learner test 66
+_REDUCTIONS = {
+    torch.any,
+    torch.Tensor.any,
+    torch.all,
+    torch.Tensor.all,
+    torch.sum,
+    torch.Tensor.sum,
+    torch.amax,
+    torch.Tensor.amax,
+    torch.max,
+    torch.Tensor.max,
+    torch.count_nonzero,
+    torch.Tensor.count_nonzero,
+}
+
+# the mask handed to numpy: its products there are out of torch's sight, so trusted
+_TO_NUMPY = {torch.Tensor.numpy, torch.Tensor.__array__}
 
 
 def _multiplies_masks(L: int, func, args: tuple, out: object) -> bool:
-    """Whether a torch call multiplies (L, L) matrices: a product with an (L, L)
-    operand, or an (L, L, L) broadcast of one. Building the mask alone is not enough:
-    a closed formula after it makes neither."""
+    """Whether a torch call multiplies by an (L, L) mask: a product with an (L, L)
+    operand, an (L, L, L) broadcast of one, a reduction of an (L, L) operand to an
+    (L,) vector (a broadcast vector–matrix product), or the mask passed to numpy.
+    Building the mask alone is not enough: a closed formula after it makes none."""
     operands = [t for a in args for t in (a if isinstance(a, (list, tuple)) else [a])]
     square = any(ends_in(t, (L, L)) for t in operands)
-    return (func in _PRODUCTS and square) or ends_in(out, (L, L, L))
+    if isinstance(out, tuple) and out:  # torch.max(x, dim): (values, indices)
+        out = out[0]
+    reduced = func in _REDUCTIONS and isinstance(out, Tensor) and out.shape == (L,)
+    by_mask = func in _PRODUCTS or func in _TO_NUMPY or reduced
+    return (square and by_mask) or ends_in(out, (L, L, L))
 
 
 # dtypes in which a product's path counts can overflow on these cases
@@ -110,6 +139,16 @@ _OVERFLOW_FIX = (
     "不取 > 0 时 band @ reach 的元素是路径的条数，层数一多就超出这个范围。"
     "每乘一次就取 > 0，元素最多是 L，用哪种 dtype 都不会溢出。"
 )
+
+
+# learner test 66: a float count grown into inf, then nan, handed to int()
+_CRASHES = [
+    (
+        r"cannot convert float (NaN|infinity) to integer",
+        "路径条数溢出了：浮点的条数超过 dtype 的最大值就成了 inf，inf 再乘 0 得 nan，"
+        "int() 转不了它。" + _OVERFLOW_FIX,
+    ),
+]
 
 
 def _path_counts(L: int, n_w: int, layers: int) -> float:
@@ -205,6 +244,7 @@ def check_receptive_field(fn) -> str:
                     what=name,
                     case=f"(L, n_w, layers) = {case}",
                     first=i == 0,
+                    causes=_CRASHES,
                 )
             )
         products = products or watch.seen
