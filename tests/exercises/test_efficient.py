@@ -664,7 +664,7 @@ SPARSEMAX_REJECTS = [
     (sparsemax_tau_without_minus_one, "τ 少了 −1"),
     (sparsemax_tau_without_parentheses, "τ 那一行少了括号"),
     (sparsemax_tau_over_length, "应除以支撑集的大小 k(z)"),
-    (sparsemax_tau_from_the_mean_of_the_support, "非零的位置（支撑集）对了，值不对：错的是 τ"),
+    (sparsemax_tau_from_the_mean_of_the_support, "非零的位置（支撑集）对了，值不对：τ 算错了"),
     (sparsemax_no_one, "判据少了 1"),
     (sparsemax_one_row_only, "一维输入通过了，有多行的输入出错"),
     (sparsemax_one_support_for_all_rows, "对每一行分别做"),

@@ -1162,8 +1162,9 @@ def check_sparsemax(fn, exercise: str | None = None) -> str:
             hint = _BATCHED_CRASHES[0][1]
         if hint is None and torch.equal(out > 0, ref > 0):
             hint = (
-                "非零的位置（支撑集）对了，值不对：错的是 τ。τ = (前 k 大之和 − 1)/k，"
-                "k 是支撑集的大小（非零的个数），前 k 大之和取自从大到小排好的 z。"
+                "非零的位置（支撑集）对了，值不对：τ 算错了。τ = (前 k 大之和 − 1)/k，"
+                "k 是支撑集的大小（非零的个数）：看 k 是否多数或少数了一个（支撑集"
+                "那一行），前 k 大之和是否取自从大到小排好的 z。"
             )
         if hint is None and not torch.allclose(
             out.double().sum(-1), torch.ones(()).double()

@@ -252,9 +252,9 @@ def check_receptive_field(fn) -> str:
     if answers == expected and not products:  # 值对了，却没有做乘积
         fail(
             "练习 4.16：你的函数没有做 (L, L) 掩码矩阵的乘积（@、matmul、einsum、"
-            "tensordot、matrix_power 或广播的布尔乘积）。题目要用乘积算出可达性，"
-            "不要直接套公式 "
-            "min(ℓ n_w + 1, L)：从单位矩阵出发，每过一层做一次 (band @ reach) > 0。"
+            "tensordot、matrix_power、mv 或广播的布尔乘积）。答案虽对，但这道题要用"
+            "掩码的乘积核对可达性，不是套公式 min(ℓ n_w + 1, L)，也不是逐行搜索："
+            "从单位矩阵出发，每过一层做一次 (band @ reach) > 0。"
         )
     refuse_wrong_answer(
         answers,
